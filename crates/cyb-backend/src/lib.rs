@@ -1,0 +1,1 @@
+//! cyb-backend

@@ -1,0 +1,13 @@
+//! cyb-ops: the `Op` vocabulary and the CPU reference implementation of every op.
+//!
+//! The doc comment of each `Op` variant is its math spec; `reference::execute` is the
+//! executable, portable form (plain Rust plus rayon; no `std::arch`, no `target_feature`) and
+//! the oracle every backend is tested against. Threads split outputs, never reductions, so
+//! results are identical for any thread count.
+//!
+//! This crate must not know about backends, file formats or models.
+
+mod op;
+pub mod reference;
+
+pub use op::{GeluApprox, Op, RopeLayout, RopeScaling};

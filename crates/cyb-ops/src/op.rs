@@ -1,0 +1,230 @@
+//! The `Op` vocabulary: every computation cyb-llm performs, curated or graph, is one of these.
+//!
+//! Each variant's doc comment is its specification: inputs by position, shapes, dtypes, the
+//! exact math and the edge cases. Backends implement ops to this text; the CPU reference in
+//! `reference/` is the executable form and the oracle every backend is tested against.
+//!
+//! Conventions for all ops:
+//! - Shapes are row-major, last dimension contiguous. "`[.., m, k]`" means any number of leading
+//!   dimensions.
+//! - "float" inputs are F32, F16 or BF16; the reference computes in f32 and returns F32.
+//! - Reductions accumulate in f32 in index order, so results do not depend on thread count.
+//! - Integer index inputs are I32 or I64; index outputs are I64.
+
+use cyb_tensor::DType;
+
+/// Pairing of the rotated dimensions in rotary position embeddings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// GPT-J / llama.cpp "normal": rotates adjacent pairs `(x[2i], x[2i+1])`.
+    Normal,
+    /// GPT-NeoX / Hugging Face `rotate_half`: rotates `(x[i], x[i + d/2])`.
+    Neox,
+}
+
+/// How rotary frequencies are stretched for contexts longer than training.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// `theta_i = pos * base^(-2i/d)`.
+    None,
+    /// Position interpolation: `theta_i = (pos / factor) * base^(-2i/d)`.
+    Linear { factor: f32 },
+    /// Llama 3.1: with `inv_i = base^(-2i/d)`, wavelength `w = 2π / inv_i`,
+    /// `low_w = orig_max_pos / low_freq_factor`, `high_w = orig_max_pos / high_freq_factor`:
+    /// `w < high_w` keeps `inv_i`; `w > low_w` uses `inv_i / factor`; otherwise, with
+    /// `s = (orig_max_pos / w - low_freq_factor) / (high_freq_factor - low_freq_factor)`,
+    /// `(1 - s) * inv_i / factor + s * inv_i`.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
+    /// YaRN (as in Hugging Face `_compute_yarn_parameters`): per-dimension blend of
+    /// interpolated (`inv_i / factor`) and extrapolated (`inv_i`) frequencies with a linear ramp
+    /// between the dimensions whose rotation counts over `original_max_position` are
+    /// `beta_fast` and `beta_slow`: `inv = interp * (1 - extrap_w) + extrap * extrap_w`,
+    /// `extrap_w = 1 - ramp`. cos and sin are multiplied by `attn_factor` (when `None`,
+    /// `0.1 * ln(factor) + 1` for factor > 1, else 1).
+    Yarn {
+        factor: f32,
+        original_max_position: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        attn_factor: Option<f32>,
+    },
+}
+
+/// GELU variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeluApprox {
+    /// `0.5 x (1 + erf(x / √2))`.
+    Erf,
+    /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+    Tanh,
+}
+
+/// One operation. Inputs are passed by position as documented per variant.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Matrix product, `y = a · b` or `y = a · bᵀ`.
+    ///
+    /// Inputs: `a` float `[.., m, k]`; `b` `[.., k, n]`, or `[.., n, k]` when `rhs_transposed`
+    /// (the layout of Linear weights and of GGUF tensors: one row per output feature).
+    /// Leading dimensions broadcast numpy-style; a rank-2 `b` is shared by every batch.
+    /// `b` may be any float dtype; with `rhs_transposed` it may also be any block format (its
+    /// rows are whole blocks along `k`).
+    /// Output: F32 `[.., m, n]`, `y[.., i, j] = Σ_p a[.., i, p] · b'[.., p, j]`, summed in f32 in
+    /// order of `p` (blocks: per block, then blocks in order).
+    MatMul { rhs_transposed: bool },
+    /// Elementwise `a + b` with numpy broadcasting. Float inputs, F32 output.
+    Add,
+    /// Elementwise `a - b` with numpy broadcasting.
+    Sub,
+    /// Elementwise `a · b` with numpy broadcasting.
+    Mul,
+    /// Elementwise `a / b` with numpy broadcasting (IEEE: `x/0 = ±inf`, `0/0 = NaN`).
+    Div,
+    /// `y = factor · x`.
+    Scale { factor: f32 },
+    /// RMS normalisation over the last dimension `d`:
+    /// `y = x / sqrt(mean(x²) + eps) · (w + weight_offset)`.
+    /// Inputs: `x` float `[.., d]`, optional `w` `[d]` (absent: scale 1). `weight_offset` is 0
+    /// for Llama and 1 for Gemma's `(1 + w)`.
+    RmsNorm { eps: f32, weight_offset: f32 },
+    /// Layer normalisation over the last dimension `d`:
+    /// `y = (x - mean) / sqrt(var + eps) · w + b`, `var` the biased variance (÷ d).
+    /// Inputs: `x` `[.., d]`, optional `w` `[d]`, optional `b` `[d]`.
+    LayerNorm { eps: f32 },
+    /// Group normalisation: `x` `[n, c, *]` with `c` divisible by `groups`; each of the
+    /// `groups` groups of `c/groups` channels (over all spatial positions) is normalised with
+    /// its own mean and biased variance, then `y = x̂ · w[c] + b[c]`.
+    /// Inputs: `x`, optional `w` `[c]`, optional `b` `[c]`.
+    GroupNorm { groups: usize, eps: f32 },
+    /// Rotary position embedding.
+    ///
+    /// Inputs: `x` float `[.., seq, heads, head_dim]`, `positions` I32/I64 `[seq]`.
+    /// The first `rot_dims` (even, ≤ head_dim) dimensions of each head are rotated, the rest
+    /// pass through. For pair `i < rot_dims/2` with `theta = pos · inv_freq_i`
+    /// (`inv_freq_i = base^(-2i/rot_dims)`, adjusted by `scaling`):
+    /// `(x0, x1) → (x0 cos θ - x1 sin θ, x0 sin θ + x1 cos θ)`, where the pair is
+    /// `(x[2i], x[2i+1])` for `Normal` and `(x[i], x[i + rot_dims/2])` for `Neox`.
+    /// Output: F32, same shape.
+    Rope {
+        layout: RopeLayout,
+        rot_dims: usize,
+        base: f32,
+        scaling: RopeScaling,
+    },
+    /// Scaled dot-product attention.
+    ///
+    /// Inputs: `q` float `[.., hq, lq, d]`, `k` `[.., hkv, lk, d]`, `v` `[.., hkv, lk, dv]`,
+    /// optional additive `mask` float broadcastable to `[.., hq, lq, lk]`. `hq` is a multiple
+    /// of `hkv` (grouped-query attention: query head `h` uses kv head `h / (hq/hkv)`).
+    /// Query row `i` sits at position `lk - lq + i` (the KV cache holds the earlier tokens).
+    /// `s = scale · q·kᵀ`; if `softcap` is `Some(c)`: `s = c · tanh(s / c)`; if
+    /// `alibi_max_bias` is `Some(m)`: `s += slope_h · (j - pos_i)` with ALiBi slopes for `hq`
+    /// heads (`slope_h = 2^(-m (h+1) / n)` for the `n` = largest power of two ≤ hq heads, the
+    /// rest interleaved as in ALiBi); then `+ mask`; then with `causal`, `j > pos_i` is
+    /// excluded; with `sliding_window = Some(w)`, `j ≤ pos_i - w` is excluded. Softmax over
+    /// `j` (a row with every key excluded gives zeros), then `y = p · v`.
+    /// Output: F32 `[.., hq, lq, dv]`.
+    Sdpa {
+        scale: f32,
+        causal: bool,
+        sliding_window: Option<usize>,
+        softcap: Option<f32>,
+        alibi_max_bias: Option<f32>,
+    },
+    /// `y_i = exp(x_i - max x) / Σ_j exp(x_j - max x)` along `axis`. A row of all `-inf`
+    /// gives NaN as in PyTorch.
+    Softmax { axis: isize },
+    /// `y = x · sigmoid(x)`.
+    Silu,
+    /// GELU, erf or tanh form.
+    Gelu { approx: GeluApprox },
+    /// `y = max(x, 0)`.
+    Relu,
+    /// `y = silu(gate) · up`. Inputs: `gate` and `up` of one shape; or one input `[.., 2n]`
+    /// whose first half is `gate` and second half `up`. Output `[.., n]`.
+    SwiGlu,
+    /// `y = gelu(gate) · up`, same input forms as `SwiGlu`.
+    GeGlu { approx: GeluApprox },
+    /// Row lookup. Inputs: `table` `[vocab, dim]` of any dtype (block formats dequantized per
+    /// row), `ids` I32/I64 of any shape. Output F32 `[ids.., dim]`. An id outside
+    /// `0..vocab` is an error.
+    Embedding,
+    /// Joins inputs along `axis`; all other dimensions and the dtype must match. Output keeps
+    /// the dtype (scalar dtypes only).
+    Concat { axis: isize },
+    /// Splits one input along `axis` into pieces of the given sizes (summing to that
+    /// dimension). One output per size, dtype kept.
+    Split { axis: isize, sizes: Vec<usize> },
+    /// Same data, new dimensions; at most one `-1` is inferred. Element count must match.
+    Reshape { dims: Vec<isize> },
+    /// `y.dim[i] = x.dim[perm[i]]`; `perm` is a permutation of `0..rank`. Scalar dtypes.
+    Permute { perm: Vec<usize> },
+    /// Swaps two axes (negative axes count from the end).
+    Transpose { a: isize, b: isize },
+    /// Elements `start, start+step, ..` before `end` along `axis`. `start`/`end` may be
+    /// negative (counted from the end) and are clamped to the dimension as in Python;
+    /// `step ≥ 1`.
+    Slice {
+        axis: isize,
+        start: isize,
+        end: isize,
+        step: usize,
+    },
+    /// Index of the largest value along `axis` (first one on ties; NaN counts as largest).
+    /// Output I64 with that axis removed.
+    ArgMax { axis: isize },
+    /// The `k` largest (or smallest) values along `axis` in sorted order (ties: lower index
+    /// first). Outputs: values F32 and indices I64, both with that dimension `k`.
+    TopK { k: usize, axis: isize, largest: bool },
+    /// Running sum along `axis`: `y_i = Σ_{j ≤ i} x_j` (`exclusive`: `j < i`; `reverse`: sums
+    /// from the end). F32 output.
+    CumSum {
+        axis: isize,
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// Converts to `to` (floats round to nearest even; float → integer truncates toward zero
+    /// and saturates; block formats quantize with the reference quantizer).
+    Cast { to: DType },
+}
+
+impl Op {
+    /// A short name for logs and errors (`"matmul"`, `"rms_norm"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::MatMul { .. } => "matmul",
+            Op::Add => "add",
+            Op::Sub => "sub",
+            Op::Mul => "mul",
+            Op::Div => "div",
+            Op::Scale { .. } => "scale",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::GroupNorm { .. } => "group_norm",
+            Op::Rope { .. } => "rope",
+            Op::Sdpa { .. } => "sdpa",
+            Op::Softmax { .. } => "softmax",
+            Op::Silu => "silu",
+            Op::Gelu { .. } => "gelu",
+            Op::Relu => "relu",
+            Op::SwiGlu => "swiglu",
+            Op::GeGlu { .. } => "geglu",
+            Op::Embedding => "embedding",
+            Op::Concat { .. } => "concat",
+            Op::Split { .. } => "split",
+            Op::Reshape { .. } => "reshape",
+            Op::Permute { .. } => "permute",
+            Op::Transpose { .. } => "transpose",
+            Op::Slice { .. } => "slice",
+            Op::ArgMax { .. } => "argmax",
+            Op::TopK { .. } => "top_k",
+            Op::CumSum { .. } => "cumsum",
+            Op::Cast { .. } => "cast",
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Where a tensor's bytes live: an owned host buffer, a slice of shared read-only memory (a
+//! GGUF or safetensors mmap, used in place), or a buffer on a backend device.
+//!
+//! Nothing outside this module may assume host memory: code asks `Storage::host_bytes` and
+//! handles `None` (a device buffer) by going through the backend that owns it.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+/// A 64-byte aligned chunk, so host buffers can be viewed as any scalar type and suit SIMD loads.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Chunk([u8; 64]);
+
+/// An owned, 64-byte aligned, zero-initialised host byte buffer.
+#[derive(Clone)]
+pub struct AlignedBuf {
+    chunks: Vec<Chunk>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        AlignedBuf {
+            chunks: vec![Chunk([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+
+    /// A copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(bytes.len());
+        b.as_bytes_mut().copy_from_slice(bytes);
+        b
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<Chunk, u8>(&self.chunks)[..self.len]
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<Chunk, u8>(&mut self.chunks)[..self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A buffer owned by a backend (GPU memory and the like). The backend that made it downcasts
+/// through `as_any`; everyone else only sees its size and owner.
+pub trait DeviceBuffer: Send + Sync + fmt::Debug {
+    /// Name of the backend that owns the buffer.
+    fn backend(&self) -> &str;
+    /// Size in bytes.
+    fn byte_len(&self) -> usize;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// The bytes behind a tensor. Cloning is cheap (reference counted).
+#[derive(Clone)]
+pub enum Storage {
+    /// An owned host buffer.
+    Host(Arc<AlignedBuf>),
+    /// `len` bytes at `offset` of shared read-only memory, such as a file mapping; the tensor
+    /// keeps the owner alive.
+    Shared {
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        offset: usize,
+        len: usize,
+    },
+    /// Memory of a backend device.
+    Device(Arc<dyn DeviceBuffer>),
+}
+
+impl Storage {
+    /// The bytes, when they are in host memory. `None` for device buffers and for a `Shared`
+    /// range that does not fit its owner (which `Tensor::new` refuses, so only hand-made storages).
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Storage::Host(b) => Some(b.as_bytes()),
+            Storage::Shared { owner, offset, len } => {
+                let end = offset.checked_add(*len)?;
+                (**owner).as_ref().get(*offset..end)
+            }
+            Storage::Device(_) => None,
+        }
+    }
+
+    /// Size in bytes.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Storage::Host(b) => b.len(),
+            Storage::Shared { len, .. } => *len,
+            Storage::Device(d) => d.byte_len(),
+        }
+    }
+
+    /// `"host"`, `"mmap"` or the owning backend's name.
+    pub fn location(&self) -> &str {
+        match self {
+            Storage::Host(_) => "host",
+            Storage::Shared { .. } => "mmap",
+            Storage::Device(d) => d.backend(),
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Storage({}, {} bytes)", self.location(), self.byte_len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_shared() {
+        let b = AlignedBuf::from_bytes(&[1, 2, 3]);
+        assert_eq!(b.as_bytes(), &[1, 2, 3]);
+        assert_eq!(b.as_bytes().as_ptr() as usize % 64, 0);
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![0u8, 1, 2, 3, 4]);
+        let s = Storage::Shared {
+            owner: owner.clone(),
+            offset: 1,
+            len: 3,
+        };
+        assert_eq!(s.host_bytes(), Some(&[1u8, 2, 3][..]));
+        let bad = Storage::Shared {
+            owner,
+            offset: 4,
+            len: 3,
+        };
+        assert_eq!(bad.host_bytes(), None);
+    }
+}
