@@ -1,0 +1,26 @@
+//! Read-only file mappings shared by every tensor cut from them.
+
+use cyb_tensor::{Error, Result};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Bytes that tensors borrow in place: a file mapping, or any buffer (tests, fuzzing).
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Maps `path` read-only.
+pub fn map_file(path: &Path) -> Result<SharedBytes> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // An empty file cannot be mapped on every platform; an empty buffer parses to the same error.
+    if file.metadata().map_err(io)?.len() == 0 {
+        return Ok(Arc::new(Vec::<u8>::new()));
+    }
+    // SAFETY: the mapping is read-only and we never hand out mutable access. Another process
+    // truncating or rewriting the file while it is mapped is outside what we can guard against
+    // (every mmap-based loader shares this); we only read model files users point us at.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    Ok(Arc::new(map))
+}
