@@ -6,11 +6,19 @@
 //!
 //! This crate must not know about ops, backends or how a model is run.
 
+mod config;
 mod cursor;
 pub mod gguf;
+pub mod hf;
 mod mapping;
 mod metadata;
+mod model_file;
+pub mod safetensors;
 
+pub use config::{ModelConfig, RopeScaling};
 pub use gguf::{GgufFile, GgufTensorInfo};
+pub use hf::HfModel;
 pub use mapping::{map_file, SharedBytes};
-pub use metadata::MetaValue;
+pub use metadata::{summarize_json, MetaValue};
+pub use model_file::{open, ModelFile, TensorEntry};
+pub use safetensors::{SafetensorsFile, SafetensorsTensorInfo};

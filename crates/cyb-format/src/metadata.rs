@@ -112,27 +112,39 @@ impl MetaValue {
         }
     }
 
-    /// A one-line form for people: long arrays (tokenizer vocabularies) show their length and
-    /// first few items, long strings (chat templates) are cut.
+    /// A one-line form for people (see [`summarize_json`]).
     pub fn summary(&self) -> String {
-        const ITEMS: usize = 6;
-        const CHARS: usize = 80;
-        match self {
-            MetaValue::String(s) => {
-                let short: String = s.chars().take(CHARS).collect();
-                let more = if short.len() < s.len() { "..." } else { "" };
-                format!("{short:?}{more}")
+        summarize_json(&self.to_json())
+    }
+}
+
+/// A one-line form of a JSON value for people: long arrays (tokenizer vocabularies) show their
+/// length and first few items, long strings (chat templates) are cut.
+pub fn summarize_json(v: &Value) -> String {
+    const ITEMS: usize = 6;
+    const CHARS: usize = 80;
+    match v {
+        Value::String(s) => {
+            let short: String = s.chars().take(CHARS).collect();
+            let more = if short.len() < s.len() { "..." } else { "" };
+            format!("{short:?}{more}")
+        }
+        Value::Array(a) => {
+            let head: Vec<String> = a.iter().take(ITEMS).map(summarize_json).collect();
+            if a.len() > ITEMS {
+                format!("[{} values: {}, ...]", a.len(), head.join(", "))
+            } else {
+                format!("[{}]", head.join(", "))
             }
-            MetaValue::Array(a) => {
-                let head: Vec<String> = a.iter().take(ITEMS).map(MetaValue::summary).collect();
-                if a.len() > ITEMS {
-                    let kind = a.first().map_or("", MetaValue::type_name);
-                    format!("[{} {kind} values: {}, ...]", a.len(), head.join(", "))
-                } else {
-                    format!("[{}]", head.join(", "))
-                }
+        }
+        Value::Object(o) if o.len() > ITEMS => format!("{{{} keys}}", o.len()),
+        v => {
+            let s = v.to_string();
+            if s.chars().count() > CHARS {
+                format!("{}...", s.chars().take(CHARS).collect::<String>())
+            } else {
+                s
             }
-            v => v.to_json().to_string(),
         }
     }
 }

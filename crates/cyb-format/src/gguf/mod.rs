@@ -332,7 +332,7 @@ fn place_tensor(
         }
     }
     let shape = Shape::new(dims).map_err(|_| err(format!("element count of {ne:?} overflows")))?;
-    if shape.last() % dtype.block_elems() != 0 {
+    if !shape.last().is_multiple_of(dtype.block_elems()) {
         return Err(err(format!(
             "row length {} is not a multiple of the {dtype} block size {}",
             shape.last(),
@@ -342,7 +342,7 @@ fn place_tensor(
     let byte_len = dtype
         .bytes_for(shape.numel())
         .ok_or_else(|| err(format!("byte size of {dtype} {shape} overflows")))?;
-    if data_offset % alignment != 0 {
+    if !data_offset.is_multiple_of(alignment) {
         return Err(err(format!(
             "data offset {data_offset} is not a multiple of the alignment {alignment}"
         )));

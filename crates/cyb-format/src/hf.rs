@@ -1,0 +1,260 @@
+//! A Hugging Face model directory: `config.json`, weights in `model.safetensors` or in shards
+//! listed by `model.safetensors.index.json` (`weight_map`: tensor name → shard file), and the
+//! tokenizer / generation files beside them.
+//!
+//! Every shard is mapped once; tensors borrow the shard mapping in place.
+
+use crate::cursor::format_error;
+use crate::safetensors::{SafetensorsFile, SafetensorsTensorInfo};
+use cyb_tensor::{Error, Result, Tensor};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+
+const CONFIG: &str = "config.json";
+const SINGLE: &str = "model.safetensors";
+const INDEX: &str = "model.safetensors.index.json";
+
+/// The loaded directory.
+#[derive(Debug)]
+pub struct HfModel {
+    dir: PathBuf,
+    config: Value,
+    shards: Vec<SafetensorsFile>,
+    /// Tensor name → (shard, index in that shard's infos), in shard then data order.
+    order: Vec<(String, usize, usize)>,
+    by_name: HashMap<String, usize>,
+    pub tokenizer_json: Option<PathBuf>,
+    pub tokenizer_config_json: Option<PathBuf>,
+    pub generation_config_json: Option<PathBuf>,
+    /// Parsed `tokenizer_config.json` (chat template, special tokens), when present.
+    pub tokenizer_config: Option<Value>,
+    /// Parsed `generation_config.json` (default sampling, eos ids), when present.
+    pub generation_config: Option<Value>,
+}
+
+/// Reads and parses a JSON file, naming the file on failure.
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        format_error(
+            path,
+            0,
+            format!(
+                "invalid JSON at line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })
+}
+
+/// True when `dir` is a directory holding `config.json`.
+pub fn is_hf_dir(dir: &Path) -> bool {
+    dir.is_dir() && dir.join(CONFIG).is_file()
+}
+
+fn optional(dir: &Path, name: &str) -> Option<PathBuf> {
+    let p = dir.join(name);
+    p.is_file().then_some(p)
+}
+
+impl HfModel {
+    /// Opens the model directory `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<HfModel> {
+        let dir = dir.as_ref().to_path_buf();
+        let config_path = dir.join(CONFIG);
+        let config = read_json(&config_path)?;
+        if !config.is_object() {
+            return Err(format_error(
+                &config_path,
+                0,
+                "config.json is not a JSON object",
+            ));
+        }
+        let shard_names = shard_files(&dir)?;
+        let mut shards = Vec::with_capacity(shard_names.len());
+        for name in &shard_names {
+            shards.push(SafetensorsFile::open(dir.join(name))?);
+        }
+        let mut order = Vec::new();
+        let mut by_name = HashMap::new();
+        for (s, shard) in shards.iter().enumerate() {
+            for (i, t) in shard.tensor_infos().iter().enumerate() {
+                if by_name.insert(t.name.clone(), order.len()).is_some() {
+                    return Err(format_error(
+                        shard.path(),
+                        8,
+                        format!("tensor {:?} appears in more than one shard", t.name),
+                    ));
+                }
+                order.push((t.name.clone(), s, i));
+            }
+        }
+        check_weight_map(&dir, &shards, &by_name, &order)?;
+        let tokenizer_config_json = optional(&dir, "tokenizer_config.json");
+        let generation_config_json = optional(&dir, "generation_config.json");
+        let tokenizer_config = tokenizer_config_json
+            .as_deref()
+            .map(read_json)
+            .transpose()?;
+        let generation_config = generation_config_json
+            .as_deref()
+            .map(read_json)
+            .transpose()?;
+        Ok(HfModel {
+            tokenizer_json: optional(&dir, "tokenizer.json"),
+            tokenizer_config_json,
+            generation_config_json,
+            tokenizer_config,
+            generation_config,
+            dir,
+            config,
+            shards,
+            order,
+            by_name,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The parsed `config.json` (a JSON object).
+    pub fn config_json(&self) -> &Value {
+        &self.config
+    }
+
+    /// The safetensors files, each mapped once.
+    pub fn shards(&self) -> &[SafetensorsFile] {
+        &self.shards
+    }
+
+    /// Every tensor with the shard it lives in, shard by shard in data order.
+    pub fn tensor_infos(&self) -> impl Iterator<Item = (&SafetensorsTensorInfo, &Path)> + '_ {
+        self.order.iter().filter_map(|(_, s, i)| {
+            let shard = self.shards.get(*s)?;
+            Some((shard.tensor_infos().get(*i)?, shard.path()))
+        })
+    }
+
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// The tensor `name`, zero-copy from its shard.
+    pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        let shard = self
+            .by_name
+            .get(name)
+            .and_then(|&k| self.order.get(k))
+            .and_then(|(_, s, _)| self.shards.get(*s));
+        match shard {
+            Some(shard) => shard.tensor(name),
+            None => Err(Error::MissingTensor {
+                name: name.to_string(),
+                required_by: self.dir.display().to_string(),
+            }),
+        }
+    }
+
+    /// The `__metadata__` strings of every shard (they normally agree; the first one wins).
+    pub fn safetensors_metadata(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        for s in self.shards.iter().rev() {
+            m.extend(s.metadata().iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        m
+    }
+}
+
+/// The shard file names: from the index's `weight_map` (each once, in first-use order), or the
+/// single `model.safetensors`.
+fn shard_files(dir: &Path) -> Result<Vec<String>> {
+    let index = dir.join(INDEX);
+    if index.is_file() {
+        let v = read_json(&index)?;
+        let Some(map) = v.get("weight_map").and_then(Value::as_object) else {
+            return Err(format_error(&index, 0, "no \"weight_map\" object"));
+        };
+        let mut names: Vec<String> = Vec::new();
+        for (tensor, file) in map {
+            let Some(file) = file.as_str() else {
+                return Err(format_error(
+                    &index,
+                    0,
+                    format!("weight_map[{tensor:?}] is not a string"),
+                ));
+            };
+            if !is_plain_file_name(file) {
+                return Err(format_error(
+                    &index,
+                    0,
+                    format!("weight_map[{tensor:?}] = {file:?} is not a file name inside the model directory"),
+                ));
+            }
+            if !names.iter().any(|n| n == file) {
+                names.push(file.to_string());
+            }
+        }
+        names.sort();
+        return Ok(names);
+    }
+    if dir.join(SINGLE).is_file() {
+        return Ok(vec![SINGLE.to_string()]);
+    }
+    let hint = if dir.join("pytorch_model.bin").is_file() {
+        " (pytorch_model.bin pickles are not read; convert the weights to safetensors)"
+    } else {
+        ""
+    };
+    Err(Error::Io {
+        path: dir.join(SINGLE),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no {SINGLE} or {INDEX} in the model directory{hint}"),
+        ),
+    })
+}
+
+/// A shard name must stay inside the directory: one normal path component.
+fn is_plain_file_name(name: &str) -> bool {
+    let mut c = Path::new(name).components();
+    matches!((c.next(), c.next()), (Some(Component::Normal(_)), None))
+}
+
+/// Every tensor the index promises must be in the shard it names.
+fn check_weight_map(
+    dir: &Path,
+    shards: &[SafetensorsFile],
+    by_name: &HashMap<String, usize>,
+    order: &[(String, usize, usize)],
+) -> Result<()> {
+    let index = dir.join(INDEX);
+    if !index.is_file() {
+        return Ok(());
+    }
+    let v = read_json(&index)?;
+    let Some(map) = v.get("weight_map").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (tensor, file) in map {
+        let file = file.as_str().unwrap_or_default();
+        let found = by_name
+            .get(tensor)
+            .and_then(|&k| order.get(k))
+            .and_then(|(_, s, _)| shards.get(*s))
+            .is_some_and(|s| s.path().file_name() == Some(std::ffi::OsStr::new(file)));
+        if !found {
+            return Err(format_error(
+                &index,
+                0,
+                format!("weight_map lists tensor {tensor:?} in {file:?}, but that shard does not hold it"),
+            ));
+        }
+    }
+    Ok(())
+}

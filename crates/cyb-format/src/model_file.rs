@@ -1,0 +1,178 @@
+//! One entry point for every format: [`open`] looks at the path and returns a [`ModelFile`]
+//! with the same questions answered for each (metadata, tensor list, tensors, config).
+
+use crate::config::ModelConfig;
+use crate::gguf::{self, GgufFile};
+use crate::hf::{self, HfModel};
+use cyb_tensor::{DType, Error, Result, Shape, Tensor};
+use serde_json::Value;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// A model file or directory, opened.
+#[derive(Debug)]
+pub enum ModelFile {
+    Gguf(GgufFile),
+    HuggingFace(HfModel),
+}
+
+/// Where one tensor lives and what it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorEntry {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Shape,
+    pub byte_len: usize,
+    /// Absolute byte offset in `file`.
+    pub offset: u64,
+    pub file: PathBuf,
+}
+
+/// Opens a GGUF file (recognized by its magic) or a Hugging Face model directory (a directory
+/// with `config.json`; a `config.json` or `*.safetensors` path inside one opens the directory).
+pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
+    let path = path.as_ref();
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.is_dir() {
+        if hf::is_hf_dir(path) {
+            return HfModel::open(path).map(ModelFile::HuggingFace);
+        }
+        return Err(unrecognized(
+            path,
+            "a directory without config.json (expected a Hugging Face model directory)",
+        ));
+    }
+    let mut magic = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut magic))
+        .map_err(io)?;
+    if gguf::has_gguf_magic(magic.get(..n).unwrap_or_default()) {
+        return GgufFile::open(path).map(ModelFile::Gguf);
+    }
+    let is_hf_member = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n == "config.json" || n.ends_with(".safetensors") || n.ends_with(".safetensors.index.json")
+    });
+    if let Some(dir) = path.parent().filter(|d| is_hf_member && hf::is_hf_dir(d)) {
+        return HfModel::open(dir).map(ModelFile::HuggingFace);
+    }
+    Err(unrecognized(
+        path,
+        &format!(
+            "a file starting with {:02x?}, not a GGUF file (magic \"GGUF\") nor part of a Hugging \
+             Face model directory (config.json + safetensors)",
+            magic.get(..n).unwrap_or_default()
+        ),
+    ))
+}
+
+fn unrecognized(path: &Path, what: &str) -> Error {
+    Error::Format {
+        file: path.to_path_buf(),
+        offset: 0,
+        reason: format!("unrecognized model format: {what}"),
+    }
+}
+
+impl ModelFile {
+    /// `"gguf"` or `"huggingface"`.
+    pub fn format_name(&self) -> &'static str {
+        match self {
+            ModelFile::Gguf(_) => "gguf",
+            ModelFile::HuggingFace(_) => "huggingface",
+        }
+    }
+
+    /// `"v3"` for GGUF; `"safetensors, N shard(s)"` for a Hugging Face directory.
+    pub fn format_version(&self) -> String {
+        match self {
+            ModelFile::Gguf(g) => format!("v{}", g.version()),
+            ModelFile::HuggingFace(h) => format!("safetensors, {} shard(s)", h.shards().len()),
+        }
+    }
+
+    /// The file or directory it was opened from.
+    pub fn path(&self) -> &Path {
+        match self {
+            ModelFile::Gguf(g) => g.path(),
+            ModelFile::HuggingFace(h) => h.dir(),
+        }
+    }
+
+    /// Metadata in file order as JSON values: GGUF key/values; for a Hugging Face directory the
+    /// config.json fields, then `safetensors.<key>` header strings.
+    pub fn metadata(&self) -> Vec<(String, Value)> {
+        match self {
+            ModelFile::Gguf(g) => g
+                .metadata()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_json()))
+                .collect(),
+            ModelFile::HuggingFace(h) => {
+                let mut m: Vec<(String, Value)> = h
+                    .config_json()
+                    .as_object()
+                    .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                    .unwrap_or_default();
+                m.extend(
+                    h.safetensors_metadata()
+                        .into_iter()
+                        .map(|(k, v)| (format!("safetensors.{k}"), Value::String(v))),
+                );
+                m
+            }
+        }
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> Vec<TensorEntry> {
+        match self {
+            ModelFile::Gguf(g) => g
+                .tensor_infos()
+                .iter()
+                .map(|t| TensorEntry {
+                    name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    byte_len: t.byte_len,
+                    offset: t.file_offset as u64,
+                    file: g.path().to_path_buf(),
+                })
+                .collect(),
+            ModelFile::HuggingFace(h) => h
+                .tensor_infos()
+                .map(|(t, file)| TensorEntry {
+                    name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    byte_len: t.byte_len,
+                    offset: t.file_offset as u64,
+                    file: file.to_path_buf(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The tensor `name`, zero-copy from the mapping (`Error::MissingTensor` if absent).
+    pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        match self {
+            ModelFile::Gguf(g) => g.tensor(name),
+            ModelFile::HuggingFace(h) => h.tensor(name),
+        }
+    }
+
+    /// The normalized hyper-parameters.
+    pub fn config(&self) -> Result<ModelConfig> {
+        match self {
+            ModelFile::Gguf(g) => ModelConfig::from_gguf(g),
+            ModelFile::HuggingFace(h) => ModelConfig::from_hf(
+                h.config_json(),
+                h.generation_config.as_ref(),
+                h.has_tensor("lm_head.weight"),
+            ),
+        }
+    }
+}
