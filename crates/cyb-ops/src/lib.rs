@@ -9,5 +9,7 @@
 
 mod op;
 pub mod reference;
+mod shape_rule;
 
 pub use op::{GeluApprox, Op, RopeLayout, RopeScaling};
+pub use shape_rule::{broadcast_dims, output_infos, resolve_axis, slice_range};

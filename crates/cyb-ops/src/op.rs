@@ -180,7 +180,11 @@ pub enum Op {
     ArgMax { axis: isize },
     /// The `k` largest (or smallest) values along `axis` in sorted order (ties: lower index
     /// first). Outputs: values F32 and indices I64, both with that dimension `k`.
-    TopK { k: usize, axis: isize, largest: bool },
+    TopK {
+        k: usize,
+        axis: isize,
+        largest: bool,
+    },
     /// Running sum along `axis`: `y_i = Σ_{j ≤ i} x_j` (`exclusive`: `j < i`; `reverse`: sums
     /// from the end). F32 output.
     CumSum {
