@@ -194,6 +194,33 @@ mod tests {
     }
 
     #[test]
+    fn thread_pool_path_matches_block_by_block() {
+        for dtype in [DType::Q4_0, DType::Q4_K, DType::IQ4_NL] {
+            let n = (PARALLEL_MIN_BLOCKS + 3) * dtype.block_elems();
+            let src: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+                .collect();
+            let bb = dtype.block_bytes();
+            let mut whole = vec![0u8; n / dtype.block_elems() * bb];
+            quantize(dtype, &src, &mut whole).unwrap();
+            let mut back = vec![0f32; n];
+            dequantize(dtype, &whole, &mut back).unwrap();
+            for (b, x) in src.chunks(dtype.block_elems()).enumerate() {
+                let mut one = vec![0u8; bb];
+                quantize(dtype, x, &mut one).unwrap();
+                assert_eq!(&whole[b * bb..(b + 1) * bb], &one[..], "{dtype} block {b}");
+                let mut v = vec![0f32; x.len()];
+                dequantize(dtype, &one, &mut v).unwrap();
+                assert_eq!(
+                    &back[b * x.len()..(b + 1) * x.len()],
+                    &v[..],
+                    "{dtype} block {b}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn non_finite_and_zero_inputs_do_not_panic() {
         let specials = [
             f32::NAN,
