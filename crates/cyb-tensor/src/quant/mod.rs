@@ -5,7 +5,8 @@
 //!
 //! Quantizers follow ggml's reference quantizers (`quantize_row_*_ref`, i.e. what
 //! `llama-quantize` does without an importance matrix; for IQ4_NL that is `quantize_iq4_nl`),
-//! including the floating-point order of operations, so that the bytes they produce are the bytes ggml produces for the same input.
+//! including the floating-point order of operations, so that the bytes they produce are the
+//! bytes ggml produces for the same input.
 //! Non-finite inputs never panic; the bytes they give are unspecified.
 
 mod iq4_nl;
