@@ -115,7 +115,8 @@ pub(super) fn symmetric_refined(x: &[f32], nmax: i32, levels: &mut [u8]) -> f32 
 pub(super) struct AffineSearch {
     /// Largest level.
     pub nmax: i32,
-    /// The tried inverse scales are `(nmax + rmin + rdelta·k) / (max - min)` for `k` in `0..=nstep`.
+    /// The tried inverse scales are `(nmax + rmin + rdelta·k) / (max - min)`,
+    /// for `k` in `0..=nstep`.
     pub rmin: f32,
     pub rdelta: f32,
     pub nstep: i32,
