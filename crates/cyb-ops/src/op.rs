@@ -44,8 +44,12 @@ pub enum RopeScaling {
     /// interpolated (`inv_i / factor`) and extrapolated (`inv_i`) frequencies with a linear ramp
     /// between the dimensions whose rotation counts over `original_max_position` are
     /// `beta_fast` and `beta_slow`: `inv = interp * (1 - extrap_w) + extrap * extrap_w`,
-    /// `extrap_w = 1 - ramp`. cos and sin are multiplied by `attn_factor` (when `None`,
-    /// `0.1 * ln(factor) + 1` for factor > 1, else 1).
+    /// `extrap_w = 1 - ramp`. Precisely, with `d = rot_dims` and
+    /// `dim_of(r) = d · ln(original_max_position / (2π r)) / (2 ln base)`:
+    /// `low = max(floor(dim_of(beta_fast)), 0)`, `high = min(ceil(dim_of(beta_slow)), d - 1)`
+    /// (Hugging Face's default `truncate = true`; `high += 0.001` if equal), and for pair `i`
+    /// `ramp_i = clamp((i - low) / (high - low), 0, 1)`. cos and sin are multiplied by
+    /// `attn_factor` (when `None`, `0.1 * ln(factor) + 1` for factor > 1, else 1).
     Yarn {
         factor: f32,
         original_max_position: usize,
@@ -69,13 +73,14 @@ pub enum GeluApprox {
 pub enum Op {
     /// Matrix product, `y = a · b` or `y = a · bᵀ`.
     ///
-    /// Inputs: `a` float `[.., m, k]`; `b` `[.., k, n]`, or `[.., n, k]` when `rhs_transposed`
+    /// Inputs: `a` float `[.., m, k]` (rank ≥ 2); `b` `[.., k, n]`, or `[.., n, k]` when `rhs_transposed`
     /// (the layout of Linear weights and of GGUF tensors: one row per output feature).
     /// Leading dimensions broadcast numpy-style; a rank-2 `b` is shared by every batch.
     /// `b` may be any float dtype; with `rhs_transposed` it may also be any block format (its
     /// rows are whole blocks along `k`).
     /// Output: F32 `[.., m, n]`, `y[.., i, j] = Σ_p a[.., i, p] · b'[.., p, j]`, summed in f32 in
-    /// order of `p` (blocks: per block, then blocks in order).
+    /// order of `p` (blocks: each block's products summed in order into a partial sum, then the
+    /// partial sums added in block order).
     MatMul { rhs_transposed: bool },
     /// Elementwise `a + b` with numpy broadcasting. Float inputs, F32 output.
     Add,
@@ -89,7 +94,7 @@ pub enum Op {
     Scale { factor: f32 },
     /// RMS normalisation over the last dimension `d`:
     /// `y = x / sqrt(mean(x²) + eps) · (w + weight_offset)`.
-    /// Inputs: `x` float `[.., d]`, optional `w` `[d]` (absent: scale 1). `weight_offset` is 0
+    /// Inputs: `x` float `[.., d]`, optional float `w` `[d]` (absent: scale 1). `weight_offset` is 0
     /// for Llama and 1 for Gemma's `(1 + w)`.
     RmsNorm { eps: f32, weight_offset: f32 },
     /// Layer normalisation over the last dimension `d`:
@@ -103,8 +108,8 @@ pub enum Op {
     GroupNorm { groups: usize, eps: f32 },
     /// Rotary position embedding.
     ///
-    /// Inputs: `x` float `[.., seq, heads, head_dim]`, `positions` I32/I64 `[seq]`.
-    /// The first `rot_dims` (even, ≤ head_dim) dimensions of each head are rotated, the rest
+    /// Inputs: `x` float `[.., seq, heads, head_dim]`, `positions` I32/I64 `[seq]` (shared by
+    /// every leading index). The first `rot_dims` (even, > 0, ≤ head_dim) dimensions of each head are rotated, the rest
     /// pass through. For pair `i < rot_dims/2` with `theta = pos · inv_freq_i`
     /// (`inv_freq_i = base^(-2i/rot_dims)`, adjusted by `scaling`):
     /// `(x0, x1) → (x0 cos θ - x1 sin θ, x0 sin θ + x1 cos θ)`, where the pair is
@@ -118,16 +123,19 @@ pub enum Op {
     },
     /// Scaled dot-product attention.
     ///
-    /// Inputs: `q` float `[.., hq, lq, d]`, `k` `[.., hkv, lk, d]`, `v` `[.., hkv, lk, dv]`,
+    /// Inputs: `q` float `[.., hq, lq, d]`, `k` `[.., hkv, lk, d]`, `v` `[.., hkv, lk, dv]` (one
+    /// rank ≥ 3 and identical leading dimensions; they do not broadcast),
     /// optional additive `mask` float broadcastable to `[.., hq, lq, lk]`. `hq` is a multiple
     /// of `hkv` (grouped-query attention: query head `h` uses kv head `h / (hq/hkv)`).
     /// Query row `i` sits at position `lk - lq + i` (the KV cache holds the earlier tokens).
     /// `s = scale · q·kᵀ`; if `softcap` is `Some(c)`: `s = c · tanh(s / c)`; if
     /// `alibi_max_bias` is `Some(m)`: `s += slope_h · (j - pos_i)` with ALiBi slopes for `hq`
     /// heads (`slope_h = 2^(-m (h+1) / n)` for the `n` = largest power of two ≤ hq heads, the
-    /// rest interleaved as in ALiBi); then `+ mask`; then with `causal`, `j > pos_i` is
-    /// excluded; with `sliding_window = Some(w)`, `j ≤ pos_i - w` is excluded. Softmax over
-    /// `j` (a row with every key excluded gives zeros), then `y = p · v`.
+    /// rest interleaved as in ALiBi: `slope_h = 2^(-m (2(h-n)+1) / (2n))` for `h ≥ n`); then
+    /// `+ mask`; then with `causal`, `j > pos_i` is excluded; with `sliding_window = Some(w)`,
+    /// `j ≤ pos_i - w` is excluded (with or without `causal`). A score of `-inf` (from the mask)
+    /// excludes its key too. Softmax over the remaining `j` (a row with every key excluded gives
+    /// zeros, where PyTorch would give NaN), then `y = p · v`.
     /// Output: F32 `[.., hq, lq, dv]`.
     Sdpa {
         scale: f32,
@@ -155,20 +163,21 @@ pub enum Op {
     /// `0..vocab` is an error.
     Embedding,
     /// Joins inputs along `axis`; all other dimensions and the dtype must match. Output keeps
-    /// the dtype (scalar dtypes only).
+    /// the dtype (scalar dtypes only). Takes one or more inputs.
     Concat { axis: isize },
     /// Splits one input along `axis` into pieces of the given sizes (summing to that
-    /// dimension). One output per size, dtype kept.
+    /// dimension). One output per size, dtype kept (scalar dtypes only).
     Split { axis: isize, sizes: Vec<usize> },
-    /// Same data, new dimensions; at most one `-1` is inferred. Element count must match.
+    /// Same data, new dimensions; at most one `-1` is inferred. Element count must match. Any
+    /// dtype; for block formats the new last dimension must still be whole blocks.
     Reshape { dims: Vec<isize> },
     /// `y.dim[i] = x.dim[perm[i]]`; `perm` is a permutation of `0..rank`. Scalar dtypes.
     Permute { perm: Vec<usize> },
-    /// Swaps two axes (negative axes count from the end).
+    /// Swaps two axes (negative axes count from the end). Scalar dtypes.
     Transpose { a: isize, b: isize },
     /// Elements `start, start+step, ..` before `end` along `axis`. `start`/`end` may be
     /// negative (counted from the end) and are clamped to the dimension as in Python;
-    /// `step ≥ 1`.
+    /// `step ≥ 1`. Scalar dtypes.
     Slice {
         axis: isize,
         start: isize,
@@ -176,10 +185,12 @@ pub enum Op {
         step: usize,
     },
     /// Index of the largest value along `axis` (first one on ties; NaN counts as largest).
-    /// Output I64 with that axis removed.
+    /// Output I64 with that axis removed. Input float or integer (read as f32, like `TopK`
+    /// and `CumSum`); the axis must not be empty.
     ArgMax { axis: isize },
     /// The `k` largest (or smallest) values along `axis` in sorted order (ties: lower index
-    /// first). Outputs: values F32 and indices I64, both with that dimension `k`.
+    /// first; NaN counts as largest). `k ≤` the axis length. Outputs: values F32 and indices
+    /// I64, both with that dimension `k`.
     TopK {
         k: usize,
         axis: isize,
@@ -193,7 +204,9 @@ pub enum Op {
         reverse: bool,
     },
     /// Converts to `to` (floats round to nearest even; float → integer truncates toward zero
-    /// and saturates; block formats quantize with the reference quantizer).
+    /// and saturates, NaN → 0; integer → integer saturates; integer → float rounds to nearest
+    /// even from the exact value; any → BOOL is `x != 0`; block formats dequantize, or quantize
+    /// with the reference quantizer).
     Cast { to: DType },
 }
 

@@ -179,8 +179,9 @@ fn tensor(v: &Value, data: &[u8]) -> Tensor {
     Tensor::from_bytes(&dims, dtype, &data[off..off + len]).expect("fixture tensor")
 }
 
-/// Compares one output; returns a description of the mismatch, if any.
-fn compare(got: &Tensor, want: &Tensor, tol: f64) -> Option<String> {
+/// Compares one output; returns a description of the mismatch, if any. `worst` collects the
+/// largest relative error seen, printed so the margin below the tolerance stays visible.
+fn compare(got: &Tensor, want: &Tensor, tol: f64, worst: &mut (f64, String)) -> Option<String> {
     if got.dims() != want.dims() || got.dtype() != want.dtype() {
         return Some(format!(
             "got {} {:?}, want {} {:?}",
@@ -208,6 +209,9 @@ fn compare(got: &Tensor, want: &Tensor, tol: f64) -> Option<String> {
         max_ref = max_ref.max((*b as f64).abs());
     }
     let rel = max_err / max_ref.max(1e-30);
+    if rel > worst.0 {
+        *worst = (rel, String::new());
+    }
     (rel > tol || rel.is_nan()).then(|| format!("relative error {rel:.3e} > {tol:e}"))
 }
 
@@ -223,6 +227,7 @@ fn reference_matches_pytorch() {
     assert!(cases.len() >= 90, "only {} fixture cases", cases.len());
 
     let (mut failures, mut skipped, mut passed) = (Vec::new(), Vec::new(), 0);
+    let mut worst = (0f64, String::new());
     for c in cases {
         let name = c["name"].as_str().expect("case name");
         let op = parse_op(&c["op"]);
@@ -244,8 +249,11 @@ fn reference_matches_pytorch() {
                 let errs: Vec<String> = gots
                     .iter()
                     .zip(&wants)
-                    .filter_map(|(g, w)| compare(g, w, tol))
+                    .filter_map(|(g, w)| compare(g, w, tol, &mut worst))
                     .collect();
+                if worst.1.is_empty() {
+                    worst.1 = name.to_string();
+                }
                 if errs.is_empty() {
                     passed += 1;
                 } else {
@@ -262,7 +270,12 @@ fn reference_matches_pytorch() {
             Err(e) => failures.push(format!("{name}: error {e}")),
         }
     }
-    eprintln!("{passed} passed, {} skipped: {skipped:?}", skipped.len());
+    eprintln!(
+        "{passed} passed, {} skipped: {skipped:?}; worst relative error {:.2e} ({})",
+        skipped.len(),
+        worst.0,
+        worst.1
+    );
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

@@ -49,8 +49,9 @@ pub(super) fn sdpa(p: &SdpaParams, inputs: &[Tensor], out: &TensorInfo) -> Resul
         let mut scores: Vec<Option<f32>> = Vec::with_capacity(lk);
         for j in 0..lk {
             let jj = j as i64;
-            let hidden =
-                (p.causal && jj > pos) || p.sliding_window.is_some_and(|w| jj <= pos - w as i64);
+            let outside_window =
+                |w: usize| jj <= pos.saturating_sub(i64::try_from(w).unwrap_or(i64::MAX));
+            let hidden = (p.causal && jj > pos) || p.sliding_window.is_some_and(outside_window);
             if hidden {
                 scores.push(None);
                 continue;
