@@ -148,14 +148,17 @@ impl DType {
 
     /// True for the integer and boolean scalar types.
     pub const fn is_integer(self) -> bool {
-        matches!(self, DType::I8 | DType::I32 | DType::I64 | DType::U8 | DType::Bool)
+        matches!(
+            self,
+            DType::I8 | DType::I32 | DType::I64 | DType::U8 | DType::Bool
+        )
     }
 
     /// Bytes needed for `n` values, or `None` if `n` is not a whole number of blocks or the
     /// product overflows.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
         let be = self.block_elems();
-        if n % be != 0 {
+        if !n.is_multiple_of(be) {
             return None;
         }
         (n / be).checked_mul(self.block_bytes())
@@ -191,7 +194,10 @@ impl DType {
 
     /// The dtype for a ggml type id, or `None` for ids this build does not implement.
     pub fn from_ggml_type(id: u32) -> Option<DType> {
-        DType::ALL.iter().copied().find(|d| d.ggml_type() == Some(id))
+        DType::ALL
+            .iter()
+            .copied()
+            .find(|d| d.ggml_type() == Some(id))
     }
 
     /// The name ggml and GGUF tools print for a ggml type id, also for ids we do not implement

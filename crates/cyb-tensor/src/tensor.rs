@@ -27,7 +27,7 @@ impl Tensor {
     /// for block formats, that rows are whole blocks.
     pub fn new(shape: Shape, dtype: DType, storage: Storage) -> Result<Tensor> {
         let numel = shape.numel();
-        if dtype.is_quantized() && shape.last() % dtype.block_elems() != 0 {
+        if dtype.is_quantized() && !shape.last().is_multiple_of(dtype.block_elems()) {
             return Err(Error::invalid(
                 "tensor",
                 format!(
@@ -104,7 +104,10 @@ impl Tensor {
             return Err(Error::shape("from_f32_as", dims, &[data.len()]));
         }
         let n = dtype.bytes_for(data.len()).ok_or_else(|| {
-            Error::invalid("from_f32_as", format!("{dtype} {shape} is not whole blocks"))
+            Error::invalid(
+                "from_f32_as",
+                format!("{dtype} {shape} is not whole blocks"),
+            )
         })?;
         let mut buf = AlignedBuf::zeroed(n);
         encode_f32(dtype, data, buf.as_bytes_mut())?;
@@ -350,7 +353,10 @@ mod tests {
             let t = Tensor::from_f32_as(&[4], &v, d).unwrap();
             assert_eq!(t.to_f32_vec().unwrap(), v);
         }
-        let t = Tensor::from_f32(&[2, 2], &v).unwrap().reshape(&[4]).unwrap();
+        let t = Tensor::from_f32(&[2, 2], &v)
+            .unwrap()
+            .reshape(&[4])
+            .unwrap();
         assert_eq!(&*t.as_f32().unwrap(), &v);
         assert!(t.reshape(&[3]).is_err());
     }
