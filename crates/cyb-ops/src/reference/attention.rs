@@ -104,7 +104,7 @@ pub(super) fn sdpa(p: &SdpaParams, inputs: &[Tensor], out: &TensorInfo) -> Resul
 /// ALiBi slopes for `heads` heads: with `n` the largest power of two ≤ heads, head `h < n`
 /// gets `2^(-max_bias·(h+1)/n)`; the remaining heads take the odd-numbered slopes of the
 /// `2n`-head sequence, `2^(-max_bias·(2(h-n)+1)/(2n))`.
-pub(super) fn alibi_slopes(max_bias: f32, heads: usize) -> Vec<f32> {
+pub fn alibi_slopes(max_bias: f32, heads: usize) -> Vec<f32> {
     let n = if heads == 0 {
         1
     } else {

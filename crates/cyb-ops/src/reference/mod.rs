@@ -15,6 +15,9 @@ mod norm;
 mod reduce;
 mod rope;
 
+pub use attention::alibi_slopes;
+pub use rope::frequencies as rope_frequencies;
+
 use crate::{output_infos, Op};
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
 use std::borrow::Cow;

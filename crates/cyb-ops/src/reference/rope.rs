@@ -55,7 +55,8 @@ pub(super) fn rope(
 }
 
 /// The inverse frequency of each of the `rot_dims / 2` pairs after scaling, and the factor
-/// applied to cos and sin (YaRN's attention factor, else 1).
+/// applied to cos and sin (YaRN's attention factor, else 1). Public so backends that precompute
+/// cos/sin caches use exactly the reference's frequencies.
 pub fn frequencies(rot_dims: usize, base: f64, scaling: &RopeScaling) -> (Vec<f64>, f64) {
     let d = rot_dims as f64;
     let plain: Vec<f64> = (0..rot_dims / 2)
