@@ -109,9 +109,12 @@ pub enum Op {
     /// Rotary position embedding.
     ///
     /// Inputs: `x` float `[.., seq, heads, head_dim]`, `positions` I32/I64 `[seq]` (shared by
-    /// every leading index). The first `rot_dims` (even, > 0, ≤ head_dim) dimensions of each head are rotated, the rest
+    /// every leading index), optional float `freq_factors` `[rot_dims/2]`. The first `rot_dims`
+    /// (even, > 0, ≤ head_dim) dimensions of each head are rotated, the rest
     /// pass through. For pair `i < rot_dims/2` with `theta = pos · inv_freq_i`
-    /// (`inv_freq_i = base^(-2i/rot_dims)`, adjusted by `scaling`):
+    /// (`inv_freq_i = base^(-2i/rot_dims)`, adjusted by `scaling`, then divided by
+    /// `freq_factors[i]` when given — llama.cpp's `rope_freqs` tensor, which is how GGUF files
+    /// carry Llama 3.1 scaling):
     /// `(x0, x1) → (x0 cos θ - x1 sin θ, x0 sin θ + x1 cos θ)`, where the pair is
     /// `(x[2i], x[2i+1])` for `Normal` and `(x[i], x[i + rot_dims/2])` for `Neox`.
     /// Output: F32, same shape.
@@ -153,6 +156,8 @@ pub enum Op {
     Gelu { approx: GeluApprox },
     /// `y = max(x, 0)`.
     Relu,
+    /// `y = tanh(x)` (with `Scale`, the logit softcap `c · tanh(x / c)`).
+    Tanh,
     /// `y = silu(gate) · up`. Inputs: `gate` and `up` of one shape; or one input `[.., 2n]`
     /// whose first half is `gate` and second half `up`. Output `[.., n]`.
     SwiGlu,
@@ -229,6 +234,7 @@ impl Op {
             Op::Silu => "silu",
             Op::Gelu { .. } => "gelu",
             Op::Relu => "relu",
+            Op::Tanh => "tanh",
             Op::SwiGlu => "swiglu",
             Op::GeGlu { .. } => "geglu",
             Op::Embedding => "embedding",

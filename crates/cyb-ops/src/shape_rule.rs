@@ -21,7 +21,7 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
             let dims = broadcast_dims(name, inputs[0].shape.dims(), inputs[1].shape.dims())?;
             vec![f32_info(name, dims)?]
         }
-        Op::Scale { .. } | Op::Silu | Op::Gelu { .. } | Op::Relu => {
+        Op::Scale { .. } | Op::Silu | Op::Gelu { .. } | Op::Relu | Op::Tanh => {
             arity(name, inputs, 1..=1)?;
             float(name, inputs, 0)?;
             vec![f32_info(name, inputs[0].shape.dims().to_vec())?]
@@ -328,7 +328,7 @@ fn rope(
     scaling: &RopeScaling,
     inputs: &[TensorInfo],
 ) -> Result<TensorInfo> {
-    arity(op, inputs, 2..=2)?;
+    arity(op, inputs, 2..=3)?;
     float(op, inputs, 0)?;
     integer_ids(op, inputs, 1)?;
     let x = inputs[0].shape.dims();
@@ -347,6 +347,12 @@ fn rope(
             op,
             format!("rot_dims {rot_dims} must be even, > 0 and ≤ head_dim {head_dim}"),
         ));
+    }
+    if let Some(factors) = inputs.get(2) {
+        float(op, inputs, 2)?;
+        if factors.shape.dims() != [rot_dims / 2] {
+            return Err(Error::shape(op, &[rot_dims / 2], factors.shape.dims()));
+        }
     }
     // Written as "is valid" tests so a NaN parameter is rejected too.
     let bad = match *scaling {

@@ -1,4 +1,4 @@
-//! Softmax and the pointwise activations (silu, gelu, relu) and gated units (swiglu, geglu).
+//! Softmax and the pointwise activations (silu, gelu, relu, tanh) and gated units (swiglu, geglu).
 
 use super::{axis_of, floats, Lanes};
 use crate::{GeluApprox, Op};
@@ -43,11 +43,12 @@ pub(super) fn gelu(x: f32, approx: GeluApprox) -> f32 {
     }
 }
 
-/// `silu`, `gelu`, `relu`, applied to every element.
+/// `silu`, `gelu`, `relu`, `tanh`, applied to every element.
 pub(super) fn unary(op: &Op, x_t: &Tensor) -> Result<Tensor> {
     let f = |v: f32| match op {
         Op::Silu => silu(v),
         Op::Gelu { approx } => gelu(v, *approx),
+        Op::Tanh => v.tanh(),
         _ => v.max(0.0),
     };
     let y: Vec<f32> = floats(x_t)?.par_iter().map(|&v| f(v)).collect();
@@ -131,6 +132,17 @@ fn erf64(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::erf;
+    use crate::{reference::execute, Op};
+    use cyb_tensor::Tensor;
+
+    #[test]
+    fn tanh_matches_known_values() {
+        let x = Tensor::from_f32(&[4], &[0.0, 0.5, -2.0, 30.0]).unwrap();
+        let y = execute(&Op::Tanh, &[x]).unwrap()[0].to_f32_vec().unwrap();
+        for (got, want) in y.iter().zip([0.0f32, 0.462_117_16, -0.964_027_6, 1.0]) {
+            assert!((got - want).abs() < 1e-7, "{got} vs {want}");
+        }
+    }
 
     #[test]
     fn erf_matches_known_values() {

@@ -57,7 +57,7 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             one(attention::sdpa(&params, inputs, &outs[0]))
         }
         Op::Softmax { axis } => one(activation::softmax(*axis, &inputs[0])),
-        Op::Silu | Op::Gelu { .. } | Op::Relu => one(activation::unary(op, &inputs[0])),
+        Op::Silu | Op::Gelu { .. } | Op::Relu | Op::Tanh => one(activation::unary(op, &inputs[0])),
         Op::SwiGlu | Op::GeGlu { .. } => one(activation::glu(op, inputs)),
         Op::Embedding => one(embedding::embedding(&inputs[0], &inputs[1])),
         Op::Concat { axis } => one(layout::concat(*axis, inputs, &outs[0])),

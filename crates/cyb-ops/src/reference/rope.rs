@@ -21,7 +21,12 @@ pub(super) fn rope(
     let dims = inputs[0].dims();
     let r = dims.len();
     let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
-    let (inv_freq, attn_factor) = frequencies(rot_dims, base as f64, scaling);
+    let (mut inv_freq, attn_factor) = frequencies(rot_dims, base as f64, scaling);
+    if let Some(factors) = inputs.get(2) {
+        for (f, &div) in inv_freq.iter_mut().zip(floats(factors)?.iter()) {
+            *f /= div as f64;
+        }
+    }
     let half = rot_dims / 2;
     // cos/sin per (position, pair), shared by every head.
     let table: Vec<(f32, f32)> = positions
@@ -127,5 +132,55 @@ pub fn frequencies(rot_dims: usize, base: f64, scaling: &RopeScaling) -> (Vec<f6
             };
             (inv, mscale)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{reference::execute, Op, RopeLayout, RopeScaling};
+    use cyb_tensor::Tensor;
+
+    fn rope_of(scaling: RopeScaling, factors: Option<&[f32]>) -> Vec<f32> {
+        let x: Vec<f32> = (0..3 * 2 * 8)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0)
+            .collect();
+        let mut inputs = vec![
+            Tensor::from_f32(&[3, 2, 8], &x).unwrap(),
+            Tensor::from_i64(&[3], &[0, 5, 17]).unwrap(),
+        ];
+        if let Some(f) = factors {
+            inputs.push(Tensor::from_f32(&[4], f).unwrap());
+        }
+        let op = Op::Rope {
+            layout: RopeLayout::Neox,
+            rot_dims: 8,
+            base: 500_000.0,
+            scaling,
+        };
+        execute(&op, &inputs).unwrap()[0].to_f32_vec().unwrap()
+    }
+
+    #[test]
+    fn freq_factors_divide_the_frequencies() {
+        // Dividing every pair by 4 is linear scaling by 4.
+        let linear = rope_of(RopeScaling::Linear { factor: 4.0 }, None);
+        assert_eq!(rope_of(RopeScaling::None, Some(&[4.0; 4])), linear);
+        // Llama 3 factors computed from the spec's formula reproduce `RopeScaling::Llama3`
+        // (wavelengths 2π·500000^(i/4): 6.3 blends, the others are divided by the factor 8).
+        let w0 = 2.0 * std::f64::consts::PI;
+        let smooth = (16.0 / w0 - 1.0) / (4.0 - 1.0);
+        let f0 = (1.0 / ((1.0 - smooth) / 8.0 + smooth)) as f32;
+        let llama3 = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position: 16,
+        };
+        let want = rope_of(llama3, None);
+        let got = rope_of(RopeScaling::None, Some(&[f0, 8.0, 8.0, 8.0]));
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        assert_ne!(got, rope_of(RopeScaling::None, None));
     }
 }
