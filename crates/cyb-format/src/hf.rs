@@ -75,7 +75,7 @@ impl HfModel {
                 "config.json is not a JSON object",
             ));
         }
-        let shard_names = shard_files(&dir)?;
+        let (shard_names, weight_map) = shard_files(&dir)?;
         let mut shards = Vec::with_capacity(shard_names.len());
         for name in &shard_names {
             shards.push(SafetensorsFile::open(dir.join(name))?);
@@ -94,7 +94,7 @@ impl HfModel {
                 order.push((t.name.clone(), s, i));
             }
         }
-        check_weight_map(&dir, &shards, &by_name, &order)?;
+        check_weight_map(&dir.join(INDEX), &weight_map, &shards, &by_name, &order)?;
         let tokenizer_config_json = optional(&dir, "tokenizer_config.json");
         let generation_config_json = optional(&dir, "generation_config.json");
         let tokenizer_config = tokenizer_config_json
@@ -171,16 +171,19 @@ impl HfModel {
     }
 }
 
-/// The shard file names: from the index's `weight_map` (each once, in first-use order), or the
-/// single `model.safetensors`.
-fn shard_files(dir: &Path) -> Result<Vec<String>> {
+/// `(tensor name, shard file name)` pairs from the index.
+type WeightMap = Vec<(String, String)>;
+
+/// The shard file names (sorted, each once) and the index's `weight_map` (tensor, file), or
+/// the single `model.safetensors` and no map.
+fn shard_files(dir: &Path) -> Result<(Vec<String>, WeightMap)> {
     let index = dir.join(INDEX);
     if index.is_file() {
         let v = read_json(&index)?;
         let Some(map) = v.get("weight_map").and_then(Value::as_object) else {
             return Err(format_error(&index, 0, "no \"weight_map\" object"));
         };
-        let mut names: Vec<String> = Vec::new();
+        let mut weight_map = Vec::with_capacity(map.len());
         for (tensor, file) in map {
             let Some(file) = file.as_str() else {
                 return Err(format_error(
@@ -193,18 +196,20 @@ fn shard_files(dir: &Path) -> Result<Vec<String>> {
                 return Err(format_error(
                     &index,
                     0,
-                    format!("weight_map[{tensor:?}] = {file:?} is not a file name inside the model directory"),
+                    format!(
+                        "weight_map[{tensor:?}] = {file:?} is not a file name inside the model directory"
+                    ),
                 ));
             }
-            if !names.iter().any(|n| n == file) {
-                names.push(file.to_string());
-            }
+            weight_map.push((tensor.clone(), file.to_string()));
         }
+        let mut names: Vec<String> = weight_map.iter().map(|(_, f)| f.clone()).collect();
         names.sort();
-        return Ok(names);
+        names.dedup();
+        return Ok((names, weight_map));
     }
     if dir.join(SINGLE).is_file() {
-        return Ok(vec![SINGLE.to_string()]);
+        return Ok((vec![SINGLE.to_string()], Vec::new()));
     }
     let hint = if dir.join("pytorch_model.bin").is_file() {
         " (pytorch_model.bin pickles are not read; convert the weights to safetensors)"
@@ -228,21 +233,13 @@ fn is_plain_file_name(name: &str) -> bool {
 
 /// Every tensor the index promises must be in the shard it names.
 fn check_weight_map(
-    dir: &Path,
+    index: &Path,
+    weight_map: &[(String, String)],
     shards: &[SafetensorsFile],
     by_name: &HashMap<String, usize>,
     order: &[(String, usize, usize)],
 ) -> Result<()> {
-    let index = dir.join(INDEX);
-    if !index.is_file() {
-        return Ok(());
-    }
-    let v = read_json(&index)?;
-    let Some(map) = v.get("weight_map").and_then(Value::as_object) else {
-        return Ok(());
-    };
-    for (tensor, file) in map {
-        let file = file.as_str().unwrap_or_default();
+    for (tensor, file) in weight_map {
         let found = by_name
             .get(tensor)
             .and_then(|&k| order.get(k))
@@ -250,9 +247,11 @@ fn check_weight_map(
             .is_some_and(|s| s.path().file_name() == Some(std::ffi::OsStr::new(file)));
         if !found {
             return Err(format_error(
-                &index,
+                index,
                 0,
-                format!("weight_map lists tensor {tensor:?} in {file:?}, but that shard does not hold it"),
+                format!(
+                    "weight_map lists tensor {tensor:?} in {file:?}, but that shard does not hold it"
+                ),
             ));
         }
     }
