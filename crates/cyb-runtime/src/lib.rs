@@ -1,1 +1,7 @@
 //! cyb-runtime
+
+pub mod chat_template;
+pub mod sampling;
+
+pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use sampling::{Sampler, SamplingParams, StopMatcher};
