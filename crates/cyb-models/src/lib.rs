@@ -1,0 +1,18 @@
+//! cyb-models: curated model families, one file per family, written once against the
+//! dispatcher's op API (`Dispatcher::run` with `cyb_ops::Op` values) so the same code runs on
+//! every backend. Variants of a family are config flags, not copies.
+//!
+//! This crate knows tensor names and layer order; it must not know how an op is computed
+//! (that is cyb-ops and the backends) nor how a file is parsed (that is cyb-format), nor
+//! tokenizers, chat templates or sampling (cyb-runtime).
+
+mod kv_cache;
+mod llama;
+mod llama_config;
+mod llama_weights;
+
+pub use kv_cache::KvCache;
+pub use llama::LlamaModel;
+pub use llama_config::{
+    Activation, LayerAttention, LlamaConfig, LlamaVariant, WeightNaming, SUPPORTED_ARCHITECTURES,
+};

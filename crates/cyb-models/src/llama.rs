@@ -1,0 +1,345 @@
+//! The LlamaStyle family: Llama 2/3/3.1/3.2, Mistral, SmolLM, Qwen2/2.5, Qwen3, Gemma 1/2/3
+//! and Phi-3, as one decoder block whose differences are switches of [`LlamaConfig`].
+//!
+//! One block, pre-norm residual:
+//! ```text
+//! h = rms_norm(x) → q, k, v (+ biases) → [q/k norm] → rope → attention with the KV cache
+//!   → o_proj → [post-attention norm] → x += ·
+//! h = rms_norm(x) → act(gate) · up → down → [post-feed-forward norm] → x += ·
+//! ```
+//! then the final norm, the output projection and an optional logit softcap. Every step is an
+//! `Op` run by the dispatcher, so the same code runs on every backend; weights are passed in
+//! whatever dtype the file stores (quantized matmuls read the packed blocks in place).
+
+use crate::kv_cache::KvCache;
+use crate::llama_config::{Activation, LayerAttention, LlamaConfig};
+use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_format::ModelFile;
+use cyb_ops::{GeluApprox, Op};
+use cyb_tensor::{Error, Result, Tensor};
+use std::sync::Arc;
+
+/// A loaded LlamaStyle model: its config, its weights (in place in the file mapping) and the
+/// dispatcher that runs its ops.
+pub struct LlamaModel {
+    config: LlamaConfig,
+    weights: LlamaWeights,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs ops through the dispatcher within one forward step.
+struct Step<'a> {
+    dispatcher: &'a Dispatcher,
+    ctx: ExecContext,
+}
+
+impl Step<'_> {
+    fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+        let mut out = self.dispatcher.run_with(&op, &inputs, &mut self.ctx)?;
+        if out.is_empty() {
+            return Err(Error::invalid(op.name(), "returned no output"));
+        }
+        Ok(out.swap_remove(0))
+    }
+
+    /// `x · wᵀ (+ b)`.
+    fn linear(&mut self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let y = self.run(
+            Op::MatMul {
+                rhs_transposed: true,
+            },
+            &[x, w],
+        )?;
+        match bias {
+            Some(b) => self.run(Op::Add, &[&y, b]),
+            None => Ok(y),
+        }
+    }
+
+    fn rms_norm(&mut self, cfg: &LlamaConfig, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let op = Op::RmsNorm {
+            eps: cfg.norm_eps,
+            weight_offset: cfg.norm_weight_offset,
+        };
+        self.run(op, &[x, w])
+    }
+
+    fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+        let dims = dims.iter().map(|&d| d as isize).collect();
+        self.run(Op::Reshape { dims }, &[x])
+    }
+
+    /// `c · tanh(x / c)`.
+    fn softcap(&mut self, x: &Tensor, c: f32) -> Result<Tensor> {
+        let y = self.run(Op::Scale { factor: 1.0 / c }, &[x])?;
+        let y = self.run(Op::Tanh, &[&y])?;
+        self.run(Op::Scale { factor: c }, &[&y])
+    }
+}
+
+impl LlamaModel {
+    /// Resolves the config from `file` and checks that every tensor it needs is present with
+    /// the right shape (`MissingTensor` / `ShapeMismatch` name the tensor; an architecture
+    /// outside the family is an `InvalidConfig` naming it).
+    pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<LlamaModel> {
+        let config = LlamaConfig::from_file(file)?;
+        LlamaModel::load_with_config(file, config, dispatcher)
+    }
+
+    /// As [`load`](LlamaModel::load) with a config resolved (or adjusted) by the caller.
+    pub fn load_with_config(
+        file: &ModelFile,
+        config: LlamaConfig,
+        dispatcher: Arc<Dispatcher>,
+    ) -> Result<LlamaModel> {
+        let weights = LlamaWeights::load(file, &config)?;
+        Ok(LlamaModel {
+            config,
+            weights,
+            dispatcher,
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
+    }
+
+    /// A KV cache for a session of up to `max_ctx` tokens.
+    pub fn new_cache(&self, max_ctx: usize) -> Result<KvCache> {
+        let c = &self.config;
+        KvCache::new(c.num_layers, c.num_kv_heads, c.head_dim, max_ctx)
+    }
+
+    /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        self.run_forward(tokens, cache, true)
+    }
+
+    /// As [`forward`](LlamaModel::forward), returning the logits of every token,
+    /// `[tokens.len(), vocab]` row-major (for perplexity).
+    pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
+        self.run_forward(tokens, cache, false)
+    }
+
+    fn run_forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        last_only: bool,
+    ) -> Result<Vec<f32>> {
+        let cfg = &self.config;
+        self.check_cache(cache)?;
+        let n = tokens.len();
+        if n == 0 {
+            return Err(Error::invalid("forward", "no tokens to process"));
+        }
+        if n > cache.remaining() {
+            return Err(Error::invalid(
+                "forward",
+                format!(
+                    "{n} tokens do not fit in the context: {} of {} positions are already used \
+                     ({} left); start a session with a larger context",
+                    cache.len(),
+                    cache.capacity(),
+                    cache.remaining()
+                ),
+            ));
+        }
+        let start = cache.len();
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids = Tensor::from_i64(&[n], &ids)?;
+        let positions: Vec<i64> = (start..start + n).map(|p| p as i64).collect();
+        let positions = Tensor::from_i64(&[n], &positions)?;
+
+        let mut step = Step {
+            dispatcher: &self.dispatcher,
+            ctx: ExecContext::default(),
+        };
+        self.dispatcher.begin_step(&mut step.ctx)?;
+        let mut x = step.run(Op::Embedding, &[&self.weights.embed, &ids])?;
+        if let Some(s) = cfg.embedding_scale {
+            x = step.run(Op::Scale { factor: s }, &[&x])?;
+        }
+        for (i, (layer, attn)) in self.weights.layers.iter().zip(&cfg.layers).enumerate() {
+            let a = self.attention(&mut step, i, layer, attn, &x, &positions, cache)?;
+            x = step.run(Op::Add, &[&x, &a])?;
+            let m = self.feed_forward(&mut step, layer, &x)?;
+            x = step.run(Op::Add, &[&x, &m])?;
+        }
+        cache.commit(n)?;
+        if last_only && n > 1 {
+            let last = Op::Slice {
+                axis: 0,
+                start: n as isize - 1,
+                end: n as isize,
+                step: 1,
+            };
+            x = step.run(last, &[&x])?;
+        }
+        x = step.rms_norm(cfg, &x, &self.weights.output_norm)?;
+        let mut logits = step.linear(&x, &self.weights.output, None)?;
+        if let Some(c) = cfg.final_softcap {
+            logits = step.softcap(&logits, c)?;
+        }
+        self.dispatcher.end_step(&mut step.ctx)?;
+        self.dispatcher.to_host(&logits)?.to_f32_vec()
+    }
+
+    fn check_cache(&self, cache: &KvCache) -> Result<()> {
+        let c = &self.config;
+        let want = [c.num_layers, c.num_kv_heads, c.head_dim];
+        let got = [cache.num_layers(), cache.kv_heads(), cache.head_dim()];
+        if want != got {
+            return Err(Error::ShapeMismatch {
+                op: "forward: kv cache [layers, kv_heads, head_dim]".into(),
+                expected: want.to_vec(),
+                got: got.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Self-attention of block `i` for the new tokens `x` `[n, hidden]`; writes their keys
+    /// and values into the cache and returns the block's attention output `[n, hidden]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        step: &mut Step,
+        i: usize,
+        layer: &LayerWeights,
+        attn: &LayerAttention,
+        x: &Tensor,
+        positions: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (n, d) = (x.dims()[0], cfg.head_dim);
+        let (hq, hkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let h = step.rms_norm(cfg, x, &layer.attn_norm)?;
+        let (q, k, v) = match &layer.qkv {
+            QkvWeights::Split { q, k, v } => (
+                step.linear(&h, q, None)?,
+                step.linear(&h, k, None)?,
+                step.linear(&h, v, None)?,
+            ),
+            QkvWeights::Fused(w) => {
+                let qkv = step.linear(&h, w, None)?;
+                let split = Op::Split {
+                    axis: -1,
+                    sizes: vec![hq * d, hkv * d, hkv * d],
+                };
+                let inputs = [qkv];
+                let mut parts = self.dispatcher.run_with(&split, &inputs, &mut step.ctx)?;
+                if parts.len() != 3 {
+                    return Err(Error::invalid("split", "expected q, k and v"));
+                }
+                let v = parts.swap_remove(2);
+                let k = parts.swap_remove(1);
+                (parts.swap_remove(0), k, v)
+            }
+        };
+        let add_bias = |step: &mut Step, t: Tensor, b: &Option<Tensor>| match b {
+            Some(b) => step.run(Op::Add, &[&t, b]),
+            None => Ok(t),
+        };
+        let q = add_bias(step, q, &layer.q_bias)?;
+        let k = add_bias(step, k, &layer.k_bias)?;
+        let v = add_bias(step, v, &layer.v_bias)?;
+        let mut q = step.reshape(&q, &[n, hq, d])?;
+        let mut k = step.reshape(&k, &[n, hkv, d])?;
+        let v = step.reshape(&v, &[n, hkv, d])?;
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            q = step.rms_norm(cfg, &q, qn)?;
+            k = step.rms_norm(cfg, &k, kn)?;
+        }
+        let rope = Op::Rope {
+            layout: cfg.rope_layout,
+            rot_dims: cfg.rot_dims,
+            base: attn.rope_base,
+            scaling: attn.rope_scaling,
+        };
+        let (q, k) = match &self.weights.rope_freqs {
+            Some(f) => (
+                step.run(rope.clone(), &[&q, positions, f])?,
+                step.run(rope, &[&k, positions, f])?,
+            ),
+            None => (
+                step.run(rope.clone(), &[&q, positions])?,
+                step.run(rope, &[&k, positions])?,
+            ),
+        };
+        // The cache keeps host f32 rows; a device backend's outputs are brought back first.
+        let k = self.dispatcher.to_host(&k)?;
+        let v = self.dispatcher.to_host(&v)?;
+        let (k_all, v_all) = cache.write(i, &k, &v)?;
+        let q = step.run(
+            Op::Permute {
+                perm: vec![1, 0, 2],
+            },
+            &[&q],
+        )?;
+        let sdpa = Op::Sdpa {
+            scale: cfg.attention_scale,
+            causal: true,
+            sliding_window: attn.sliding_window,
+            softcap: cfg.attn_softcap,
+            alibi_max_bias: None,
+        };
+        let a = step.run(sdpa, &[&q, &k_all, &v_all])?;
+        let a = step.run(
+            Op::Permute {
+                perm: vec![1, 0, 2],
+            },
+            &[&a],
+        )?;
+        let a = step.reshape(&a, &[n, hq * d])?;
+        let a = step.linear(&a, &layer.attn_out, None)?;
+        match &layer.post_attn_norm {
+            Some(w) => step.rms_norm(cfg, &a, w),
+            None => Ok(a),
+        }
+    }
+
+    /// The gated feed-forward of one block for `x` `[n, hidden]`.
+    fn feed_forward(&self, step: &mut Step, layer: &LayerWeights, x: &Tensor) -> Result<Tensor> {
+        let cfg = &self.config;
+        let h = step.rms_norm(cfg, x, &layer.ffn_norm)?;
+        let glu = match cfg.activation {
+            Activation::SwiGlu => Op::SwiGlu,
+            Activation::GeGluTanh => Op::GeGlu {
+                approx: GeluApprox::Tanh,
+            },
+        };
+        let act = match &layer.gate_up {
+            GateUpWeights::Split { gate, up } => {
+                let g = step.linear(&h, gate, None)?;
+                let u = step.linear(&h, up, None)?;
+                step.run(glu, &[&g, &u])?
+            }
+            // One [.., 2·inter] input: the first half is the gate, as SwiGlu/GeGlu specify.
+            GateUpWeights::Fused(w) => {
+                let gu = step.linear(&h, w, None)?;
+                step.run(glu, &[&gu])?
+            }
+        };
+        let y = step.linear(&act, &layer.down, None)?;
+        match &layer.post_ffw_norm {
+            Some(w) => step.rms_norm(cfg, &y, w),
+            None => Ok(y),
+        }
+    }
+}
