@@ -1,0 +1,164 @@
+//! Text ↔ token ids, on the Hugging Face `tokenizers` crate.
+//!
+//! A Hugging Face directory brings its `tokenizer.json`; a GGUF file brings only metadata
+//! (`tokenizer.ggml.*`), from which [`gguf`] writes the equivalent `tokenizer.json` so both
+//! paths run the same code. Special tokens written in the text (`<|im_start|>`) are matched
+//! whole, as Hugging Face and llama.cpp do.
+
+mod gguf;
+mod hf_dir;
+mod pre;
+mod stream;
+
+pub use stream::IncrementalDecoder;
+
+use cyb_format::ModelFile;
+use cyb_tensor::{Error, Result};
+
+/// A loaded tokenizer with the ids generation needs (BOS, end-of-generation ids).
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos_id: Option<u32>,
+    eos_ids: Vec<u32>,
+    add_bos: bool,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos_id", &self.bos_id)
+            .field("eos_ids", &self.eos_ids)
+            .field("add_bos", &self.add_bos)
+            .finish()
+    }
+}
+
+pub(crate) fn tok_err(reason: impl Into<String>) -> Error {
+    Error::Tokenizer {
+        reason: reason.into(),
+    }
+}
+
+impl Tokenizer {
+    /// The tokenizer of a model: `tokenizer.json` (+ `tokenizer_config.json`,
+    /// `generation_config.json`) for a Hugging Face directory, `tokenizer.ggml.*` for GGUF.
+    pub fn from_model_file(model: &ModelFile) -> Result<Tokenizer> {
+        match model {
+            ModelFile::Gguf(g) => gguf::from_gguf(g),
+            ModelFile::HuggingFace(h) => hf_dir::from_hf_dir(h),
+        }
+    }
+
+    /// A standalone `tokenizer.json`; BOS/EOS are guessed from its special tokens' names.
+    pub fn from_tokenizer_json(path: &std::path::Path) -> Result<Tokenizer> {
+        hf_dir::from_tokenizer_json(path)
+    }
+
+    /// Wraps a built `tokenizers::Tokenizer`; ids are checked against the vocabulary.
+    pub(crate) fn new(
+        inner: tokenizers::Tokenizer,
+        bos_id: Option<u32>,
+        mut eos_ids: Vec<u32>,
+        add_bos: bool,
+        vocab_size: usize,
+    ) -> Result<Tokenizer> {
+        let fits = |id: u32| (id as usize) < vocab_size;
+        if let Some(b) = bos_id.filter(|&b| !fits(b)) {
+            return Err(tok_err(format!(
+                "bos id {b} is outside the vocabulary of {vocab_size}"
+            )));
+        }
+        if let Some(e) = eos_ids.iter().find(|&&e| !fits(e)) {
+            return Err(tok_err(format!(
+                "eos id {e} is outside the vocabulary of {vocab_size}"
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        eos_ids.retain(|e| seen.insert(*e));
+        Ok(Tokenizer {
+            inner,
+            bos_id,
+            eos_ids,
+            add_bos,
+            vocab_size,
+        })
+    }
+
+    /// Token ids of `text`. With `add_special_tokens`, the model's BOS (and whatever else its
+    /// post-processor adds) is included, as Hugging Face's `encode` does.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|e| tok_err(format!("encode failed: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The text of `ids`. Ids outside the vocabulary are an error, not silently dropped.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.check_ids(ids)?;
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| tok_err(format!("decode failed: {e}")))
+    }
+
+    /// A streaming detokenizer: push ids one by one, get text as soon as it is complete.
+    pub fn incremental_decoder(&self, skip_special_tokens: bool) -> IncrementalDecoder<'_> {
+        IncrementalDecoder::new(self, skip_special_tokens)
+    }
+
+    /// The beginning-of-sequence id, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    /// Every id that ends generation (eos, end-of-turn, end-of-message), without repeats.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// True when `encode(text, true)` puts BOS in front.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Number of ids, including added and special tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// The token's text as the vocabulary spells it (`Ġhello`, `▁the`, `<0x0A>`), or `None`
+    /// outside the vocabulary.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The id of a token spelled exactly `token` in the vocabulary.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            Some(id) => Err(tok_err(format!(
+                "token id {id} is outside the vocabulary of {}",
+                self.vocab_size
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether the tokenizer's post-processor puts `bos` in front of encoded text.
+pub(crate) fn probes_add_bos(inner: &tokenizers::Tokenizer, bos: Option<u32>) -> bool {
+    let Some(bos) = bos else { return false };
+    let with = inner
+        .encode("a", true)
+        .map(|e| e.get_ids().first().copied());
+    let without = inner
+        .encode("a", false)
+        .map(|e| e.get_ids().first().copied());
+    matches!((with, without), (Ok(Some(w)), Ok(o)) if w == bos && o != Some(bos))
+}
