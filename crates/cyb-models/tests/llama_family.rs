@@ -189,3 +189,62 @@ fn every_fixture_architecture_is_listed() {
         assert!(SUPPORTED_ARCHITECTURES.contains(&a));
     }
 }
+
+/// Worst per-position relative error of `file` of `variant` against the HF reference after
+/// `edit` changes its config: a switch the fixture exercises must move the logits.
+fn error_with(variant: &str, file: &str, edit: impl Fn(&mut cyb_models::LlamaConfig)) -> f32 {
+    let f = cyb_format::open(fixture_dir(variant).join(file)).unwrap();
+    let mut cfg = cyb_models::LlamaConfig::from_file(&f).unwrap();
+    edit(&mut cfg);
+    let model = LlamaModel::load_with_config(&f, cfg, Arc::new(Dispatcher::reference())).unwrap();
+    run(&model, &reference(variant, "hf")).0
+}
+
+type ConfigEdit = dyn Fn(&mut cyb_models::LlamaConfig);
+
+#[test]
+fn the_fixtures_exercise_their_switches() {
+    let cases: Vec<(&str, &str, Box<ConfigEdit>)> = vec![
+        (
+            "mistral",
+            "hf",
+            Box::new(|c| c.layers.iter_mut().for_each(|l| l.sliding_window = None)),
+        ),
+        (
+            "gemma2",
+            "model-f32.gguf",
+            Box::new(|c| c.layers[0].sliding_window = None),
+        ),
+        ("gemma2", "hf", Box::new(|c| c.attn_softcap = None)),
+        ("gemma2", "hf", Box::new(|c| c.final_softcap = None)),
+        ("gemma3", "hf", Box::new(|c| c.layers[0].rope_base = 1e6)),
+        (
+            "gemma3",
+            "model-f32.gguf",
+            Box::new(|c| c.layers[1].rope_scaling = cyb_ops::RopeScaling::None),
+        ),
+        (
+            "gemma3",
+            "hf",
+            Box::new(|c| c.attention_scale = 1.0 / (c.head_dim as f32).sqrt()),
+        ),
+        (
+            "llama3",
+            "hf",
+            Box::new(|c| c.layers[1].rope_scaling = cyb_ops::RopeScaling::None),
+        ),
+        (
+            "llama3",
+            "model-f32.gguf",
+            Box::new(|c| c.rope_layout = cyb_ops::RopeLayout::Neox),
+        ),
+        ("phi3", "hf", Box::new(|c| c.rot_dims = c.head_dim)),
+    ];
+    for (variant, file, edit) in cases {
+        let err = error_with(variant, file, edit);
+        assert!(
+            err > 1e-3,
+            "{variant} {file}: the edited config still matches ({err})"
+        );
+    }
+}
