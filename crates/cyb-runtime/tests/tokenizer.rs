@@ -170,3 +170,16 @@ fn smollm2_gguf_matches_transformers() {
     assert_eq!(tok.token_text(1).as_deref(), Some("<|im_start|>"));
     check_cases(&tok, &expected);
 }
+
+/// Gemma (merges in token order, spaces by normalizer) and Phi-3 (prefix space by normalizer)
+/// read the same SentencePiece vocabulary differently.
+#[test]
+fn sentencepiece_architecture_variants_match_transformers() {
+    let dir = fixtures().join("spm");
+    for arch in ["gemma2", "phi3"] {
+        let expected = read_json(&dir.join(format!("expected-{arch}.json")));
+        let tok = load(&dir.join(format!("tiny-spm-{arch}.gguf")));
+        assert!(tok.add_bos(), "{arch}");
+        check_cases(&tok, &expected);
+    }
+}

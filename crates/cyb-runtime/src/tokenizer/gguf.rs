@@ -267,26 +267,65 @@ fn sentencepiece(m: &Meta, tokens: &[&str], unk: Option<u32>) -> Result<Value> {
         .numbers(SCORES, tokens.len())?
         .ok_or_else(|| m.err(SCORES, "missing (a llama tokenizer needs its scores)"))?;
     let add_space_prefix = m.bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
-    let owned: Vec<String> = tokens.iter().map(|t| (*t).to_string()).collect();
-    let merges = merges_from_scores(&owned, &scores);
-    let unk_token = unk
-        .and_then(|u| tokens.get(u as usize))
-        .map(|t| t.to_string());
-    let model = bpe_model(vocab_map(&owned), merges, unk_token, true, false);
+    let arch = m.str("general.architecture")?.unwrap_or_default();
+    let gemma = matches!(arch, "gemma" | "gemma2" | "gemma3");
+    let replace = |from: &str, to: &str| json!({"type": "Replace", "pattern": {"String": from}, "content": to});
     let mut decoders = vec![
-        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+        replace("\u{2581}", " "),
         json!({"type": "ByteFallback"}),
         json!({"type": "Fuse"}),
     ];
-    if add_space_prefix {
-        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
-    }
+    let strip = json!({"type": "Strip", "content": " ", "start": 1, "stop": 0});
+    // Variants as transformers rebuilds them from GGUF: Gemma spells space runs with real spaces
+    // in the file and its merge order is the token order, not the scores; Phi-3 prepends its
+    // space in a normalizer (so "  hi" keeps one more ▁ than with Metaspace).
+    let (owned, scores, normalizer, pre_tokenizer): (Vec<String>, Vec<f64>, Value, Value) = if gemma
+    {
+        let respelled = tokens
+            .iter()
+            .map(|t| {
+                if t.contains(' ') && t.chars().all(char::is_whitespace) {
+                    "\u{2581}".repeat(t.chars().count())
+                } else {
+                    (*t).to_string()
+                }
+            })
+            .collect();
+        let by_position = (0..tokens.len()).map(|i| -(i as f64)).collect();
+        let split = json!({"type": "Split", "pattern": {"String": " "},
+                           "behavior": "MergedWithPrevious", "invert": false});
+        (respelled, by_position, replace(" ", "\u{2581}"), split)
+    } else if arch == "phi3" {
+        decoders.push(strip);
+        let normalizer = json!({"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u{2581}"}, replace(" ", "\u{2581}")]});
+        (
+            tokens.iter().map(|t| (*t).to_string()).collect(),
+            scores,
+            normalizer,
+            Value::Null,
+        )
+    } else {
+        if add_space_prefix {
+            decoders.push(strip);
+        }
+        let metaspace = json!({"type": "Metaspace", "replacement": "\u{2581}",
+                               "prepend_scheme": if add_space_prefix { "first" } else { "never" },
+                               "split": false});
+        (
+            tokens.iter().map(|t| (*t).to_string()).collect(),
+            scores,
+            Value::Null,
+            metaspace,
+        )
+    };
+    let merges = merges_from_scores(&owned, &scores);
+    let unk_token = unk.and_then(|u| owned.get(u as usize)).cloned();
+    let model = bpe_model(vocab_map(&owned), merges, unk_token, true, false);
     Ok(json!({
         "version": "1.0", "truncation": null, "padding": null,
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}",
-                          "prepend_scheme": if add_space_prefix { "first" } else { "never" },
-                          "split": false},
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
         "decoder": {"type": "Sequence", "decoders": decoders},
         "model": model,
     }))
