@@ -1,1 +1,66 @@
-fn main() {}
+//! `cyb-llm`: the command-line face of the runtime.
+
+mod backends;
+mod chat;
+mod inspect;
+mod npy;
+mod perplexity;
+mod run;
+mod session_args;
+mod stream;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "cyb-llm",
+    version,
+    about = "Load a model in any common format and run it on any hardware"
+)]
+struct Cli {
+    /// Log dispatch decisions and fallbacks (and more with RUST_LOG).
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer one prompt, streamed (default model: SmolLM2-135M-Instruct Q4_1).
+    Run(run::RunArgs),
+    /// Interactive multi-turn chat that keeps the KV cache across turns.
+    Chat(chat::ChatArgs),
+    /// Perplexity of a model over a text file (comparable with llama-perplexity).
+    Perplexity(perplexity::PerplexityArgs),
+    /// Print a model file's format, architecture, config, metadata and tensors.
+    Inspect(inspect::InspectArgs),
+    /// List the backends this build knows and whether they can run here.
+    Backends(backends::BackendsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = if cli.verbose { "debug" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Chat(args) => chat::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Backends(args) => backends::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

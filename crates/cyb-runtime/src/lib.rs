@@ -1,9 +1,26 @@
-//! cyb-runtime
+//! cyb-runtime: the public API of cyb-llm.
+//!
+//! `Runtime` (backend chain and options) loads a `Model` (weights in place in the file
+//! mapping, tokenizer, chat template); `Model::generator` opens a session with its own KV
+//! cache whose `generate` streams tokens with their text and reports metrics. Tokenizers,
+//! chat templates, sampling and the default model's fetch live here too.
+//!
+//! This crate must not know how ops are computed or how files are parsed.
 
 pub mod chat_template;
+mod default_model;
+mod generator;
+mod model;
+mod perplexity;
+mod runtime;
 pub mod sampling;
 pub mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use default_model::{cache_dir, default_model_path, ensure_default_model};
+pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
+pub use model::Model;
+pub use perplexity::PerplexityReport;
+pub use runtime::{ExecPath, Runtime, RuntimeOptions};
 pub use sampling::{Sampler, SamplingParams, StopMatcher};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};

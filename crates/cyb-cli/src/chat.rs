@@ -1,0 +1,96 @@
+//! `cyb-llm chat [MODEL]`: interactive multi-turn chat. The session's KV cache is kept across
+//! turns, so each turn prefills only what is new. `/reset` forgets the conversation,
+//! `/system TEXT` sets the system message, `/exit` (or end of input) quits.
+
+use crate::session_args::{EngineArgs, SamplingArgs};
+use crate::stream::{print_metrics, stream_answer};
+use cyb_runtime::ChatMessage;
+use cyb_tensor::{Error, Result};
+use std::io::{BufRead, Write};
+
+#[derive(clap::Args)]
+pub struct ChatArgs {
+    /// A GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct Q4_1).
+    pub model: Option<String>,
+    /// System message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Print metrics after each answer.
+    #[arg(long)]
+    pub metrics: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+pub fn run(args: ChatArgs) -> Result<()> {
+    let model = args.engine.load(args.model.as_deref())?;
+    if model.chat_template().is_none() {
+        return Err(Error::InvalidConfig {
+            field: "chat_template".into(),
+            reason: "this model has no chat template; use `cyb-llm run --raw` instead".into(),
+        });
+    }
+    let mut session = model.generator(args.engine.ctx)?;
+    let mut system = args.system.clone();
+    let mut turns: Vec<ChatMessage> = Vec::new();
+    eprintln!(
+        "chat with {} — /reset, /system TEXT, /exit",
+        model.path().display()
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        print!("> ");
+        let _ = std::io::stdout().flush();
+        let Some(line) = lines.next() else { break };
+        let line = line.map_err(|source| Error::Io {
+            path: "<stdin>".into(),
+            source,
+        })?;
+        let input = line.trim();
+        match input {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                turns.clear();
+                session.reset();
+                eprintln!("[conversation cleared]");
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(rest) = input.strip_prefix("/system") {
+            let s = rest.trim();
+            system = (!s.is_empty()).then(|| s.to_string());
+            turns.clear();
+            session.reset();
+            eprintln!("[system message set; conversation cleared]");
+            continue;
+        }
+        turns.push(ChatMessage::user(input));
+        let mut messages = Vec::new();
+        if let Some(s) = &system {
+            messages.push(ChatMessage::system(s.clone()));
+        }
+        messages.extend(turns.iter().cloned());
+        let prompt = model.render_chat(&messages, true)?;
+        let ids = model.tokenizer().encode(&prompt, false)?;
+        match stream_answer(&mut session, &ids, args.sampling.params()) {
+            Ok((answer, metrics)) => {
+                println!();
+                if args.metrics {
+                    print_metrics(&metrics);
+                }
+                turns.push(ChatMessage::assistant(answer));
+            }
+            Err(e) => {
+                // The turn failed (a full context, say): report it and keep the chat going.
+                turns.pop();
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `cyb-llm run [MODEL] "prompt"`: one answer, streamed to stdout; metrics to stderr.
+
+use crate::session_args::{EngineArgs, SamplingArgs};
+use crate::stream::{print_metrics, stream_answer};
+use cyb_runtime::ChatMessage;
+use cyb_tensor::{Error, Result};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// `[MODEL] PROMPT`: a GGUF file or Hugging Face directory, then the prompt. With only a
+    /// prompt the default model (SmolLM2-135M-Instruct Q4_1) is used, fetched on first use.
+    #[arg(num_args = 1..=2, required = true, value_names = ["MODEL", "PROMPT"])]
+    pub args: Vec<String>,
+    /// System message (chat models).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Feed the prompt as it is, without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+pub fn run(args: RunArgs) -> Result<()> {
+    let (model_path, prompt) = match args.args.as_slice() {
+        [p] => (None, p.clone()),
+        [m, p] => (Some(m.as_str()), p.clone()),
+        _ => return Err(Error::invalid("run", "expected [MODEL] PROMPT")),
+    };
+    let model = args.engine.load(model_path)?;
+    let text = if args.raw || model.chat_template().is_none() {
+        if !args.raw {
+            eprintln!("note: the model has no chat template; the prompt is fed as raw text");
+        }
+        match &args.system {
+            Some(s) => format!("{s}\n{prompt}"),
+            None => prompt,
+        }
+    } else {
+        let mut messages = Vec::new();
+        if let Some(s) = &args.system {
+            messages.push(ChatMessage::system(s.clone()));
+        }
+        messages.push(ChatMessage::user(prompt));
+        model.render_chat(&messages, true)?
+    };
+    let add_special = args.raw && model.tokenizer().add_bos();
+    let ids = model.tokenizer().encode(&text, add_special)?;
+    let mut session = model.generator(args.engine.ctx)?;
+    let (_, metrics) = stream_answer(&mut session, &ids, args.sampling.params())?;
+    println!();
+    print_metrics(&metrics);
+    Ok(())
+}

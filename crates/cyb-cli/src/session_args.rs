@@ -1,0 +1,90 @@
+//! Flags shared by the commands that load and run a model (`run`, `chat`, `perplexity`).
+
+use cyb_runtime::{ensure_default_model, ExecPath, Model, Runtime, RuntimeOptions, SamplingParams};
+use cyb_tensor::Result;
+use std::path::PathBuf;
+
+/// Which backend and execution path, and the session size.
+#[derive(clap::Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Backend to prefer (`cyb-llm backends` lists them); ops it lacks fall back to the CPU reference.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Execution path: auto, curated or graph.
+    #[arg(long, default_value = "auto")]
+    pub path: String,
+    /// Context size of the session in tokens (default: the model's, capped at 4096).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+}
+
+impl EngineArgs {
+    /// Builds the runtime and loads `model` (or the default model when `None`).
+    pub fn load(&self, model: Option<&str>) -> Result<Model> {
+        let rt = Runtime::new(RuntimeOptions {
+            backend: self.backend.clone(),
+            path: ExecPath::parse(&self.path)?,
+        })?;
+        let path = match model {
+            Some(m) => PathBuf::from(m),
+            None => ensure_default_model(&mut |msg| eprintln!("{msg}"))?,
+        };
+        rt.load(path)
+    }
+}
+
+/// Sampling flags, named like llama.cpp's.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long, alias = "temperature", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens below min_p × the top probability (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, alias = "repetition-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Presence penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Frequency penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed (same seed, same text); default: random.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long, alias = "max-tokens", default_value_t = 512)]
+    pub n_predict: usize,
+    /// Stop before this string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed,
+            max_tokens: Some(self.n_predict),
+            stop: self.stop.clone(),
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! `Runtime`: the backend chain and options shared by every model it loads.
+
+use crate::Model;
+use cyb_backend::{create_backend, Backend, Dispatcher};
+use cyb_tensor::{Error, Result};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Which code runs a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExecPath {
+    /// Curated family code when the architecture is known, else the graph path.
+    #[default]
+    Auto,
+    /// Hand-written family code (`cyb-models`).
+    Curated,
+    /// The graph executor over a graph IR.
+    Graph,
+}
+
+impl ExecPath {
+    /// Parses `auto`, `curated` or `graph`.
+    pub fn parse(s: &str) -> Result<ExecPath> {
+        match s {
+            "auto" => Ok(ExecPath::Auto),
+            "curated" => Ok(ExecPath::Curated),
+            "graph" => Ok(ExecPath::Graph),
+            other => Err(Error::InvalidConfig {
+                field: "path".into(),
+                reason: format!("unknown execution path {other:?}; use auto, curated or graph"),
+            }),
+        }
+    }
+}
+
+/// Options of a [`Runtime`].
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeOptions {
+    /// The preferred backend by name (`cyb-llm backends` lists them); `None` picks the default.
+    pub backend: Option<String>,
+    pub path: ExecPath,
+}
+
+/// Loads models and owns the dispatcher their ops run through.
+pub struct Runtime {
+    dispatcher: Arc<Dispatcher>,
+    options: RuntimeOptions,
+}
+
+impl Runtime {
+    /// A runtime with the chosen backend first and the CPU reference as the last fallback.
+    /// A backend that cannot run here is an `Error::BackendInit` saying why.
+    pub fn new(options: RuntimeOptions) -> Result<Runtime> {
+        let mut chain: Vec<Arc<dyn Backend>> = Vec::new();
+        if let Some(name) = &options.backend {
+            let b = create_backend(name)?;
+            if b.name() != "reference" {
+                chain.push(b);
+            }
+        }
+        Ok(Runtime {
+            dispatcher: Arc::new(Dispatcher::new(chain)),
+            options,
+        })
+    }
+
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
+    }
+
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
+    /// Loads a model file (GGUF) or directory (Hugging Face): weights stay in the file
+    /// mapping, the tokenizer and chat template come from the same source.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<Model> {
+        if self.options.path == ExecPath::Graph {
+            return Err(Error::InvalidConfig {
+                field: "path".into(),
+                reason: "the graph path is not built yet; use --path curated or auto".into(),
+            });
+        }
+        Model::load(path.as_ref(), self.dispatcher.clone())
+    }
+}
