@@ -69,6 +69,9 @@ pub struct SamplingArgs {
     /// Stop before this string (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 impl SamplingArgs {
@@ -85,6 +88,7 @@ impl SamplingArgs {
             seed: self.seed,
             max_tokens: Some(self.n_predict),
             stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
         }
     }
 }

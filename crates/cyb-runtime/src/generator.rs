@@ -150,6 +150,7 @@ impl Generator {
             decoder: model.tokenizer().incremental_decoder(false),
             stop: StopMatcher::new(&params.stop),
             max_tokens: params.max_tokens,
+            ignore_eos: params.ignore_eos,
             sampler: Sampler::new(params),
             logits: Some(logits),
             unfed: None,
@@ -170,6 +171,7 @@ pub struct Generation<'g> {
     stop: StopMatcher,
     sampler: Sampler,
     max_tokens: Option<usize>,
+    ignore_eos: bool,
     /// Logits for the next draw, when already computed.
     logits: Option<Vec<f32>>,
     /// The last sampled token, not yet fed to the model.
@@ -216,7 +218,7 @@ impl Generation<'_> {
         if self.metrics.generated_tokens == 0 {
             self.metrics.time_to_first_token_ms = self.started.elapsed().as_secs_f64() * 1e3;
         }
-        if self.model.tokenizer().eos_ids().contains(&token) {
+        if !self.ignore_eos && self.model.tokenizer().eos_ids().contains(&token) {
             self.finish = Some(FinishReason::Stop);
             return Ok(None);
         }

@@ -58,6 +58,8 @@ pub struct SamplingParams {
     pub max_tokens: Option<usize>,
     /// Generation ends before any of these strings (see [`StopMatcher`]).
     pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens (llama.cpp's `--ignore-eos`).
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -74,6 +76,7 @@ impl Default for SamplingParams {
             seed: None,
             max_tokens: None,
             stop: Vec::new(),
+            ignore_eos: false,
         }
     }
 }

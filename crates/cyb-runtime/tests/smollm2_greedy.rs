@@ -1,0 +1,82 @@
+//! The real default model end to end: chat template, tokenizer, the LlamaStyle forward over the
+//! Q4_1 GGUF and greedy sampling must reproduce Hugging Face transformers' greedy output on the
+//! same file (tests/fixtures/smollm2/greedy.json, made by tools/fixtures/make_smollm2_greedy.py).
+//!
+//! Without the model file the test is skipped, except under CI (env `CI` set), where it fails.
+
+use cyb_runtime::{ChatMessage, Runtime, RuntimeOptions, SamplingParams};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn model_path() -> Option<PathBuf> {
+    let p = std::env::var_os("CYB_SMOLLM2_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(cyb_runtime::default_model_path);
+    if p.is_file() {
+        return Some(p);
+    }
+    let msg = format!(
+        "SmolLM2 GGUF not found at {}; run tools/fetch_smollm2.sh",
+        p.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{msg}");
+    eprintln!("skipping: {msg}");
+    None
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id list")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+#[test]
+fn greedy_output_equals_transformers() {
+    let Some(path) = model_path() else { return };
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/smollm2/greedy.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let model = rt.load(&path).unwrap();
+    let n_new = doc["max_new_tokens"].as_u64().unwrap() as usize;
+
+    for case in doc["cases"].as_array().unwrap() {
+        // The prompt text: our chat template must render what transformers rendered.
+        let text = if let Some(chat) = case["prompt"]["chat"].as_array() {
+            let msgs: Vec<ChatMessage> = chat
+                .iter()
+                .map(|m| {
+                    ChatMessage::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap())
+                })
+                .collect();
+            model.render_chat(&msgs, true).unwrap()
+        } else {
+            case["prompt"]["raw"].as_str().unwrap().to_string()
+        };
+        assert_eq!(text, case["text"].as_str().unwrap());
+        let prompt = model.tokenizer().encode(&text, false).unwrap();
+        assert_eq!(prompt, ids(&case["prompt_ids"]), "prompt ids for {text:?}");
+
+        // Greedy decoding past EOS, as the reference was generated.
+        let want = ids(&case["generated_ids"]);
+        let mut session = model.generator(Some(256)).unwrap();
+        let params = SamplingParams {
+            max_tokens: Some(n_new),
+            ignore_eos: true,
+            ..SamplingParams::greedy()
+        };
+        let got: Vec<u32> = session
+            .generate(&prompt, params)
+            .unwrap()
+            .filter_map(|p| p.unwrap().token)
+            .collect();
+        assert_eq!(
+            got,
+            want,
+            "greedy tokens for {text:?}: got {:?}",
+            model.tokenizer().decode(&got, false)
+        );
+    }
+}
