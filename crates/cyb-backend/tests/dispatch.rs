@@ -51,7 +51,7 @@ fn falls_back_to_reference_and_records_it() {
     assert_eq!(d.chain()[1].name(), "reference");
 
     let x = Tensor::from_f32(&[3], &[-1.0, 2.0, -3.0]).unwrap();
-    let r = d.run(&Op::Relu, &[x.clone()]).unwrap();
+    let r = d.run(&Op::Relu, std::slice::from_ref(&x)).unwrap();
     assert_eq!(r[0].to_f32_vec().unwrap(), vec![-0.0, -2.0, -0.0]);
     assert_eq!(relu.calls.load(Ordering::SeqCst), 1);
 
