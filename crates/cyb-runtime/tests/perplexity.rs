@@ -1,0 +1,127 @@
+//! `Model::perplexity` on the tiny chat model (tests/fixtures/tiny_chat): against
+//! transformers' logits (the figure in reference.json, made by
+//! tools/fixtures/make_tiny_chat_fixture.py) and against a computation written here from the
+//! family's `forward_all` logits, in f64.
+
+use cyb_backend::Dispatcher;
+use cyb_models::LlamaModel;
+use cyb_runtime::{Runtime, RuntimeOptions};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny_chat")
+        .join(rel)
+}
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(fixture("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| u32::try_from(x.as_u64().unwrap()).unwrap())
+        .collect()
+}
+
+/// Perplexity with every scored position at least ctx/2 tokens into its chunk, each chunk from
+/// an empty cache (llama-perplexity's definition; this tokenizer adds no BOS).
+fn direct_perplexity(path: &Path, tokens: &[u32], ctx: usize) -> f64 {
+    let file = cyb_format::open(path).unwrap();
+    let net = LlamaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let vocab = file.config().unwrap().vocab_size;
+    let mut total = 0f64;
+    let mut n = 0usize;
+    for chunk in tokens.chunks_exact(ctx) {
+        let mut cache = net.new_cache(ctx).unwrap();
+        let logits = net.forward_all(chunk, &mut cache).unwrap();
+        assert_eq!(logits.len(), ctx * vocab);
+        for (pos, next) in chunk.iter().enumerate().skip(1).skip(ctx / 2) {
+            let row: Vec<f64> = logits[(pos - 1) * vocab..pos * vocab]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let log_z = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            total += log_z - row[*next as usize];
+            n += 1;
+        }
+    }
+    (total / n as f64).exp()
+}
+
+#[test]
+fn perplexity_equals_transformers_and_a_direct_computation() {
+    let r = reference();
+    let p = &r["perplexity"];
+    let ctx = p["ctx"].as_u64().unwrap() as usize;
+    for rel in ["hf", "model-f32.gguf"] {
+        let model = Runtime::new(RuntimeOptions::default())
+            .unwrap()
+            .load(fixture(rel))
+            .unwrap();
+        let tokens = model
+            .tokenizer()
+            .encode(p["text"].as_str().unwrap(), model.tokenizer().add_bos())
+            .unwrap();
+        assert_eq!(tokens, ids(&p["ids"]), "{rel}");
+        let mut calls = Vec::new();
+        let report = model
+            .perplexity(&tokens, ctx, &mut |done, total, ppl| {
+                calls.push((done, total, ppl))
+            })
+            .unwrap();
+        let chunks = p["chunks"].as_u64().unwrap() as usize;
+        assert_eq!(report.chunks, chunks);
+        assert_eq!(
+            report.scored_tokens,
+            p["scored_tokens"].as_u64().unwrap() as usize
+        );
+        assert_eq!(report.scored_tokens, chunks * (ctx - 1 - ctx / 2));
+        assert_eq!(calls.len(), chunks);
+        assert_eq!(calls.last().map(|c| (c.0, c.1)), Some((chunks, chunks)));
+        assert_eq!(report.running.len(), chunks);
+        assert_eq!(report.running.last(), Some(&report.perplexity));
+
+        let want = p["perplexity"].as_f64().unwrap();
+        let rel_err = (report.perplexity - want).abs() / want;
+        assert!(
+            rel_err < 1e-4,
+            "{rel}: {} vs transformers {want}",
+            report.perplexity
+        );
+        let direct = direct_perplexity(&fixture(rel), &tokens, ctx);
+        let rel_err = (report.perplexity - direct).abs() / direct;
+        assert!(
+            rel_err < 1e-9,
+            "{rel}: {} vs direct {direct}",
+            report.perplexity
+        );
+    }
+}
+
+#[test]
+fn fewer_tokens_than_one_chunk_is_an_error() {
+    let model = Runtime::new(RuntimeOptions::default())
+        .unwrap()
+        .load(fixture("hf"))
+        .unwrap();
+    let tokens = ids(&reference()["perplexity"]["ids"]);
+    let err = model
+        .perplexity(&tokens[..15], 16, &mut |_, _, _| {})
+        .err()
+        .expect("an error");
+    let msg = err.to_string();
+    assert!(msg.contains("15") && msg.contains("16"), "{msg}");
+    assert!(model.perplexity(&tokens, 2, &mut |_, _, _| {}).is_err());
+    // Exactly one chunk works.
+    let one = model
+        .perplexity(&tokens[..16], 16, &mut |_, _, _| {})
+        .unwrap();
+    assert_eq!((one.chunks, one.scored_tokens), (1, 7));
+}
