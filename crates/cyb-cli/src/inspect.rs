@@ -52,7 +52,9 @@ fn emit(text: &str) -> Result<()> {
 fn entry_json(t: &TensorEntry) -> Value {
     json!({
         "name": t.name,
-        "dtype": t.dtype.name(),
+        "dtype": t.type_name,
+        // False for a type this build lists but cannot compute with (IQ4_XS, MXFP4, ...).
+        "supported": t.dtype.is_some(),
         "shape": t.shape.dims(),
         "bytes": t.byte_len,
         "offset": t.offset,
@@ -117,12 +119,27 @@ fn human(model: &ModelFile) -> String {
     for t in &tensors {
         let _ = writeln!(
             o,
-            "  {:<width$}  {:<6} {:<20} {:>12} bytes  @ {}",
+            "  {:<width$}  {:<7} {:<20} {:>12} bytes  @ {}",
             t.name,
-            t.dtype.name(),
+            t.type_name,
             format!("{:?}", t.shape.dims()),
             t.byte_len,
             t.offset
+        );
+    }
+    let mut unsupported: Vec<&str> = tensors
+        .iter()
+        .filter(|t| t.dtype.is_none())
+        .map(|t| t.type_name.as_str())
+        .collect();
+    if !unsupported.is_empty() {
+        let n = unsupported.len();
+        unsupported.sort_unstable();
+        unsupported.dedup();
+        let _ = writeln!(
+            o,
+            "note: {n} tensor(s) have types this build cannot compute with: {}",
+            unsupported.join(", ")
         );
     }
     o
@@ -151,7 +168,7 @@ fn inspect_tensor(model: &ModelFile, name: &str, args: &InspectArgs) -> Result<(
         let mut o = format!(
             "{}  {}  {:?}  {} bytes  @ {} in {}\n",
             entry.name,
-            entry.dtype.name(),
+            entry.type_name,
             entry.shape.dims(),
             entry.byte_len,
             entry.offset,
@@ -163,4 +180,68 @@ fn inspect_tensor(model: &ModelFile, name: &str, args: &InspectArgs) -> Result<(
         o
     };
     emit(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Made by tools/fixtures/make_format_fixtures.py with gguf-py: an F32 tensor beside
+    /// IQ4_XS, IQ2_XXS, MXFP4, NVFP4, Q1_0, F64 and I16 ones.
+    fn unsupported_types() -> ModelFile {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/format/unsupported_types.gguf");
+        cyb_format::open(p).unwrap()
+    }
+
+    #[test]
+    fn lists_types_this_build_cannot_compute_with() {
+        let model = unsupported_types();
+        let text = human(&model);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("blk.0.ffn_down.weight "))
+            .unwrap();
+        assert!(
+            line.contains(" IQ4_XS ") && line.contains("[2, 256]"),
+            "{line}"
+        );
+        assert!(text.contains("tensors (8, "), "{text}");
+        assert!(
+            text.contains("note: 7 tensor(s) have types this build cannot compute with: F64, I16, IQ2_XXS, IQ4_XS, MXFP4, NVFP4, Q1_0"),
+            "{text}"
+        );
+
+        let v = to_json(&model);
+        let tensors = v["tensors"].as_array().unwrap();
+        assert_eq!(tensors.len(), 8);
+        let t = tensors
+            .iter()
+            .find(|t| t["name"] == "blk.0.ffn_down.weight")
+            .unwrap();
+        assert_eq!(t["dtype"], "IQ4_XS");
+        assert_eq!(t["supported"], false);
+        assert_eq!(t["bytes"], 272);
+        assert_eq!(tensors[0]["dtype"], "F32");
+        assert_eq!(tensors[0]["supported"], true);
+    }
+
+    #[test]
+    fn dumping_such_a_tensor_is_a_clear_error() {
+        let model = unsupported_types();
+        let out = std::env::temp_dir().join(format!("cyb-inspect-{}.npy", std::process::id()));
+        let args = InspectArgs {
+            path: model.path().to_path_buf(),
+            json: false,
+            tensor: Some("blk.0.ffn_down.weight".into()),
+            dump: Some(out.clone()),
+        };
+        let err = inspect_tensor(&model, "blk.0.ffn_down.weight", &args).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor blk.0.ffn_down.weight has type IQ4_XS, which this build cannot compute with"
+        );
+        assert!(!out.exists());
+    }
 }

@@ -16,7 +16,7 @@ mod model_file;
 pub mod safetensors;
 
 pub use config::{ModelConfig, RopeScaling};
-pub use gguf::{GgufFile, GgufTensorInfo};
+pub use gguf::{GgmlType, GgufFile, GgufTensorInfo};
 pub use hf::HfModel;
 pub use mapping::{map_file, SharedBytes};
 pub use metadata::{summarize_json, MetaValue};

@@ -20,7 +20,10 @@ pub enum ModelFile {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorEntry {
     pub name: String,
-    pub dtype: DType,
+    /// The type as the file names it (`"Q4_K"`, `"IQ4_XS"`, `"F32"`).
+    pub type_name: String,
+    /// `None` for a type this build cannot compute with: listed, but `tensor()` refuses it.
+    pub dtype: Option<DType>,
     pub shape: Shape,
     pub byte_len: usize,
     /// Absolute byte offset in `file`.
@@ -135,6 +138,7 @@ impl ModelFile {
                 .iter()
                 .map(|t| TensorEntry {
                     name: t.name.clone(),
+                    type_name: t.ggml_type.name.to_string(),
                     dtype: t.dtype,
                     shape: t.shape.clone(),
                     byte_len: t.byte_len,
@@ -146,7 +150,8 @@ impl ModelFile {
                 .tensor_infos()
                 .map(|(t, file)| TensorEntry {
                     name: t.name.clone(),
-                    dtype: t.dtype,
+                    type_name: t.dtype.name().to_string(),
+                    dtype: Some(t.dtype),
                     shape: t.shape.clone(),
                     byte_len: t.byte_len,
                     offset: t.file_offset as u64,

@@ -72,7 +72,8 @@ fn gguf_matches_gguf_py() {
     for (t, w) in g.tensor_infos().iter().zip(want_tensors) {
         let name = w["name"].as_str().unwrap();
         assert_eq!(t.name, name);
-        assert_eq!(t.dtype.name(), w["type"].as_str().unwrap(), "{name}");
+        assert_eq!(t.ggml_type.name, w["type"].as_str().unwrap(), "{name}");
+        assert_eq!(t.dtype.map(|d| d.name()), Some(t.ggml_type.name), "{name}");
         let shape: Vec<usize> = serde_json::from_value(w["shape"].clone()).unwrap();
         assert_eq!(t.shape.dims(), &shape[..], "{name}");
         assert_eq!(
@@ -142,7 +143,8 @@ fn check_hf(dir: &str) {
             "bool" => DType::Bool,
             other => panic!("fixture dtype {other}"),
         };
-        assert_eq!(e.dtype, dtype, "{name}");
+        assert_eq!(e.dtype, Some(dtype), "{name}");
+        assert_eq!(e.type_name, dtype.name(), "{name}");
         let shape: Vec<usize> = serde_json::from_value(w["shape"].clone()).unwrap();
         assert_eq!(e.shape.dims(), &shape[..], "{name}");
         let t = f.tensor(name).unwrap();

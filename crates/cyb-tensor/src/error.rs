@@ -35,6 +35,10 @@ pub enum Error {
         declared: DType,
         actual_bytes: usize,
     },
+    /// A tensor's element type is a real format (a ggml type such as IQ4_XS) that has no
+    /// `DType` in this build, so it can be listed but not read as a `Tensor`.
+    #[error("tensor {name} has type {type_name}, which this build cannot compute with")]
+    UnsupportedTensorType { name: String, type_name: String },
     /// An allocation failed or would exceed a limit.
     #[error("out of memory on backend {backend}: {requested_bytes} bytes requested")]
     OutOfMemory {

@@ -9,8 +9,15 @@
 //! anything is allocated for it; dims are 1..=4 with every `ne >= 1` (ggml never writes empty
 //! tensors, and refusing them keeps "two tensors at one offset" an error); element and byte
 //! counts are overflow-checked; data offsets must be aligned, inside the file and disjoint.
+//!
+//! Any type ggml defines is accepted, also those this build cannot compute with (IQ2_XXS, MXFP4,
+//! ...): their sizes come from [`GGML_TYPES`], so they are checked and listed like the others and
+//! only [`GgufFile::tensor`] refuses them. Ids ggml does not define fail at open.
 
+mod ggml_type;
 mod value;
+
+pub use ggml_type::{GgmlType, GGML_TYPES};
 
 use crate::cursor::{format_error, Cursor};
 use crate::mapping::{map_file, SharedBytes};
@@ -29,7 +36,11 @@ const MAGIC: &[u8; 4] = b"GGUF";
 #[derive(Clone, Debug, PartialEq)]
 pub struct GgufTensorInfo {
     pub name: String,
-    pub dtype: DType,
+    /// The type the file declares.
+    pub ggml_type: GgmlType,
+    /// `None` when this build cannot compute with `ggml_type`: the tensor is listed and its
+    /// bytes located, but [`GgufFile::tensor`] refuses it.
+    pub dtype: Option<DType>,
     /// Row-major dims: GGUF's `ne` reversed, so `ne[0]` (the row length) is the last dim.
     pub shape: Shape,
     /// Offset as stored: relative to the start of the data section.
@@ -141,18 +152,23 @@ impl GgufFile {
         self.tensors.get(*self.tensor_index.get(name)?)
     }
 
-    /// The tensor `name`, its storage a zero-copy slice of the file.
+    /// The tensor `name`, its storage a zero-copy slice of the file
+    /// (`Error::UnsupportedTensorType` for a ggml type this build cannot compute with).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
         let info = self.tensor_info(name).ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
             required_by: self.path.display().to_string(),
+        })?;
+        let dtype = info.dtype.ok_or_else(|| Error::UnsupportedTensorType {
+            name: name.to_string(),
+            type_name: info.ggml_type.name.to_string(),
         })?;
         let storage = Storage::Shared {
             owner: self.bytes.clone(),
             offset: info.file_offset,
             len: info.byte_len,
         };
-        Tensor::new(info.shape.clone(), info.dtype, storage)
+        Tensor::new(info.shape.clone(), dtype, storage)
     }
 }
 
@@ -318,12 +334,15 @@ fn place_tensor(
     file_len: usize,
 ) -> Result<GgufTensorInfo> {
     let err = |reason: String| format_error(path, at, format!("tensor {name:?}: {reason}"));
-    let dtype = DType::from_ggml_type(type_id).ok_or_else(|| {
-        err(format!(
-            "ggml type {type_id} ({}) is not supported",
-            DType::ggml_type_name(type_id)
-        ))
+    let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| {
+        err(match ggml_type::removed_type_name(type_id) {
+            Some(old) => format!(
+                "ggml type id {type_id} ({old}) was removed from ggml; re-convert the model"
+            ),
+            None => format!("unknown ggml type id {type_id}"),
+        })
     })?;
+    let type_name = ggml_type.name;
     let mut dims = Vec::with_capacity(ne.len());
     for &n in ne.iter().rev() {
         match usize::try_from(n) {
@@ -332,16 +351,16 @@ fn place_tensor(
         }
     }
     let shape = Shape::new(dims).map_err(|_| err(format!("element count of {ne:?} overflows")))?;
-    if !shape.last().is_multiple_of(dtype.block_elems()) {
+    if !shape.last().is_multiple_of(ggml_type.block_elems) {
         return Err(err(format!(
-            "row length {} is not a multiple of the {dtype} block size {}",
+            "row length {} is not a multiple of the {type_name} block size {}",
             shape.last(),
-            dtype.block_elems()
+            ggml_type.block_elems
         )));
     }
-    let byte_len = dtype
+    let byte_len = ggml_type
         .bytes_for(shape.numel())
-        .ok_or_else(|| err(format!("byte size of {dtype} {shape} overflows")))?;
+        .ok_or_else(|| err(format!("byte size of {type_name} {shape} overflows")))?;
     if !data_offset.is_multiple_of(alignment) {
         return Err(err(format!(
             "data offset {data_offset} is not a multiple of the alignment {alignment}"
@@ -354,7 +373,8 @@ fn place_tensor(
     match (file_offset, end) {
         (Some(file_offset), Some(end)) if end <= file_len => Ok(GgufTensorInfo {
             name,
-            dtype,
+            ggml_type,
+            dtype: ggml_type.dtype(),
             shape,
             data_offset,
             file_offset,

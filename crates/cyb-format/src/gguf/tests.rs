@@ -1,5 +1,5 @@
 //! GGUF parser tests over files made by a small writer below (the gguf-py–made fixture is
-//! checked in `tests/gguf_fixture.rs`).
+//! checked in `tests/format_fixtures.rs`).
 
 use super::*;
 use std::sync::Arc;
@@ -219,10 +219,12 @@ fn hostile_tensor_infos() {
     w.tensors[0].1 = vec![3, 0];
     assert!(reason(parse_bytes(w.build())).contains("out of range"));
 
-    let mut w = sample();
-    w.tensors[0].2 = 23;
-    let r = reason(parse_bytes(w.build()));
-    assert!(r.contains("\"a\"") && r.contains("IQ4_XS"), "{r}");
+    for (id, want) in [(99, "unknown ggml type id 99"), (32, "removed from ggml")] {
+        let mut w = sample();
+        w.tensors[0].2 = id;
+        let r = reason(parse_bytes(w.build()));
+        assert!(r.contains("\"a\"") && r.contains(want), "{r}");
+    }
 
     let mut w = sample();
     w.tensors[1].0 = "a".into();
@@ -312,4 +314,71 @@ fn alignment_values() {
     assert_eq!(f.data_start() % 64, 0);
     assert_eq!(f.tensor_infos()[1].data_offset, 64);
     assert_eq!(f.tensor("b").unwrap().to_f32_vec().unwrap(), vec![7., 8.]);
+}
+
+/// `sample()` plus IQ4_XS (ggml type 23, 256 values in 136 bytes), which has no `DType`.
+fn with_iq4_xs(ne: &[u64], data_len: usize) -> Writer {
+    let mut w = sample();
+    w.tensors
+        .push(("iq".into(), ne.to_vec(), 23, vec![7; data_len]));
+    w
+}
+
+#[test]
+fn types_without_a_dtype_are_listed_but_not_read() {
+    let f = parse_bytes(with_iq4_xs(&[256, 2], 272).build()).unwrap();
+    let info = f.tensor_info("iq").unwrap();
+    assert_eq!((info.ggml_type.name, info.dtype), ("IQ4_XS", None));
+    assert_eq!(
+        (info.shape.dims(), info.byte_len),
+        (&[2usize, 256][..], 272)
+    );
+    assert_eq!(info.data_offset, 64);
+    match f.tensor("iq") {
+        Err(Error::UnsupportedTensorType { name, type_name }) => {
+            assert_eq!((name.as_str(), type_name.as_str()), ("iq", "IQ4_XS"))
+        }
+        other => panic!("expected UnsupportedTensorType, got {other:?}"),
+    }
+    assert_eq!(f.tensor("a").unwrap().dims(), &[2, 3]);
+}
+
+#[test]
+fn types_without_a_dtype_get_every_hostile_input_check() {
+    let r = reason(parse_bytes(with_iq4_xs(&[255, 2], 272).build()));
+    assert!(
+        r.contains("not a multiple of the IQ4_XS block size 256"),
+        "{r}"
+    );
+
+    let r = reason(parse_bytes(with_iq4_xs(&[1 << 40, 1 << 30], 272).build()));
+    assert!(r.contains("element count"), "{r}");
+
+    // F64 (ggml type 28, no DType either): 2^62 values fit in usize, their bytes do not.
+    let mut w = sample();
+    w.tensors
+        .push(("f64".into(), vec![1 << 62], 28, vec![0; 8]));
+    let r = reason(parse_bytes(w.build()));
+    assert!(r.contains("byte size of F64"), "{r}");
+
+    // One byte short of the two blocks the infos promise.
+    let r = reason(parse_bytes(with_iq4_xs(&[256, 2], 271).build()));
+    assert!(r.contains("past the end"), "{r}");
+
+    let truncated = with_iq4_xs(&[256, 2], 272).build();
+    for cut in [truncated.len() - 1, truncated.len() - 136] {
+        assert!(parse_bytes(truncated[..cut].to_vec()).is_err(), "cut {cut}");
+    }
+
+    let w = with_iq4_xs(&[256, 2], 272);
+    for (offsets, want) in [
+        ([0, 32, 16], "not a multiple of the alignment"),
+        ([0, 32, 0], "overlap"),
+        ([0, 32, 1 << 40], "past the end"),
+    ] {
+        let mut b = w.header(&offsets);
+        b.resize(b.len().div_ceil(32) * 32 + 64 + 272, 0);
+        let r = reason(parse_bytes(b));
+        assert!(r.contains(want), "{offsets:?}: {r}");
+    }
 }
