@@ -14,4 +14,7 @@ pub use backend::{Backend, ExecContext};
 pub use dispatcher::{DispatchLog, DispatchRecord, Dispatcher};
 pub use frame::{BufferUsage, FrameAllocator, FrameStats};
 pub use reference::ReferenceBackend;
-pub use registry::{available_backends, create_backend, BackendDescription};
+pub use registry::{
+    available_backends, create_backend, is_registered, register_backend, BackendDescription,
+    BackendFactory,
+};

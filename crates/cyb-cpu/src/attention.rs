@@ -1,0 +1,15 @@
+//! Fused attention (placeholder).
+use crate::pool::ThreadPool;
+use cyb_ops::Op;
+use cyb_tensor::{Result, Tensor, TensorInfo};
+
+pub(crate) fn supports(_op: &Op, _inputs: &[TensorInfo]) -> bool {
+    false
+}
+
+pub(crate) fn sdpa(op: &Op, _pool: &ThreadPool, _inputs: &[Tensor]) -> Result<Tensor> {
+    Err(cyb_tensor::Error::invalid(
+        op.name(),
+        "not implemented on cpu",
+    ))
+}

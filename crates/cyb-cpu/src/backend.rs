@@ -1,0 +1,137 @@
+//! `CpuBackend`: the fast CPU implementation of the ops that dominate inference; every other op
+//! answers `supports == false` and falls back to the reference, on the same host memory.
+
+use crate::pool::ThreadPool;
+use crate::quant_act::QuantizedRows;
+use crate::{attention, matmul, ops, KernelSet};
+use cyb_backend::{Backend, ExecContext};
+use cyb_ops::Op;
+use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
+use std::sync::Mutex;
+
+/// The fast CPU backend (`"cpu"`).
+pub struct CpuBackend {
+    set: KernelSet,
+    pool: ThreadPool,
+    /// Quantized activations, reused by every matmul so decode does not allocate them.
+    scratch: Mutex<QuantizedRows>,
+}
+
+impl CpuBackend {
+    /// The best kernel set of this CPU (or `CYB_CPU_KERNELS`), with `CYB_THREADS` threads
+    /// (default: every available core).
+    pub fn new() -> Result<CpuBackend> {
+        let threads = match std::env::var("CYB_THREADS") {
+            Ok(v) if !v.trim().is_empty() => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&t| t > 0)
+                .ok_or_else(|| Error::BackendInit {
+                    backend: "cpu".into(),
+                    reason: format!("CYB_THREADS={v:?} is not a positive integer"),
+                })?,
+            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        CpuBackend::with_options(KernelSet::detect()?, threads)
+    }
+
+    /// A backend using kernel set `set` and `threads` threads (the caller included).
+    pub fn with_options(set: KernelSet, threads: usize) -> Result<CpuBackend> {
+        if !set.is_available() {
+            return Err(Error::BackendInit {
+                backend: "cpu".into(),
+                reason: format!("this CPU cannot run the {} kernels", set.name()),
+            });
+        }
+        Ok(CpuBackend {
+            set,
+            pool: ThreadPool::new(threads.max(1)),
+            scratch: Mutex::new(QuantizedRows::default()),
+        })
+    }
+
+    pub fn kernel_set(&self) -> KernelSet {
+        self.set
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
+        if cyb_ops::output_infos(op, inputs).is_err() {
+            return false;
+        }
+        match op {
+            Op::MatMul { rhs_transposed } => matmul::supports(self.set, *rhs_transposed, inputs),
+            Op::Sdpa { .. } => attention::supports(op, inputs),
+            _ => ops::supports(op, inputs),
+        }
+    }
+
+    fn host_memory(&self) -> bool {
+        true
+    }
+
+    fn execute(&self, op: &Op, inputs: &[Tensor], _ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+        let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+        if !self.supports(op, &infos) {
+            return Err(Error::UnsupportedOp {
+                op: op.name().into(),
+                backend: "cpu".into(),
+                input_dtype: infos.first().map_or(DType::F32, |i| i.dtype),
+            });
+        }
+        let out = match op {
+            Op::MatMul { .. } => {
+                matmul::matmul(self.set, &self.pool, &self.scratch, &inputs[0], &inputs[1])?
+            }
+            Op::Sdpa { .. } => attention::sdpa(op, &self.pool, inputs)?,
+            _ => ops::execute(op, inputs)?,
+        };
+        Ok(vec![out])
+    }
+
+    fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::zeros(shape, dtype)
+    }
+
+    fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::from_bytes(shape, dtype, data)
+    }
+
+    fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
+        t.to_f32_vec()
+    }
+
+    fn download(&self, t: &Tensor) -> Result<Tensor> {
+        match t.host_bytes() {
+            Some(_) => Ok(t.clone()),
+            None => Err(Error::invalid(
+                "download",
+                format!(
+                    "tensor lives on {}, not on the host",
+                    t.storage().location()
+                ),
+            )),
+        }
+    }
+}
+
+/// Registers `"cpu"` with cyb-backend's registry so `--backend cpu` (and the default chain)
+/// can create it. Idempotent.
+pub fn register() {
+    cyb_backend::register_backend(
+        "cpu",
+        "fast CPU kernels (AVX-512 VNNI / AVX2 / portable, picked at run time; quantized dot \
+         products on the GGUF blocks); the default backend",
+        || Ok(std::sync::Arc::new(CpuBackend::new()?)),
+    );
+}

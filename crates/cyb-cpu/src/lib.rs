@@ -1,0 +1,28 @@
+//! cyb-cpu: the fast CPU backend (`"cpu"`).
+//!
+//! Kernels are picked once at start-up by CPU feature detection (AVX-512 VNNI, AVX2, or the
+//! portable fallback every kernel has); quantized matmuls work on the packed GGUF blocks with
+//! 8-bit activations and integer dot products; a persistent thread pool splits outputs (never
+//! reductions) so results do not depend on the thread count. Ops it does not implement fall
+//! back to the CPU reference, which is also the oracle its tests compare against.
+//!
+//! This crate knows ops and tensors; it must not know about models or file formats.
+//! `unsafe` lives only in the kernel files (`*_x86.rs`) and the thread pool.
+
+mod attention;
+mod backend;
+mod features;
+mod matmul;
+mod matmul_float;
+#[cfg(target_arch = "x86_64")]
+mod matmul_float_x86;
+mod matmul_kquant;
+mod matmul_q4;
+#[cfg(target_arch = "x86_64")]
+mod matmul_q4_x86;
+mod ops;
+mod pool;
+mod quant_act;
+
+pub use backend::{register, CpuBackend};
+pub use features::KernelSet;

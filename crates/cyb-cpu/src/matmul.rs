@@ -1,0 +1,128 @@
+//! `Op::MatMul { rhs_transposed: true }` with a shared rank-2 weight `[n, k]`: the Linear layer.
+//!
+//! Block-format weights are used in place: the activations are quantized once per call to
+//! 8-bit blocks and each output is an integer dot product per block. The `n` outputs are split
+//! into fixed contiguous ranges, one per pool thread (outputs, never reductions, are split, so
+//! the thread count does not change results). Within a thread, weight rows are taken in chunks
+//! that stay in cache while every group of four activation rows passes over them, so during
+//! prefill each weight block is read from memory once and reused for all rows.
+
+use crate::matmul_float::{self, FDot};
+use crate::matmul_kquant;
+use crate::matmul_q4::{self, QDot};
+use crate::pool::{split, DisjointOut, ThreadPool};
+use crate::quant_act::QuantizedRows;
+use crate::KernelSet;
+use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Bytes of weight rows a thread keeps hot while all activation rows pass over them.
+const WEIGHT_CHUNK_BYTES: usize = 32 * 1024;
+
+enum Kernel {
+    /// Activations in 32-value 8-bit blocks.
+    Q32(QDot),
+    /// Activations in 256-value 8-bit blocks.
+    QK(QDot),
+    Float(FDot),
+}
+
+fn kernel(dtype: DType, set: KernelSet) -> Option<Kernel> {
+    if let Some(k) = matmul_q4::kernel(dtype, set) {
+        return Some(Kernel::Q32(k));
+    }
+    if let Some(k) = matmul_kquant::kernel(dtype, set) {
+        return Some(Kernel::QK(k));
+    }
+    matmul_float::kernel(dtype, set).map(Kernel::Float)
+}
+
+pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
+    let [a, w] = inputs else { return false };
+    let (ad, wd) = (a.shape.dims(), w.shape.dims());
+    rhs_transposed
+        && a.dtype == DType::F32
+        && ad.len() >= 2
+        && wd.len() == 2
+        && ad.last() == wd.last()
+        && kernel(w.dtype, set).is_some()
+}
+
+pub(crate) fn matmul(
+    set: KernelSet,
+    pool: &ThreadPool,
+    scratch: &Mutex<QuantizedRows>,
+    a_t: &Tensor,
+    w_t: &Tensor,
+) -> Result<Tensor> {
+    let unsupported = || Error::UnsupportedOp {
+        op: "matmul".into(),
+        backend: "cpu".into(),
+        input_dtype: w_t.dtype(),
+    };
+    let kern = kernel(w_t.dtype(), set).ok_or_else(unsupported)?;
+    let a = a_t.as_f32()?;
+    let (ad, wd) = (a_t.dims(), w_t.dims());
+    let (n, k) = (wd[0], wd[1]);
+    let m = a.len().checked_div(k).unwrap_or(0);
+    let row_bytes = w_t.dtype().bytes_for(k).ok_or_else(|| {
+        Error::invalid("matmul", format!("{k} is not whole {} blocks", w_t.dtype()))
+    })?;
+    let w = w_t
+        .host_bytes()
+        .ok_or_else(|| Error::invalid("matmul", "weight is not in host memory"))?;
+    let mut dims = ad.to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = n;
+    }
+    let mut buf = AlignedBuf::zeroed(m * n * 4);
+    if m * n > 0 && k > 0 {
+        let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+        let out = DisjointOut::new(y);
+        let chunk = (WEIGHT_CHUNK_BYTES / row_bytes.max(1)).max(4);
+        let threads = pool.threads();
+        let tiles = |t: usize, dot: &dyn Fn(&[u8], usize, usize, &mut [f32; 4])| {
+            let mine = split(n, threads, t);
+            let mut res = [0f32; 4];
+            let mut j0 = mine.start;
+            while j0 < mine.end {
+                let j1 = (j0 + chunk).min(mine.end);
+                for r0 in (0..m).step_by(4) {
+                    let nr = (m - r0).min(4);
+                    for j in j0..j1 {
+                        dot(&w[j * row_bytes..(j + 1) * row_bytes], r0, nr, &mut res);
+                        for (i, v) in res.iter().enumerate().take(nr) {
+                            // SAFETY: column j belongs to this thread's range only.
+                            unsafe { out.set((r0 + i) * n + j, *v) };
+                        }
+                    }
+                }
+                j0 = j1;
+            }
+        };
+        match kern {
+            Kernel::Q32(f) | Kernel::QK(f) => {
+                let block = if matches!(kern, Kernel::Q32(_)) {
+                    32
+                } else {
+                    256
+                };
+                let mut q = scratch.lock().unwrap_or_else(PoisonError::into_inner);
+                q.quantize(&a, k, block);
+                let q = &*q;
+                pool.run(&|t| {
+                    // SAFETY: `set` was checked available when the backend was made.
+                    tiles(t, &|wr, r0, nr, res| unsafe { f(wr, q, r0, nr, res) })
+                });
+            }
+            Kernel::Float(f) => {
+                let a = &*a;
+                pool.run(&|t| {
+                    // SAFETY: as above.
+                    tiles(t, &|wr, r0, nr, res| unsafe { f(wr, a, k, r0, nr, res) })
+                });
+            }
+        }
+    }
+    Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)))
+}

@@ -1,0 +1,94 @@
+//! Shared helpers of the cyb-cpu tests: a seeded generator, the reference oracle, tolerances.
+#![allow(dead_code)]
+
+use cyb_backend::{Backend, ExecContext};
+use cyb_cpu::{CpuBackend, KernelSet};
+use cyb_ops::Op;
+use cyb_tensor::Tensor;
+
+/// xorshift64*: reproducible inputs without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+/// `max|a - b| / max|b|`, the spec's relative error.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()))
+        .max(f32::MIN_POSITIVE);
+    let diff = got.iter().zip(want).fold(0f32, |m, (a, b)| {
+        if (a - b).is_nan() {
+            f32::INFINITY
+        } else {
+            m.max((a - b).abs())
+        }
+    });
+    diff / scale
+}
+
+/// Every kernel set of this CPU, each with 1 and 3 threads.
+pub fn backends() -> Vec<(KernelSet, CpuBackend, CpuBackend)> {
+    KernelSet::available()
+        .into_iter()
+        .map(|s| {
+            let one = CpuBackend::with_options(s, 1).unwrap();
+            let three = CpuBackend::with_options(s, 3).unwrap();
+            (s, one, three)
+        })
+        .collect()
+}
+
+pub fn run(b: &dyn Backend, op: &Op, inputs: &[Tensor]) -> Vec<f32> {
+    assert!(
+        b.supports(op, &inputs.iter().map(Tensor::info).collect::<Vec<_>>()),
+        "{op:?} unsupported"
+    );
+    let out = b.execute(op, inputs, &mut ExecContext::default()).unwrap();
+    out[0].to_f32_vec().unwrap()
+}
+
+pub fn reference(op: &Op, inputs: &[Tensor]) -> Vec<f32> {
+    cyb_ops::reference::execute(op, inputs).unwrap()[0]
+        .to_f32_vec()
+        .unwrap()
+}
+
+/// Runs `op` on every kernel set with 1 and 3 threads: within `tol` of the reference, and the
+/// two thread counts bit-identical.
+pub fn check(op: &Op, inputs: &[Tensor], tol: f32, what: &str) {
+    let want = reference(op, inputs);
+    for (set, one, three) in backends() {
+        let a = run(&one, op, inputs);
+        let b = run(&three, op, inputs);
+        let err = rel_err(&a, &want);
+        assert!(
+            err <= tol,
+            "{what} on {}: relative error {err} > {tol}",
+            set.name()
+        );
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{what} on {}: 1 and 3 threads differ",
+            set.name()
+        );
+    }
+}
