@@ -1,0 +1,421 @@
+//! The `cyb-llm` binary end to end on the tiny chat model (tests/fixtures/tiny_chat, whose
+//! reference.json holds transformers' greedy output, made by
+//! tools/fixtures/make_tiny_chat_fixture.py): run, chat over stdin, perplexity, inspect,
+//! backends, and the error paths (exit status, message on stderr, never a panic).
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny_chat")
+        .join(rel)
+}
+
+fn fixture_str(rel: &str) -> String {
+    fixture(rel).to_string_lossy().into_owned()
+}
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(fixture("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cyb-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+struct Ran {
+    ok: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn cyb(args: &[&str], stdin: Option<&str>) -> Ran {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cyb-llm"))
+        .args(args)
+        // Never fetch the default model, never read a user's logging settings.
+        .env("CYB_CACHE", scratch("cache"))
+        .env_remove("RUST_LOG")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().unwrap();
+    let ran = Ran {
+        ok: status.success(),
+        code: status.code(),
+        stdout: String::from_utf8(stdout).unwrap(),
+        stderr: String::from_utf8(stderr).unwrap(),
+    };
+    assert!(
+        !ran.stderr.contains("panicked"),
+        "cyb-llm {args:?} panicked:\n{}",
+        ran.stderr
+    );
+    ran
+}
+
+/// The greedy answer text of a reference case, without the eos token.
+fn answer(case: &Value) -> String {
+    let text = case["greedy_stop_at_eos"]["text"].as_str().unwrap();
+    text.strip_suffix("<|im_end|>").unwrap().to_string()
+}
+
+/// How many tokens the greedy answer of a reference case has before eos.
+fn answer_tokens(case: &Value) -> usize {
+    case["greedy_stop_at_eos"]["ids"].as_array().unwrap().len() - 1
+}
+
+/// The `prompt N tok (M prefilled)` and `K tokens` figures of each metrics line on stderr.
+fn metrics(stderr: &str) -> Vec<(usize, usize, usize)> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("load "))
+        .map(|l| {
+            let num = |after: &str| -> usize {
+                let rest = &l[l.find(after).unwrap() + after.len()..];
+                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap();
+                rest[..end].parse().unwrap()
+            };
+            let tokens = l.rsplit("| ").next().unwrap();
+            let generated = tokens.strip_suffix(" tokens").unwrap().parse().unwrap();
+            (num("prompt "), num("tok ("), generated)
+        })
+        .collect()
+}
+
+#[test]
+fn run_streams_the_answer_to_stdout_and_metrics_to_stderr() {
+    let r = reference();
+    let want = answer(&r["chat"]);
+    let prompt = r["chat"]["messages"][0]["content"].as_str().unwrap();
+    let prompt_len = r["chat"]["prompt_ids"].as_array().unwrap().len();
+    for model in ["hf", "model-f32.gguf"] {
+        let out = cyb(
+            &["run", &fixture_str(model), prompt, "--temp", "0", "-n", "8"],
+            None,
+        );
+        assert!(out.ok, "{model}: {}", out.stderr);
+        assert_eq!(out.stdout, format!("{want}\n"), "{model}");
+        // The answer ends at eos before the 8 allowed tokens.
+        let n = answer_tokens(&r["chat"]);
+        assert!(n < 8);
+        assert_eq!(
+            metrics(&out.stderr),
+            [(prompt_len, prompt_len, n)],
+            "{}",
+            out.stderr
+        );
+    }
+    // -n cuts the same answer short.
+    let out = cyb(
+        &["run", &fixture_str("hf"), prompt, "--temp", "0", "-n", "3"],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    let pieces: Vec<&str> = r["chat"]["greedy_stop_at_eos"]["pieces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(out.stdout, format!("{}\n", pieces[..3].concat()));
+}
+
+#[test]
+fn run_raw_feeds_the_prompt_without_template() {
+    let r = reference();
+    let raw = &r["raw"];
+    let pieces: Vec<&str> = raw["greedy_ignore_eos"]["pieces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("model-f32.gguf"),
+            raw["text"].as_str().unwrap(),
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--ignore-eos",
+        ],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{}\n", pieces[..8].concat()));
+    let prompt_len = raw["prompt_ids"].as_array().unwrap().len();
+    assert_eq!(metrics(&out.stderr), [(prompt_len, prompt_len, 8)]);
+    // A stop string from that text ends the answer before it.
+    let stop = pieces[5];
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("model-f32.gguf"),
+            raw["text"].as_str().unwrap(),
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--stop",
+            stop,
+        ],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    let text = pieces[..8].concat();
+    assert_eq!(
+        out.stdout,
+        format!("{}\n", &text[..text.find(stop).unwrap()])
+    );
+}
+
+#[test]
+fn seeded_sampling_repeats() {
+    let r = reference();
+    let args = |seed: &'static str| {
+        vec![
+            "run".to_string(),
+            fixture_str("hf"),
+            r["raw"]["text"].as_str().unwrap().to_string(),
+            "--raw".into(),
+            "--temp".into(),
+            "1.5".into(),
+            "--seed".into(),
+            seed.into(),
+            "-n".into(),
+            "16".into(),
+            "--ignore-eos".into(),
+        ]
+    };
+    let go = |seed| {
+        let a = args(seed);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = cyb(&a, None);
+        assert!(out.ok, "{}", out.stderr);
+        out.stdout
+    };
+    let first = go("11");
+    assert_eq!(go("11"), first);
+}
+
+#[test]
+fn errors_exit_nonzero_and_say_why() {
+    let missing = scratch("missing-model.gguf");
+    let missing = missing.to_string_lossy();
+    let out = cyb(&["run", &missing, "hi"], None);
+    assert!(!out.ok);
+    assert!(out.stderr.contains(&*missing), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+
+    let hf = fixture_str("hf");
+    let out = cyb(&["run", &hf, "hi", "--backend", "honeycrisp"], None);
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("honeycrisp") && out.stderr.contains("macOS"),
+        "{}",
+        out.stderr
+    );
+    let out = cyb(&["run", &hf, "hi", "--path", "graph"], None);
+    assert!(!out.ok);
+    assert!(out.stderr.contains("graph"), "{}", out.stderr);
+
+    // A prompt longer than --ctx names both numbers.
+    let out = cyb(&["run", &hf, "Hi there", "--ctx", "8", "--temp", "0"], None);
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("21") && out.stderr.contains("holds 8"),
+        "{}",
+        out.stderr
+    );
+
+    // Usage errors are clap's (exit 2), not panics.
+    let out = cyb(&["run"], None);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let out = cyb(&["perplexity", &hf], None);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[test]
+fn chat_keeps_the_cache_across_turns_and_obeys_commands() {
+    let r = reference();
+    let first = answer(&r["chat"]);
+    let second = answer(&r["chat_next_turn"]);
+    let hi = r["chat"]["messages"][0]["content"].as_str().unwrap();
+    let next = r["chat_next_turn"]["messages"][2]["content"]
+        .as_str()
+        .unwrap();
+    let script = format!("{hi}\n{next}\n/reset\n\n{hi}\n/system Be brief.\n{hi}\n/exit\n{hi}\n");
+    let out = cyb(
+        &[
+            "chat",
+            &fixture_str("hf"),
+            "--temp",
+            "0",
+            "-n",
+            "24",
+            "--metrics",
+        ],
+        Some(&script),
+    );
+    assert!(out.ok, "{}", out.stderr);
+    // Each turn prints "> " then the answer and a newline; commands print only "> ".
+    let answers: Vec<&str> = out
+        .stdout
+        .split("> ")
+        .map(|s| s.trim_end_matches('\n'))
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(answers.len(), 4, "{:?}", out.stdout);
+    assert_eq!(answers[0], first);
+    // The second turn equals transformers on the whole conversation.
+    assert_eq!(answers[1], second);
+    // After /reset, the first question gets the first answer again.
+    assert_eq!(answers[2], first);
+    assert!(out.stderr.contains("[conversation cleared]"));
+    assert!(out.stderr.contains("[system message set"));
+
+    let m = metrics(&out.stderr);
+    assert_eq!(m.len(), 4, "{}", out.stderr);
+    let len = |case: &str| r[case]["prompt_ids"].as_array().unwrap().len();
+    let (n1, n2) = (
+        answer_tokens(&r["chat"]),
+        answer_tokens(&r["chat_next_turn"]),
+    );
+    assert_eq!(m[0], (len("chat"), len("chat"), n1));
+    // Second turn: only what follows the first prompt and answer is prefilled.
+    let held = len("chat") + n1;
+    assert_eq!(
+        m[1],
+        (len("chat_next_turn"), len("chat_next_turn") - held, n2)
+    );
+    assert_eq!(m[2], (len("chat"), len("chat"), n1));
+    // The system message changes the prompt; the cache was cleared, so all of it is new.
+    assert!(m[3].0 > len("chat"));
+    assert_eq!(m[3].0, m[3].1);
+}
+
+#[test]
+fn chat_survives_a_full_context() {
+    let r = reference();
+    let hi = r["chat"]["messages"][0]["content"].as_str().unwrap();
+    let script = format!("{hi}\nHow are you?\n/reset\n{hi}\n");
+    let out = cyb(
+        &["chat", &fixture_str("hf"), "--temp", "0", "--ctx", "30"],
+        Some(&script),
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stderr.contains("error:"), "{}", out.stderr);
+    let answers: Vec<&str> = out
+        .stdout
+        .split("> ")
+        .map(|s| s.trim_end_matches('\n'))
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(answers, [answer(&r["chat"]), answer(&r["chat"])]);
+}
+
+#[test]
+fn perplexity_prints_the_figure() {
+    let r = reference();
+    let p = &r["perplexity"];
+    let file = scratch("ppl.txt");
+    std::fs::write(&file, p["text"].as_str().unwrap()).unwrap();
+    let file = file.to_string_lossy();
+    let hf = fixture_str("hf");
+    let out = cyb(&["perplexity", &hf, &file, "--ctx", "16", "--json"], None);
+    assert!(out.ok, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let want = p["perplexity"].as_f64().unwrap();
+    let got = v["perplexity"].as_f64().unwrap();
+    assert!((got - want).abs() / want < 1e-4, "{got} vs {want}");
+    assert_eq!(v["chunks"], p["chunks"]);
+    assert_eq!(v["scored_tokens"], p["scored_tokens"]);
+
+    let out = cyb(&["perplexity", &hf, &file, "--ctx", "16"], None);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stdout.starts_with("PPL = "), "{}", out.stdout);
+    let printed: f64 = out.stdout[6..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((printed - want).abs() < 1e-3, "{printed} vs {want}");
+
+    // Too short a text for one chunk (the default chunk is 512 tokens).
+    let out = cyb(&["perplexity", &hf, &file], None);
+    assert!(!out.ok);
+    assert!(out.stderr.contains("512"), "{}", out.stderr);
+    let missing = scratch("missing.txt");
+    let out = cyb(&["perplexity", &hf, &missing.to_string_lossy()], None);
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(&*missing.to_string_lossy()),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn inspect_json_parses() {
+    let out = cyb(&["inspect", &fixture_str("model-f32.gguf"), "--json"], None);
+    assert!(out.ok, "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["format"], "gguf");
+    assert_eq!(v["architecture"], "llama");
+    assert_eq!(v["config"]["vocab_size"], reference()["vocab_size"]);
+    let out = cyb(&["inspect", &fixture_str("hf"), "--json"], None);
+    assert!(out.ok, "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["config"]["num_layers"], 2);
+}
+
+#[test]
+fn backends_lists_reference_and_unavailable_ones() {
+    let out = cyb(&["backends"], None);
+    assert!(out.ok, "{}", out.stderr);
+    let row = |name: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+    };
+    assert_eq!(row("reference").as_deref(), Some("yes"), "{}", out.stdout);
+    assert_eq!(row("honeycrisp").as_deref(), Some("no"), "{}", out.stdout);
+    let out = cyb(&["backends", "--json"], None);
+    assert!(out.ok, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let list = v.as_array().unwrap();
+    assert!(list
+        .iter()
+        .any(|b| b["name"] == "reference" && b["available"] == true));
+}
