@@ -1,6 +1,7 @@
 //! `cyb-llm`: the command-line face of the runtime.
 
 mod backends;
+mod bench;
 mod chat;
 mod inspect;
 mod npy;
@@ -38,6 +39,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// List the backends this build knows and whether they can run here.
     Backends(backends::BackendsArgs),
+    /// Prompt (pp) and generation (tg) tokens/s, measured like llama-bench.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => perplexity::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Backends(args) => backends::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@
 //!
 //! This crate must not know how ops are computed or how files are parsed.
 
+mod bench;
 pub mod chat_template;
 mod default_model;
 mod generator;
@@ -16,6 +17,7 @@ mod runtime;
 pub mod sampling;
 pub mod tokenizer;
 
+pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use default_model::{cache_dir, default_model_path, ensure_default_model};
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};

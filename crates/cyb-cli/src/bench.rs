@@ -1,0 +1,421 @@
+//! `cyb-llm bench MODEL`: prompt processing (pp) and generation (tg) speed, measured the way
+//! llama.cpp's `llama-bench` measures so the two can be set side by side on the same file.
+//!
+//! - pp<P>: one bulk forward of P random token ids from an empty context (the first id is BOS
+//!   when the model adds one); t/s = P / time.
+//! - tg<N>: N single-token forwards from an empty context, each fed a random id (llama-bench
+//!   does not sample either); t/s = N / time.
+//!
+//! Each test runs once untimed to warm up (pp: the full prompt; tg: one token), then R timed
+//! repeats, each from an empty cache. Tokenization and sampling are never timed. The human
+//! table shows the median ± the sample standard deviation; `--json` prints llama-bench's
+//! field names (`avg_ts` is the mean, as there) plus `median_ts`, `load_ms` and
+//! `peak_rss_bytes`.
+
+use cyb_runtime::{ExecPath, Model, Runtime, RuntimeOptions};
+use cyb_tensor::{Error, Result};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// A GGUF file or Hugging Face directory.
+    pub model: PathBuf,
+    /// Prompt tokens of the pp test.
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test.
+    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
+    pub n_gen: usize,
+    /// Timed repeats of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Compute threads (default: all available cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Backend to prefer (`cyb-llm backends` lists them).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Print a JSON array, one object per test, with llama-bench's field names.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One finished test.
+struct TestResult {
+    n_prompt: usize,
+    n_gen: usize,
+    samples_ns: Vec<u64>,
+    test_time: String,
+    peak_rss_bytes: Option<u64>,
+}
+
+impl TestResult {
+    fn tokens(&self) -> usize {
+        self.n_prompt + self.n_gen
+    }
+
+    fn samples_ts(&self) -> Vec<f64> {
+        let n = self.tokens() as f64;
+        self.samples_ns
+            .iter()
+            .map(|&ns| n * 1e9 / ns.max(1) as f64)
+            .collect()
+    }
+
+    fn name(&self) -> String {
+        if self.n_gen == 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        }
+    }
+}
+
+/// What the table and JSON say about the model and the run.
+struct RunInfo {
+    model_filename: String,
+    model_type: String,
+    model_size: u64,
+    model_n_params: u64,
+    backend: String,
+    threads: usize,
+    load_ms: f64,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    for (flag, v) in [("-p", args.n_prompt), ("-n", args.n_gen), ("-r", args.reps)] {
+        if v == 0 {
+            return Err(Error::invalid(
+                "bench",
+                format!("{flag} must be at least 1"),
+            ));
+        }
+    }
+    let threads = match args.threads {
+        Some(0) => return Err(Error::invalid("bench", "-t must be at least 1")),
+        Some(t) => t,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    set_threads(threads);
+
+    let rt = Runtime::new(RuntimeOptions {
+        backend: args.backend.clone(),
+        path: ExecPath::Auto,
+    })?;
+    let model = rt.load(&args.model)?;
+    let info = RunInfo {
+        backend: rt.dispatcher().primary().name().to_string(),
+        threads,
+        load_ms: model.load_ms(),
+        ..describe(&model)?
+    };
+
+    let ctx = args.n_prompt.max(args.n_gen);
+    let mut session = model.bench_session(ctx)?;
+    let vocab = model.config().vocab_size as u64;
+    let first = match (model.tokenizer().add_bos(), model.tokenizer().bos_id()) {
+        (true, Some(b)) => Some(b),
+        _ => None,
+    };
+    // A fixed seed: every run feeds the same ids, which only matters for MoE routing.
+    let mut rng = SplitMix64(0x5eed_cb11);
+    let mut draw = move || (rng.next() % vocab) as u32;
+
+    let mut results = Vec::new();
+    // pp: one bulk forward.
+    let prompt: Vec<u32> = (0..args.n_prompt)
+        .map(|i| match (i, first) {
+            (0, Some(b)) => b,
+            _ => draw(),
+        })
+        .collect();
+    session.clear();
+    session.feed(&prompt)?;
+    let mut samples = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        session.clear();
+        let t0 = Instant::now();
+        session.feed(&prompt)?;
+        samples.push(elapsed_ns(t0));
+    }
+    results.push(finish(args.n_prompt, 0, samples));
+
+    // tg: single-token forwards.
+    let start = first.unwrap_or_else(&mut draw);
+    session.clear();
+    session.feed(&[start])?;
+    let mut samples = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        session.clear();
+        let ids: Vec<u32> = std::iter::once(start)
+            .chain((1..args.n_gen).map(|_| draw()))
+            .collect();
+        let t0 = Instant::now();
+        for &id in &ids {
+            session.feed(&[id])?;
+        }
+        samples.push(elapsed_ns(t0));
+    }
+    results.push(finish(0, args.n_gen, samples));
+
+    if args.json {
+        let arr: Vec<Value> = results.iter().map(|r| to_json(&info, r)).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&arr)
+                .map_err(|e| Error::invalid("bench", e.to_string()))?
+        );
+    } else {
+        print_table(&info, &results, args.reps);
+    }
+    Ok(())
+}
+
+/// Points every thread pool at `threads` workers: rayon's global pool (the reference backend)
+/// and `CYB_THREADS`, which the cpu backend reads when it is built (so this must run before
+/// the runtime is created).
+fn set_threads(threads: usize) {
+    std::env::set_var("CYB_THREADS", threads.to_string());
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+    {
+        tracing::warn!("rayon's thread pool was already built; -t may not apply to it: {e}");
+    }
+}
+
+fn finish(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> TestResult {
+    TestResult {
+        n_prompt,
+        n_gen,
+        samples_ns,
+        test_time: utc_now(),
+        peak_rss_bytes: peak_rss_bytes(),
+    }
+}
+
+fn elapsed_ns(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Size, parameter count and a llama-bench-like type string ("llama 135M Q8_0") from the
+/// file's tensor list and `general.file_type`.
+fn describe(model: &Model) -> Result<RunInfo> {
+    let file = Model::open_file(model.path())?;
+    let tensors = file.tensors();
+    let model_size: u64 = tensors.iter().map(|t| t.byte_len as u64).sum();
+    let model_n_params: u64 = tensors.iter().map(|t| t.shape.numel() as u64).sum();
+    let file_type = file
+        .metadata()
+        .iter()
+        .find(|(k, _)| k == "general.file_type")
+        .and_then(|(_, v)| v.as_u64());
+    // Files without `general.file_type` (Hugging Face directories) get no type word.
+    let ftype = file_type.and_then(file_type_name).unwrap_or_default();
+    Ok(RunInfo {
+        model_filename: model.path().display().to_string(),
+        model_type: format!(
+            "{} {} {ftype}",
+            model.config().architecture,
+            params_label(model_n_params)
+        )
+        .trim_end()
+        .to_string(),
+        model_size,
+        model_n_params,
+        backend: String::new(),
+        threads: 0,
+        load_ms: 0.0,
+    })
+}
+
+/// llama.cpp's names for `general.file_type` (`llama_ftype`).
+fn file_type_name(ft: u64) -> Option<&'static str> {
+    Some(match ft {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        32 => "BF16",
+        36 => "TQ1_0 - 1.69 bpw ternary",
+        37 => "TQ2_0 - 2.06 bpw ternary",
+        _ => return None,
+    })
+}
+
+fn params_label(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.1}B", n as f64 / 1e9)
+    } else if n >= 10_000_000 {
+        format!("{:.0}M", n as f64 / 1e6)
+    } else {
+        format!("{:.2}M", n as f64 / 1e6)
+    }
+}
+
+fn to_json(info: &RunInfo, r: &TestResult) -> Value {
+    let ts = r.samples_ts();
+    let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+    json!({
+        "build_commit": concat!("cyb-llm ", env!("CARGO_PKG_VERSION")),
+        "cpu_info": cpu_info(),
+        "backends": info.backend,
+        "model_filename": info.model_filename,
+        "model_type": info.model_type,
+        "model_size": info.model_size,
+        "model_n_params": info.model_n_params,
+        "n_batch": r.n_prompt.max(1),
+        "n_threads": info.threads,
+        "n_prompt": r.n_prompt,
+        "n_gen": r.n_gen,
+        "n_depth": 0,
+        "test_time": r.test_time,
+        "avg_ns": mean(&ns).round() as u64,
+        "stddev_ns": stddev(&ns).round() as u64,
+        "avg_ts": mean(&ts),
+        "stddev_ts": stddev(&ts),
+        "median_ts": median(&ts),
+        "load_ms": info.load_ms,
+        "peak_rss_bytes": r.peak_rss_bytes,
+        "samples_ns": r.samples_ns,
+        "samples_ts": ts,
+    })
+}
+
+fn print_table(info: &RunInfo, results: &[TestResult], reps: usize) {
+    let size = if info.model_size < 1 << 30 {
+        format!("{:.2} MiB", info.model_size as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", info.model_size as f64 / (1u64 << 30) as f64)
+    };
+    let params = if info.model_n_params < 1_000_000_000 {
+        format!("{:.2} M", info.model_n_params as f64 / 1e6)
+    } else {
+        format!("{:.2} B", info.model_n_params as f64 / 1e9)
+    };
+    println!("| model | size | params | backend | threads | test | t/s |");
+    println!("| ----- | ---: | -----: | ------- | ------: | ---: | --: |");
+    for r in results {
+        let ts = r.samples_ts();
+        println!(
+            "| {} | {size} | {params} | {} | {} | {} | {:.2} ± {:.2} |",
+            info.model_type,
+            info.backend,
+            info.threads,
+            r.name(),
+            median(&ts),
+            stddev(&ts)
+        );
+    }
+    let rss = results
+        .iter()
+        .filter_map(|r| r.peak_rss_bytes)
+        .max()
+        .map_or_else(
+            || "unknown".into(),
+            |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        );
+    println!();
+    println!(
+        "t/s: median of {reps} runs ± sample standard deviation; load {:.0} ms; peak RSS {rss}",
+        info.load_ms
+    );
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Sample standard deviation (n - 1), 0 for fewer than two samples, as llama-bench.
+fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    let ss: f64 = v.iter().map(|x| (x - m) * (x - m)).sum();
+    (ss / (v.len() - 1) as f64).sqrt()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// The process's peak resident set (Linux `VmHWM`); `None` where /proc is absent.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn cpu_info() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The current UTC time as ISO 8601 (`2024-05-01T12:00:00Z`), like llama-bench's `test_time`.
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A tiny fixed-seed generator for token ids (statistical quality is irrelevant here).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}

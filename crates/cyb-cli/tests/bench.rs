@@ -1,0 +1,158 @@
+//! `cyb-llm bench` on a tiny model: the JSON has llama-bench's fields and is consistent with
+//! itself, the flags are honoured, and bad input is refused with a message.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny_chat/model-f32.gguf")
+}
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cyb-llm"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run cyb-llm")
+}
+
+fn bench_json(args: &[&str]) -> Vec<Value> {
+    let model = fixture();
+    let mut all = vec![model.to_str().expect("utf-8 path"), "--json"];
+    all.extend_from_slice(args);
+    let out = bench(&all);
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    v.as_array().expect("a JSON array").clone()
+}
+
+fn f64s(v: &Value, key: &str) -> Vec<f64> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} is not an array"))
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
+}
+
+#[test]
+fn json_has_llama_bench_fields_and_consistent_numbers() {
+    let tests = bench_json(&["-p", "7", "-n", "5", "-r", "3", "-t", "1"]);
+    assert_eq!(tests.len(), 2, "one object per test (pp, tg)");
+    let file_len = std::fs::metadata(fixture()).expect("fixture").len();
+    for (t, (n_prompt, n_gen)) in tests.iter().zip([(7u64, 0u64), (0, 5)]) {
+        for key in [
+            "model_filename",
+            "model_type",
+            "model_size",
+            "model_n_params",
+            "n_threads",
+            "n_prompt",
+            "n_gen",
+            "avg_ns",
+            "stddev_ns",
+            "avg_ts",
+            "stddev_ts",
+            "samples_ns",
+            "samples_ts",
+            "backends",
+            "test_time",
+            "median_ts",
+            "load_ms",
+            "peak_rss_bytes",
+        ] {
+            assert!(t.get(key).is_some(), "field {key} missing in {t}");
+        }
+        assert_eq!(t["n_prompt"].as_u64(), Some(n_prompt));
+        assert_eq!(t["n_gen"].as_u64(), Some(n_gen));
+        assert_eq!(t["n_threads"].as_u64(), Some(1));
+        let size = t["model_size"].as_u64().expect("model_size");
+        assert!(
+            size > 0 && size < file_len,
+            "model_size {size} vs file {file_len}"
+        );
+        assert!(t["model_n_params"].as_u64().expect("params") > 0);
+
+        let ns = f64s(t, "samples_ns");
+        let ts = f64s(t, "samples_ts");
+        assert_eq!(ns.len(), 3, "-r 3 gives three samples");
+        assert_eq!(ts.len(), 3);
+        let tokens = (n_prompt + n_gen) as f64;
+        for (n, s) in ns.iter().zip(&ts) {
+            assert!(*n > 0.0);
+            let expect = tokens * 1e9 / n;
+            assert!((s - expect).abs() <= 1e-9 * expect, "{s} vs {expect}");
+        }
+        let mean = ts.iter().sum::<f64>() / 3.0;
+        let avg = t["avg_ts"].as_f64().expect("avg_ts");
+        assert!(
+            (avg - mean).abs() <= 1e-9 * mean,
+            "avg_ts {avg} is the mean {mean}"
+        );
+        let mut sorted = ts.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(t["median_ts"].as_f64(), Some(sorted[1]));
+        let sd = (ts.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+        let got_sd = t["stddev_ts"].as_f64().expect("stddev_ts");
+        assert!(
+            (got_sd - sd).abs() <= 1e-9 * mean,
+            "stddev_ts {got_sd} vs {sd}"
+        );
+        assert!(t["peak_rss_bytes"].as_u64().is_some_and(|b| b > 0));
+    }
+}
+
+#[test]
+fn repetitions_are_honoured() {
+    for r in ["1", "4"] {
+        let tests = bench_json(&["-p", "3", "-n", "2", "-r", r]);
+        for t in &tests {
+            assert_eq!(f64s(t, "samples_ns").len().to_string(), r);
+        }
+    }
+}
+
+#[test]
+fn human_table_names_the_tests() {
+    let model = fixture();
+    let out = bench(&[
+        model.to_str().expect("utf-8"),
+        "-p",
+        "9",
+        "-n",
+        "4",
+        "-r",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("| model | size | params | backend | threads | test | t/s |"));
+    assert!(text.contains("| pp9 |"), "{text}");
+    assert!(text.contains("| tg4 |"), "{text}");
+    assert!(text.contains("peak RSS"), "{text}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let model = fixture();
+    let m = model.to_str().expect("utf-8");
+    for (args, needle) in [
+        (vec![m, "-p", "0"], "-p"),
+        (vec![m, "-n", "0"], "-n"),
+        (vec![m, "-r", "0"], "-r"),
+        (vec![m, "-t", "0"], "-t"),
+        (vec!["/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+        (vec![m, "--backend", "no-such-backend"], "no-such-backend"),
+    ] {
+        let out = bench(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed results");
+    }
+}
