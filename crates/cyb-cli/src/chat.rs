@@ -61,7 +61,11 @@ pub fn run(args: ChatArgs) -> Result<()> {
             }
             _ => {}
         }
-        if let Some(rest) = input.strip_prefix("/system") {
+        // "/system" alone clears the system message; "/systematic ..." is a user message.
+        let system_command = input
+            .strip_prefix("/system")
+            .filter(|r| r.is_empty() || r.starts_with(char::is_whitespace));
+        if let Some(rest) = system_command {
             let s = rest.trim();
             system = (!s.is_empty()).then(|| s.to_string());
             turns.clear();

@@ -30,7 +30,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         _ => return Err(Error::invalid("run", "expected [MODEL] PROMPT")),
     };
     let model = args.engine.load(model_path)?;
-    let text = if args.raw || model.chat_template().is_none() {
+    // Without a template the prompt is raw text either way, and raw text gets the BOS the
+    // tokenizer adds.
+    let raw = args.raw || model.chat_template().is_none();
+    let text = if raw {
         if !args.raw {
             eprintln!("note: the model has no chat template; the prompt is fed as raw text");
         }
@@ -46,7 +49,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         messages.push(ChatMessage::user(prompt));
         model.render_chat(&messages, true)?
     };
-    let add_special = args.raw && model.tokenizer().add_bos();
+    let add_special = raw && model.tokenizer().add_bos();
     let ids = model.tokenizer().encode(&text, add_special)?;
     let mut session = model.generator(args.engine.ctx)?;
     let (_, metrics) = stream_answer(&mut session, &ids, args.sampling.params())?;

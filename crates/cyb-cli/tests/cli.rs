@@ -419,3 +419,87 @@ fn backends_lists_reference_and_unavailable_ones() {
         .iter()
         .any(|b| b["name"] == "reference" && b["available"] == true));
 }
+
+/// A copy of the tiny model without a chat template whose tokenizer adds BOS (a base model).
+fn base_model_dir() -> PathBuf {
+    let dir = scratch("base-model");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(fixture("hf").join(name), dir.join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(fixture("hf/tokenizer.json")).unwrap();
+    let mut tok: Value = serde_json::from_str(&text).unwrap();
+    let bos = "<|endoftext|>";
+    let seq = |id: &str| serde_json::json!({"Sequence": {"id": id, "type_id": 0}});
+    let special = serde_json::json!({"SpecialToken": {"id": bos, "type_id": 0}});
+    tok["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [special, seq("A")],
+        "pair": [special, seq("A"), seq("B")],
+        "special_tokens": {bos: {"id": bos, "ids": [0], "tokens": [bos]}},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn run_without_template_feeds_raw_text_with_bos() {
+    let r = reference();
+    let dir = base_model_dir();
+    let dir = dir.to_string_lossy();
+    let prompt = r["raw"]["text"].as_str().unwrap();
+    let prompt_len = r["raw"]["prompt_ids"].as_array().unwrap().len();
+    let args = [
+        "run",
+        &dir,
+        prompt,
+        "--temp",
+        "0",
+        "-n",
+        "4",
+        "--ignore-eos",
+    ];
+    let plain = cyb(&args, None);
+    assert!(plain.ok, "{}", plain.stderr);
+    assert!(
+        plain.stderr.contains("no chat template"),
+        "{}",
+        plain.stderr
+    );
+    let raw = cyb(&[&args[..], &["--raw"]].concat(), None);
+    assert!(raw.ok, "{}", raw.stderr);
+    // Both feed BOS + the prompt.
+    assert_eq!(metrics(&raw.stderr), [(prompt_len + 1, prompt_len + 1, 4)]);
+    assert_eq!(metrics(&plain.stderr), metrics(&raw.stderr));
+    assert_eq!(plain.stdout, raw.stdout);
+    // chat needs a template.
+    let out = cyb(&["chat", &dir], Some("hi\n"));
+    assert!(!out.ok);
+    assert!(out.stderr.contains("chat template"), "{}", out.stderr);
+}
+
+#[test]
+fn chat_commands_match_whole_words() {
+    // "/systematic ..." is a message to the model, not the /system command.
+    let out = cyb(
+        &["chat", &fixture_str("hf"), "--temp", "0", "-n", "4"],
+        Some("/systematic errors\n/exit\n"),
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("[system message set"),
+        "{}",
+        out.stderr
+    );
+    let answers = out
+        .stdout
+        .split("> ")
+        .filter(|s| !s.trim().is_empty())
+        .count();
+    assert_eq!(answers, 1, "{:?}", out.stdout);
+}

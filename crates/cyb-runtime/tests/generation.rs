@@ -219,6 +219,33 @@ fn long_greedy_run_after_reuse_equals_fresh_session() {
 }
 
 #[test]
+fn dropping_a_generation_early_leaves_the_session_consistent() {
+    let r = reference();
+    let model = load("hf");
+    let raw = ids(&r["raw"]["prompt_ids"]);
+    let params = || SamplingParams {
+        ignore_eos: true,
+        ..greedy(24)
+    };
+    let mut s = model.generator(None).unwrap();
+    let taken: Vec<u32> = s
+        .generate(&raw, params())
+        .unwrap()
+        .take(5)
+        .map(|p| p.unwrap().token.unwrap())
+        .collect();
+    // The fifth token was sampled but never fed.
+    assert_eq!(s.tokens(), [&raw[..], &taken[..4]].concat());
+    let mut prompt = raw.clone();
+    prompt.extend(&taken);
+    let resumed = run(&mut s, &prompt, params());
+    assert_eq!(resumed.prefilled, 1);
+    let fresh = run(&mut model.generator(None).unwrap(), &prompt, params());
+    assert_eq!(resumed.tokens, fresh.tokens);
+    assert_eq!(taken, ids(&r["raw"]["greedy_ignore_eos"]["ids"])[..5]);
+}
+
+#[test]
 fn reset_forgets_the_conversation() {
     let r = reference();
     let model = load("hf");

@@ -31,9 +31,10 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Perplexity with every scored position at least ctx/2 tokens into its chunk, each chunk from
 /// an empty cache (llama-perplexity's definition; this tokenizer adds no BOS).
-fn direct_perplexity(path: &Path, tokens: &[u32], ctx: usize) -> f64 {
+/// The family runs on `dispatcher`, the runtime's own, so both see the same logits.
+fn direct_perplexity(path: &Path, dispatcher: Arc<Dispatcher>, tokens: &[u32], ctx: usize) -> f64 {
     let file = cyb_format::open(path).unwrap();
-    let net = LlamaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let net = LlamaModel::load(&file, dispatcher).unwrap();
     let vocab = file.config().unwrap().vocab_size;
     let mut total = 0f64;
     let mut n = 0usize;
@@ -61,10 +62,8 @@ fn perplexity_equals_transformers_and_a_direct_computation() {
     let p = &r["perplexity"];
     let ctx = p["ctx"].as_u64().unwrap() as usize;
     for rel in ["hf", "model-f32.gguf"] {
-        let model = Runtime::new(RuntimeOptions::default())
-            .unwrap()
-            .load(fixture(rel))
-            .unwrap();
+        let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+        let model = rt.load(fixture(rel)).unwrap();
         let tokens = model
             .tokenizer()
             .encode(p["text"].as_str().unwrap(), model.tokenizer().add_bos())
@@ -95,7 +94,7 @@ fn perplexity_equals_transformers_and_a_direct_computation() {
             "{rel}: {} vs transformers {want}",
             report.perplexity
         );
-        let direct = direct_perplexity(&fixture(rel), &tokens, ctx);
+        let direct = direct_perplexity(&fixture(rel), rt.dispatcher().clone(), &tokens, ctx);
         let rel_err = (report.perplexity - direct).abs() / direct;
         assert!(
             rel_err < 1e-9,
@@ -114,8 +113,7 @@ fn fewer_tokens_than_one_chunk_is_an_error() {
     let tokens = ids(&reference()["perplexity"]["ids"]);
     let err = model
         .perplexity(&tokens[..15], 16, &mut |_, _, _| {})
-        .err()
-        .expect("an error");
+        .expect_err("an error");
     let msg = err.to_string();
     assert!(msg.contains("15") && msg.contains("16"), "{msg}");
     assert!(model.perplexity(&tokens, 2, &mut |_, _, _| {}).is_err());
