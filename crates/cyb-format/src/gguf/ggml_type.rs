@@ -30,7 +30,7 @@ const fn t(id: u32, name: &'static str, block_elems: usize, block_bytes: usize) 
 
 /// Every type ggml defines (ggml.h `enum ggml_type`), sizes from ggml-common.h's block structs
 /// (`ggml_half` is 2 bytes, `QK_K` is 256). Checked against gguf-py's `GGML_QUANT_SIZES` by
-/// tests/format_fixtures.rs.
+/// tests/gguf_unsupported_types.rs.
 pub const GGML_TYPES: [GgmlType; 34] = [
     t(0, "F32", 1, 4),
     t(1, "F16", 1, 2),
