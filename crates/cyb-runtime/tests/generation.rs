@@ -428,3 +428,18 @@ fn empty_prompt_and_zero_context_are_errors() {
     let err = model.generator(Some(0)).err().expect("an error");
     assert!(err.to_string().contains("ctx"), "{err}");
 }
+
+#[test]
+fn out_of_vocabulary_ids_are_an_error_and_the_session_survives() {
+    let r = reference();
+    let model = load("hf");
+    let raw = ids(&r["raw"]["prompt_ids"]);
+    let mut s = model.generator(None).unwrap();
+    let before = run(&mut s, &raw, greedy(4));
+    let mut bad = raw.clone();
+    bad.push(u32::MAX);
+    let err = s.generate(&bad, greedy(4)).err().expect("an error");
+    assert!(err.to_string().contains(&u32::MAX.to_string()), "{err}");
+    let after = run(&mut s, &raw, greedy(4));
+    assert_eq!(after.tokens, before.tokens);
+}

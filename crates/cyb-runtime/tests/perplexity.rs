@@ -30,17 +30,27 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 /// Perplexity with every scored position at least ctx/2 tokens into its chunk, each chunk from
-/// an empty cache (llama-perplexity's definition; this tokenizer adds no BOS).
+/// an empty cache and starting with `bos` when given (llama-perplexity's definition).
 /// The family runs on `dispatcher`, the runtime's own, so both see the same logits.
-fn direct_perplexity(path: &Path, dispatcher: Arc<Dispatcher>, tokens: &[u32], ctx: usize) -> f64 {
+fn direct_perplexity(
+    path: &Path,
+    dispatcher: Arc<Dispatcher>,
+    tokens: &[u32],
+    ctx: usize,
+    bos: Option<u32>,
+) -> f64 {
     let file = cyb_format::open(path).unwrap();
     let net = LlamaModel::load(&file, dispatcher).unwrap();
     let vocab = file.config().unwrap().vocab_size;
     let mut total = 0f64;
     let mut n = 0usize;
     for chunk in tokens.chunks_exact(ctx) {
+        let mut chunk = chunk.to_vec();
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
         let mut cache = net.new_cache(ctx).unwrap();
-        let logits = net.forward_all(chunk, &mut cache).unwrap();
+        let logits = net.forward_all(&chunk, &mut cache).unwrap();
         assert_eq!(logits.len(), ctx * vocab);
         for (pos, next) in chunk.iter().enumerate().skip(1).skip(ctx / 2) {
             let row: Vec<f64> = logits[(pos - 1) * vocab..pos * vocab]
@@ -94,7 +104,7 @@ fn perplexity_equals_transformers_and_a_direct_computation() {
             "{rel}: {} vs transformers {want}",
             report.perplexity
         );
-        let direct = direct_perplexity(&fixture(rel), rt.dispatcher().clone(), &tokens, ctx);
+        let direct = direct_perplexity(&fixture(rel), rt.dispatcher().clone(), &tokens, ctx, None);
         let rel_err = (report.perplexity - direct).abs() / direct;
         assert!(
             rel_err < 1e-9,
@@ -102,6 +112,50 @@ fn perplexity_equals_transformers_and_a_direct_computation() {
             report.perplexity
         );
     }
+}
+
+/// A copy of the tiny model whose tokenizer adds `<|endoftext|>` (id 0) as BOS.
+fn with_bos() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cyb-runtime-ppl-bos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer_config.json"] {
+        std::fs::copy(fixture("hf").join(name), dir.join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(fixture("hf/tokenizer.json")).unwrap();
+    let mut tok: Value = serde_json::from_str(&text).unwrap();
+    let bos = "<|endoftext|>";
+    let seq = |id: &str| serde_json::json!({"Sequence": {"id": id, "type_id": 0}});
+    let special = serde_json::json!({"SpecialToken": {"id": bos, "type_id": 0}});
+    tok["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [special, seq("A")],
+        "pair": [special, seq("A"), seq("B")],
+        "special_tokens": {bos: {"id": bos, "ids": [0], "tokens": [bos]}},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn each_chunk_starts_with_bos_when_the_tokenizer_adds_one() {
+    let dir = with_bos();
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let model = rt.load(&dir).unwrap();
+    assert!(model.tokenizer().add_bos());
+    assert_eq!(model.tokenizer().bos_id(), Some(0));
+    let tokens = ids(&reference()["perplexity"]["ids"]);
+    let got = model
+        .perplexity(&tokens, 16, &mut |_, _, _| {})
+        .unwrap()
+        .perplexity;
+    let d = rt.dispatcher().clone();
+    let want = direct_perplexity(&dir, d.clone(), &tokens, 16, Some(0));
+    assert!((got - want).abs() / want < 1e-9, "{got} vs {want}");
+    let without = direct_perplexity(&dir, d, &tokens, 16, None);
+    assert!(
+        (got - without).abs() / without > 1e-6,
+        "BOS changed nothing"
+    );
 }
 
 #[test]
