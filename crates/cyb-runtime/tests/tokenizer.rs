@@ -6,6 +6,8 @@
 //! The SmolLM2 test is skipped without the file (tools/fetch_smollm2.sh), except under CI
 //! (env `CI` set), where it fails.
 
+mod common;
+
 use cyb_runtime::Tokenizer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -134,29 +136,11 @@ fn hf_directory_matches_tokenizers() {
     check_cases(&tok, &expected);
 }
 
-fn smollm2_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("CYB_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("CYB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/cyb-llm")))
-        .unwrap_or_default();
-    cache.join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
 #[test]
 fn smollm2_gguf_matches_transformers() {
-    let path = smollm2_path();
-    if !path.is_file() {
-        let msg = format!(
-            "{} is missing: run tools/fetch_smollm2.sh (or set CYB_SMOLLM2_GGUF)",
-            path.display()
-        );
-        assert!(std::env::var_os("CI").is_none(), "{msg}");
-        eprintln!("skipping smollm2 tokenizer test: {msg}");
+    let Some(path) = common::smollm2() else {
         return;
-    }
+    };
     let expected = read_json(&fixtures().join("smollm2.json"));
     let tok = load(&path);
     assert_eq!(
