@@ -81,20 +81,34 @@ pub(crate) fn matmul(
         let out = DisjointOut::new(y);
         let chunk = (WEIGHT_CHUNK_BYTES / row_bytes.max(1)).max(4);
         let threads = pool.threads();
-        let tiles = |t: usize, dot: &dyn Fn(&[u8], usize, usize, &mut [f32; 4])| {
+        // Decode streams four weight rows at once; prefill pairs two weight rows with four
+        // activation rows (eight accumulators). Either way each output is computed alone.
+        let cols = if m == 1 { 4 } else { 2 };
+        let tiles = |t: usize, dot: &dyn Fn(&[u8], usize, usize, usize, &mut [f32; 16])| {
             let mine = split(n, threads, t);
-            let mut res = [0f32; 4];
+            let mut res = [0f32; 16];
             let mut j0 = mine.start;
             while j0 < mine.end {
                 let j1 = (j0 + chunk).min(mine.end);
                 for r0 in (0..m).step_by(4) {
                     let nr = (m - r0).min(4);
-                    for j in j0..j1 {
-                        dot(&w[j * row_bytes..(j + 1) * row_bytes], r0, nr, &mut res);
-                        for (i, v) in res.iter().enumerate().take(nr) {
-                            // SAFETY: column j belongs to this thread's range only.
-                            unsafe { out.set((r0 + i) * n + j, *v) };
+                    let mut j = j0;
+                    while j < j1 {
+                        let nc = (j1 - j).min(cols);
+                        dot(
+                            &w[j * row_bytes..(j + nc) * row_bytes],
+                            nc,
+                            r0,
+                            nr,
+                            &mut res,
+                        );
+                        for c in 0..nc {
+                            for r in 0..nr {
+                                // SAFETY: column j + c belongs to this thread's range only.
+                                unsafe { out.set((r0 + r) * n + j + c, res[c * 4 + r]) };
+                            }
                         }
+                        j += nc;
                     }
                 }
                 j0 = j1;
@@ -112,14 +126,24 @@ pub(crate) fn matmul(
                 let q = &*q;
                 pool.run(&|t| {
                     // SAFETY: `set` was checked available when the backend was made.
-                    tiles(t, &|wr, r0, nr, res| unsafe { f(wr, q, r0, nr, res) })
+                    tiles(t, &|wr, nc, r0, nr, res| unsafe {
+                        f(wr, row_bytes, nc, q, r0, nr, res)
+                    })
                 });
             }
             Kernel::Float(f) => {
                 let a = &*a;
                 pool.run(&|t| {
                     // SAFETY: as above.
-                    tiles(t, &|wr, r0, nr, res| unsafe { f(wr, a, k, r0, nr, res) })
+                    tiles(t, &|wr, nc, r0, nr, res| {
+                        for c in 0..nc {
+                            let mut col = [0f32; 4];
+                            let wc = &wr[c * row_bytes..(c + 1) * row_bytes];
+                            // SAFETY: as above.
+                            unsafe { f(wc, a, k, r0, nr, &mut col) };
+                            res[c * 4..c * 4 + 4].copy_from_slice(&col);
+                        }
+                    })
                 });
             }
         }

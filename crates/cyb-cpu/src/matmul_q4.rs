@@ -14,8 +14,18 @@ use crate::quant_act::QuantizedRows;
 use cyb_tensor::DType;
 use half::f16;
 
-/// Up to four activation rows `r0..r0 + nr` against one weight row `w` (whole blocks).
-pub type QDot = unsafe fn(w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, out: &mut [f32; 4]);
+/// Up to four weight rows (`nc`, each `row_bytes` apart in `w`) against up to four activation
+/// rows `r0..r0 + nr`; the result of weight row `c` and activation row `r` goes to
+/// `out[c * 4 + r]`.
+pub type QDot = unsafe fn(
+    w: &[u8],
+    row_bytes: usize,
+    nc: usize,
+    a: &QuantizedRows,
+    r0: usize,
+    nr: usize,
+    out: &mut [f32; 16],
+);
 
 fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
@@ -78,7 +88,7 @@ fn portable_affine(
     out[..nr].copy_from_slice(&acc[..nr]);
 }
 
-fn portable_q8_0(w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, out: &mut [f32; 4]) {
+fn portable_q8_0(_: DType, w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, out: &mut [f32; 4]) {
     let mut acc = [0f32; 4];
     for (bi, blk) in w.chunks_exact(34).enumerate() {
         let d = f16_at(blk, 0);
@@ -96,27 +106,53 @@ fn portable_q8_0(w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, out: &mut [f
     out[..nr].copy_from_slice(&acc[..nr]);
 }
 
-macro_rules! portable_entry {
-    ($name:ident, $dt:expr) => {
-        unsafe fn $name(w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, out: &mut [f32; 4]) {
-            portable_affine($dt, w, a, r0, nr, out)
-        }
-    };
-}
-portable_entry!(portable_q4_0, DType::Q4_0);
-portable_entry!(portable_q4_1, DType::Q4_1);
-portable_entry!(portable_q5_0, DType::Q5_0);
-portable_entry!(portable_q5_1, DType::Q5_1);
-
-unsafe fn portable_q8_0_entry(
+/// Runs a one-weight-row kernel over `nc` weight rows.
+#[allow(clippy::too_many_arguments)]
+fn columns(
+    one: fn(DType, &[u8], &QuantizedRows, usize, usize, &mut [f32; 4]),
+    dtype: DType,
     w: &[u8],
+    row_bytes: usize,
+    nc: usize,
     a: &QuantizedRows,
     r0: usize,
     nr: usize,
-    out: &mut [f32; 4],
+    out: &mut [f32; 16],
 ) {
-    portable_q8_0(w, a, r0, nr, out)
+    for c in 0..nc {
+        let mut col = [0f32; 4];
+        one(
+            dtype,
+            &w[c * row_bytes..(c + 1) * row_bytes],
+            a,
+            r0,
+            nr,
+            &mut col,
+        );
+        out[c * 4..c * 4 + 4].copy_from_slice(&col);
+    }
 }
+
+macro_rules! portable_entry {
+    ($name:ident, $one:ident, $dt:expr) => {
+        unsafe fn $name(
+            w: &[u8],
+            row_bytes: usize,
+            nc: usize,
+            a: &QuantizedRows,
+            r0: usize,
+            nr: usize,
+            out: &mut [f32; 16],
+        ) {
+            columns($one, $dt, w, row_bytes, nc, a, r0, nr, out)
+        }
+    };
+}
+portable_entry!(portable_q4_0, portable_affine, DType::Q4_0);
+portable_entry!(portable_q4_1, portable_affine, DType::Q4_1);
+portable_entry!(portable_q5_0, portable_affine, DType::Q5_0);
+portable_entry!(portable_q5_1, portable_affine, DType::Q5_1);
+portable_entry!(portable_q8_0_entry, portable_q8_0, DType::Q8_0);
 
 /// The kernel for `dtype` in `set`, if this file has one.
 pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {

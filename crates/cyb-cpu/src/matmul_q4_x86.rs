@@ -121,38 +121,52 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 }
 
 macro_rules! legacy_kernel {
-    ($entry:ident, $rows:ident, $feat:literal, $bb:expr, $unpack:ident, $dot:ident) => {
+    ($entry:ident, $tile:ident, $feat:literal, $bb:expr, $unpack:ident, $dot:ident) => {
+        /// `C` weight rows × `R` activation rows; `out[c * 4 + r]`.
         #[target_feature(enable = $feat)]
-        unsafe fn $rows<const R: usize>(
+        unsafe fn $tile<const C: usize, const R: usize>(
             w: &[u8],
+            row_bytes: usize,
             a: &QuantizedRows,
             r0: usize,
-            out: &mut [f32; 4],
+            out: &mut [f32; 16],
         ) {
             let (k, nb) = (a.k, a.k / 32);
-            assert!(w.len() >= nb * $bb && a.qs.len() >= (r0 + R) * k);
+            assert!(row_bytes >= nb * $bb && w.len() >= (C - 1) * row_bytes + nb * $bb);
+            assert!(a.qs.len() >= (r0 + R) * k);
             assert!(a.d.len() >= (r0 + R) * nb && a.s.len() >= (r0 + R) * nb);
-            let mut acc = [_mm256_setzero_ps(); R];
-            let mut corr = [0f32; R];
+            let mut acc = [[_mm256_setzero_ps(); R]; C];
+            let mut corr = [[0f32; R]; C];
             for bi in 0..nb {
-                // SAFETY: block bi of w and of rows r0..r0+R lie inside the asserted lengths.
+                // SAFETY: block bi of weight rows 0..C and of activation rows r0..r0+R lie
+                // inside the asserted lengths.
                 unsafe {
-                    let (q, d, off) = $unpack(w.as_ptr().add(bi * $bb));
+                    let mut qa = [_mm256_setzero_si256(); R];
+                    let mut da = [0f32; R];
+                    let mut sa = [0f32; R];
                     for r in 0..R {
                         let row = r0 + r;
-                        let qa = _mm256_loadu_si256(
+                        qa[r] = _mm256_loadu_si256(
                             a.qs.as_ptr().add(row * k + bi * 32) as *const __m256i
                         );
-                        let da = *a.d.get_unchecked(row * nb + bi);
-                        let dot = _mm256_cvtepi32_ps($dot(q, qa));
-                        acc[r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * da), acc[r]);
-                        corr[r] += off * *a.s.get_unchecked(row * nb + bi);
+                        da[r] = *a.d.get_unchecked(row * nb + bi);
+                        sa[r] = *a.s.get_unchecked(row * nb + bi);
+                    }
+                    for c in 0..C {
+                        let (q, d, off) = $unpack(w.as_ptr().add(c * row_bytes + bi * $bb));
+                        for r in 0..R {
+                            let dot = _mm256_cvtepi32_ps($dot(q, qa[r]));
+                            acc[c][r] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * da[r]), acc[c][r]);
+                            corr[c][r] += off * sa[r];
+                        }
                     }
                 }
             }
-            for r in 0..R {
-                // SAFETY: same features as this fn.
-                out[r] = unsafe { hsum(acc[r]) } + corr[r];
+            for c in 0..C {
+                for r in 0..R {
+                    // SAFETY: same features as this fn.
+                    out[c * 4 + r] = unsafe { hsum(acc[c][r]) } + corr[c][r];
+                }
             }
         }
 
@@ -161,18 +175,32 @@ macro_rules! legacy_kernel {
         #[target_feature(enable = $feat)]
         pub unsafe fn $entry(
             w: &[u8],
+            row_bytes: usize,
+            nc: usize,
             a: &QuantizedRows,
             r0: usize,
             nr: usize,
-            out: &mut [f32; 4],
+            out: &mut [f32; 16],
         ) {
-            // SAFETY: same features as this fn.
+            // SAFETY: same features as this fn; the tiles check their own bounds.
             unsafe {
-                match nr {
-                    1 => $rows::<1>(w, a, r0, out),
-                    2 => $rows::<2>(w, a, r0, out),
-                    3 => $rows::<3>(w, a, r0, out),
-                    _ => $rows::<4>(w, a, r0, out),
+                match (nc, nr) {
+                    (4, 1) => $tile::<4, 1>(w, row_bytes, a, r0, out),
+                    (1, 1) => $tile::<1, 1>(w, row_bytes, a, r0, out),
+                    (1, 2) => $tile::<1, 2>(w, row_bytes, a, r0, out),
+                    (1, 3) => $tile::<1, 3>(w, row_bytes, a, r0, out),
+                    (1, _) => $tile::<1, 4>(w, row_bytes, a, r0, out),
+                    (2, 1) => $tile::<2, 1>(w, row_bytes, a, r0, out),
+                    (2, 2) => $tile::<2, 2>(w, row_bytes, a, r0, out),
+                    (2, 3) => $tile::<2, 3>(w, row_bytes, a, r0, out),
+                    (2, _) => $tile::<2, 4>(w, row_bytes, a, r0, out),
+                    _ => {
+                        // Three or four columns with several rows: pairs keep 8 accumulators.
+                        let mut part = [0f32; 16];
+                        $entry(w, row_bytes, 2, a, r0, nr, out);
+                        $entry(&w[2 * row_bytes..], row_bytes, nc - 2, a, r0, nr, &mut part);
+                        out[8..].copy_from_slice(&part[..8]);
+                    }
                 }
             }
         }
@@ -181,7 +209,7 @@ macro_rules! legacy_kernel {
 
 legacy_kernel!(
     q4_0_avx2,
-    q4_0_avx2_rows,
+    q4_0_avx2_tile,
     "avx2,fma,f16c",
     18,
     q4_0,
@@ -189,7 +217,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q4_1_avx2,
-    q4_1_avx2_rows,
+    q4_1_avx2_tile,
     "avx2,fma,f16c",
     20,
     q4_1,
@@ -197,7 +225,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q5_0_avx2,
-    q5_0_avx2_rows,
+    q5_0_avx2_tile,
     "avx2,fma,f16c",
     22,
     q5_0,
@@ -205,7 +233,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q5_1_avx2,
-    q5_1_avx2_rows,
+    q5_1_avx2_tile,
     "avx2,fma,f16c",
     24,
     q5_1,
@@ -213,7 +241,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q8_0_avx2,
-    q8_0_avx2_rows,
+    q8_0_avx2_tile,
     "avx2,fma,f16c",
     34,
     q8_0,
@@ -221,7 +249,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q4_0_vnni,
-    q4_0_vnni_rows,
+    q4_0_vnni_tile,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     18,
     q4_0,
@@ -229,7 +257,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q4_1_vnni,
-    q4_1_vnni_rows,
+    q4_1_vnni_tile,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     20,
     q4_1,
@@ -237,7 +265,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q5_0_vnni,
-    q5_0_vnni_rows,
+    q5_0_vnni_tile,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     22,
     q5_0,
@@ -245,7 +273,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q5_1_vnni,
-    q5_1_vnni_rows,
+    q5_1_vnni_tile,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     24,
     q5_1,
@@ -253,7 +281,7 @@ legacy_kernel!(
 );
 legacy_kernel!(
     q8_0_vnni,
-    q8_0_vnni_rows,
+    q8_0_vnni_tile,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     34,
     q8_0,

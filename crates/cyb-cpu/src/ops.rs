@@ -1,14 +1,311 @@
-//! Elementwise and normalisation ops of the decode loop (placeholder).
-use cyb_ops::Op;
-use cyb_tensor::{Result, Tensor, TensorInfo};
+//! The small ops of the decode loop: elementwise arithmetic, activations, RMS norm, RoPE,
+//! embedding lookup, and the layout ops that only move data (reshape is free: it shares the
+//! storage). They are single-threaded: at decode sizes a parallel section costs more than the
+//! work. Each computes exactly what the reference computes, in the same order, so results are
+//! equal to it (the tests check within 1e-5).
 
-pub(crate) fn supports(_op: &Op, _inputs: &[TensorInfo]) -> bool {
-    false
+use cyb_ops::{Op, RopeLayout};
+use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
+use std::sync::Arc;
+
+fn f32_in(infos: &[TensorInfo]) -> bool {
+    infos.iter().all(|i| i.dtype == DType::F32)
 }
 
-pub(crate) fn execute(op: &Op, _inputs: &[Tensor]) -> Result<Tensor> {
-    Err(cyb_tensor::Error::invalid(
-        op.name(),
-        "not implemented on cpu",
-    ))
+/// True when `b` broadcasts onto `a` by repeating whole trailing rows (`b` equals `a`'s last
+/// dimensions, leading ones optional): the bias and residual forms models use.
+fn trailing_broadcast(a: &[usize], b: &[usize]) -> bool {
+    let b = {
+        let lead_ones = b.iter().take_while(|&&d| d == 1).count().min(b.len());
+        &b[lead_ones..]
+    };
+    b.len() <= a.len() && a[a.len() - b.len()..] == *b
+}
+
+pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
+    match op {
+        Op::Reshape { .. } => true,
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            f32_in(inputs)
+                && inputs.len() == 2
+                && trailing_broadcast(inputs[0].shape.dims(), inputs[1].shape.dims())
+        }
+        Op::Scale { .. } | Op::Silu | Op::Tanh | Op::Relu | Op::SwiGlu => f32_in(inputs),
+        Op::RmsNorm { .. } => f32_in(inputs),
+        Op::Permute { .. } | Op::Transpose { .. } => f32_in(inputs),
+        Op::Rope { .. } => {
+            inputs.first().is_some_and(|x| x.dtype == DType::F32)
+                && inputs.get(2).is_none_or(|f| f.dtype == DType::F32)
+        }
+        Op::Embedding => {
+            let t = inputs[0].dtype;
+            t.is_float() || cyb_tensor::quant::dequantize(t, &[], &mut []).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// An F32 tensor of `dims` filled by `fill`.
+fn make(dims: &[usize], fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
+    let n: usize = dims.iter().product();
+    let mut buf = AlignedBuf::zeroed(n * 4);
+    fill(bytemuck::cast_slice_mut(buf.as_bytes_mut()))?;
+    Tensor::new(
+        Shape::new(dims.to_vec())?,
+        DType::F32,
+        Storage::Host(Arc::new(buf)),
+    )
+}
+
+pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+    let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    let out = cyb_ops::output_infos(op, &infos)?;
+    let od = out[0].shape.dims();
+    let x = &inputs[0];
+    match op {
+        Op::Reshape { .. } => x.reshape(od),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            let f: fn(f32, f32) -> f32 = match op {
+                Op::Add => |a, b| a + b,
+                Op::Sub => |a, b| a - b,
+                Op::Mul => |a, b| a * b,
+                _ => |a, b| a / b,
+            };
+            let (a, b) = (x.as_f32()?, inputs[1].as_f32()?);
+            make(od, |y| {
+                if !b.is_empty() {
+                    for (yc, ac) in y.chunks_mut(b.len()).zip(a.chunks(b.len())) {
+                        for ((o, &p), &q) in yc.iter_mut().zip(ac).zip(b.iter()) {
+                            *o = f(p, q);
+                        }
+                    }
+                }
+                Ok(())
+            })
+        }
+        Op::Scale { factor } => unary(x, |v| v * factor),
+        Op::Silu => unary(x, silu),
+        Op::Tanh => unary(x, f32::tanh),
+        Op::Relu => unary(x, |v| v.max(0.0)),
+        Op::SwiGlu => swiglu(inputs, od),
+        Op::RmsNorm { eps, weight_offset } => rms_norm(*eps, *weight_offset, inputs),
+        Op::Permute { perm } => permute(x, perm, od),
+        Op::Transpose { a, b } => {
+            let rank = x.dims().len();
+            let resolve = |v: isize| if v < 0 { v + rank as isize } else { v } as usize;
+            let mut perm: Vec<usize> = (0..rank).collect();
+            perm.swap(resolve(*a), resolve(*b));
+            permute(x, &perm, od)
+        }
+        Op::Rope {
+            layout,
+            rot_dims,
+            base,
+            scaling,
+        } => {
+            let (mut inv_freq, attn_factor) =
+                cyb_ops::reference::rope_frequencies(*rot_dims, *base as f64, scaling);
+            if let Some(f) = inputs.get(2) {
+                for (fr, &div) in inv_freq.iter_mut().zip(f.as_f32()?.iter()) {
+                    *fr /= div as f64;
+                }
+            }
+            rope(*layout, &inv_freq, attn_factor, inputs)
+        }
+        Op::Embedding => embedding(x, &inputs[1], od),
+        _ => Err(Error::UnsupportedOp {
+            op: op.name().into(),
+            backend: "cpu".into(),
+            input_dtype: x.dtype(),
+        }),
+    }
+}
+
+/// As the reference's silu, so results are identical.
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn unary(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor> {
+    let a = x.as_f32()?;
+    make(x.dims(), |y| {
+        for (o, &v) in y.iter_mut().zip(a.iter()) {
+            *o = f(v);
+        }
+        Ok(())
+    })
+}
+
+fn swiglu(inputs: &[Tensor], od: &[usize]) -> Result<Tensor> {
+    let g = inputs[0].as_f32()?;
+    make(od, |y| {
+        match inputs.get(1) {
+            Some(u) => {
+                let u = u.as_f32()?;
+                for ((o, &gv), &uv) in y.iter_mut().zip(g.iter()).zip(u.iter()) {
+                    *o = silu(gv) * uv;
+                }
+            }
+            None => {
+                let n = od.last().copied().unwrap_or(0);
+                if n > 0 {
+                    for (yr, row) in y.chunks_mut(n).zip(g.chunks(2 * n)) {
+                        let (gs, us) = row.split_at(n);
+                        for ((o, &gv), &uv) in yr.iter_mut().zip(gs).zip(us) {
+                            *o = silu(gv) * uv;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Tensor> {
+    let x = inputs[0].as_f32()?;
+    let d = inputs[0].dims().last().copied().unwrap_or(0);
+    let w = inputs.get(1).map(Tensor::as_f32).transpose()?;
+    make(inputs[0].dims(), |y| {
+        if d == 0 {
+            return Ok(());
+        }
+        for (ys, xs) in y.chunks_mut(d).zip(x.chunks(d)) {
+            // Summed in index order, as the reference does.
+            let sum_sq: f32 = xs.iter().fold(0.0, |s, v| s + v * v);
+            let inv_rms = 1.0 / (sum_sq / d as f32 + eps).sqrt();
+            match &w {
+                Some(w) => {
+                    for ((o, v), wi) in ys.iter_mut().zip(xs).zip(w.iter()) {
+                        *o = v * inv_rms * (wi + offset);
+                    }
+                }
+                None => {
+                    for (o, v) in ys.iter_mut().zip(xs) {
+                        *o = v * inv_rms * (1.0 + offset);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn permute(x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {
+    let a = x.as_f32()?;
+    let xd = x.dims();
+    let rank = xd.len();
+    let mut in_strides = vec![1usize; rank];
+    for i in (0..rank.saturating_sub(1)).rev() {
+        in_strides[i] = in_strides[i + 1] * xd[i + 1];
+    }
+    // Stride in the input of each output axis.
+    let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    make(od, |y| {
+        let inner = od.last().copied().unwrap_or(1);
+        let inner_stride = strides.last().copied().unwrap_or(1);
+        let mut idx = vec![0usize; rank];
+        for row in y.chunks_mut(inner.max(1)) {
+            let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = a[base + j * inner_stride];
+            }
+            // Odometer over every axis but the last.
+            for ax in (0..rank.saturating_sub(1)).rev() {
+                idx[ax] += 1;
+                if idx[ax] < od[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn rope(layout: RopeLayout, inv_freq: &[f64], attn: f64, inputs: &[Tensor]) -> Result<Tensor> {
+    let x = inputs[0].as_f32()?;
+    let positions = inputs[1].to_i64_vec()?;
+    let dims = inputs[0].dims();
+    let r = dims.len();
+    let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
+    let half = inv_freq.len();
+    // The reference's table: angles in f64, rounded to f32 once.
+    let mut table = Vec::with_capacity(positions.len() * half);
+    for &pos in &positions {
+        for f in inv_freq {
+            let theta = pos as f64 * f;
+            table.push(((theta.cos() * attn) as f32, (theta.sin() * attn) as f32));
+        }
+    }
+    make(dims, |y| {
+        y.copy_from_slice(&x);
+        if head_dim == 0 {
+            return Ok(());
+        }
+        for (row, v) in y.chunks_mut(head_dim).enumerate() {
+            let s = (row / heads.max(1)) % seq.max(1);
+            for (i, &(c, sn)) in table[s * half..(s + 1) * half].iter().enumerate() {
+                let (a, b) = match layout {
+                    RopeLayout::Normal => (2 * i, 2 * i + 1),
+                    RopeLayout::Neox => (i, i + half),
+                };
+                let (x0, x1) = (v[a], v[b]);
+                v[a] = x0 * c - x1 * sn;
+                v[b] = x0 * sn + x1 * c;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn embedding(table: &Tensor, ids_t: &Tensor, od: &[usize]) -> Result<Tensor> {
+    let ids = ids_t.to_i64_vec()?;
+    let (vocab, dim) = (table.dims()[0], table.dims()[1]);
+    let dtype = table.dtype();
+    let row_bytes = dtype.bytes_for(dim).ok_or_else(|| {
+        Error::invalid(
+            "embedding",
+            format!("rows of {dim} are not whole {dtype} blocks"),
+        )
+    })?;
+    let bytes = table
+        .host_bytes()
+        .ok_or_else(|| Error::invalid("embedding", "table is not in host memory"))?;
+    make(od, |y| {
+        if dim == 0 {
+            return Ok(());
+        }
+        for (out, &id) in y.chunks_mut(dim).zip(&ids) {
+            let row = usize::try_from(id)
+                .ok()
+                .filter(|&r| r < vocab)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "embedding",
+                        format!("id {id} is outside the table's 0..{vocab}"),
+                    )
+                })?;
+            let src = &bytes[row * row_bytes..(row + 1) * row_bytes];
+            match dtype {
+                DType::F32 => {
+                    for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    }
+                }
+                DType::F16 => {
+                    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                        *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                    }
+                }
+                DType::BF16 => {
+                    for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                        *o = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                    }
+                }
+                _ => cyb_tensor::quant::dequantize(dtype, src, out)?,
+            }
+        }
+        Ok(())
+    })
 }

@@ -1,0 +1,154 @@
+//! The small decode ops and fused attention against the reference on odd sizes, with 1 and 3
+//! threads bit-identical.
+
+mod common;
+use common::{check, Rng};
+use cyb_ops::{Op, RopeLayout, RopeScaling};
+use cyb_tensor::{DType, Tensor};
+
+fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
+    Tensor::from_f32(dims, &rng.vec(dims.iter().product())).unwrap()
+}
+
+#[test]
+fn elementwise_and_activations() {
+    let mut rng = Rng::new(11);
+    let (a, b, row) = (
+        t(&mut rng, &[7, 67]),
+        t(&mut rng, &[7, 67]),
+        t(&mut rng, &[67]),
+    );
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        check(&op, &[a.clone(), b.clone()], 1e-5, op.name());
+        check(&op, &[a.clone(), row.clone()], 1e-5, op.name());
+    }
+    for op in [Op::Silu, Op::Tanh, Op::Relu, Op::Scale { factor: 0.37 }] {
+        check(&op, &[a.clone()], 1e-5, op.name());
+    }
+    check(&Op::SwiGlu, &[a.clone(), b.clone()], 1e-5, "swiglu");
+    check(&Op::SwiGlu, &[t(&mut rng, &[3, 134])], 1e-5, "swiglu fused");
+}
+
+#[test]
+fn norms_layout_and_embedding() {
+    let mut rng = Rng::new(12);
+    let x = t(&mut rng, &[5, 3, 67]);
+    let w = t(&mut rng, &[67]);
+    for offset in [0.0, 1.0] {
+        let op = Op::RmsNorm {
+            eps: 1e-5,
+            weight_offset: offset,
+        };
+        check(&op, &[x.clone(), w.clone()], 1e-5, "rms_norm");
+        check(&op, &[x.clone()], 1e-5, "rms_norm without weight");
+    }
+    check(
+        &Op::Permute {
+            perm: vec![1, 0, 2],
+        },
+        &[x.clone()],
+        0.0,
+        "permute",
+    );
+    check(
+        &Op::Permute {
+            perm: vec![2, 0, 1],
+        },
+        &[x.clone()],
+        0.0,
+        "permute 3",
+    );
+    check(
+        &Op::Transpose { a: 0, b: -1 },
+        &[x.clone()],
+        0.0,
+        "transpose",
+    );
+    check(
+        &Op::Reshape { dims: vec![15, -1] },
+        &[x.clone()],
+        0.0,
+        "reshape",
+    );
+    let ids = Tensor::from_i64(&[2, 3], &[0, 4, 130, 7, 7, 1]).unwrap();
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_1,
+        DType::Q4_K,
+    ] {
+        let table = Tensor::from_f32_as(&[131, 256], &rng.vec(131 * 256), dtype).unwrap();
+        check(
+            &Op::Embedding,
+            &[table, ids.clone()],
+            0.0,
+            &format!("embedding {dtype}"),
+        );
+    }
+}
+
+#[test]
+fn rope_both_layouts() {
+    let mut rng = Rng::new(13);
+    let x = t(&mut rng, &[3, 5, 16]);
+    let pos = Tensor::from_i64(&[3], &[0, 9, 1000]).unwrap();
+    for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for (rot, scaling) in [
+            (16, RopeScaling::None),
+            (10, RopeScaling::Linear { factor: 4.0 }),
+        ] {
+            let op = Op::Rope {
+                layout,
+                rot_dims: rot,
+                base: 10000.0,
+                scaling,
+            };
+            check(&op, &[x.clone(), pos.clone()], 1e-5, "rope");
+        }
+    }
+    let factors = t(&mut rng, &[8]);
+    let op = Op::Rope {
+        layout: RopeLayout::Normal,
+        rot_dims: 16,
+        base: 500000.0,
+        scaling: RopeScaling::None,
+    };
+    check(&op, &[x, pos, factors], 1e-5, "rope with freq factors");
+}
+
+#[test]
+fn fused_attention() {
+    let mut rng = Rng::new(14);
+    for (hq, hkv, lq, lk, d) in [
+        (9, 3, 1, 37, 16),
+        (4, 4, 5, 5, 24),
+        (6, 2, 3, 131, 8),
+        (3, 1, 1, 1, 5),
+    ] {
+        let q = t(&mut rng, &[hq, lq, d]);
+        let k = t(&mut rng, &[hkv, lk, d]);
+        let v = t(&mut rng, &[hkv, lk, d + 3]);
+        for (causal, window, softcap) in [
+            (true, None, None),
+            (true, Some(4), None),
+            (false, None, Some(0.5)),
+            (true, Some(1), Some(20.0)),
+        ] {
+            let op = Op::Sdpa {
+                scale: 0.3,
+                causal,
+                sliding_window: window,
+                softcap,
+                alibi_max_bias: None,
+            };
+            check(
+                &op,
+                &[q.clone(), k.clone(), v.clone()],
+                1e-5,
+                &format!("sdpa {hq}/{hkv} {lq}x{lk} {op:?}"),
+            );
+        }
+    }
+}
