@@ -17,6 +17,8 @@ mod matmul_float;
 #[cfg(target_arch = "x86_64")]
 mod matmul_float_x86;
 mod matmul_kquant;
+#[cfg(target_arch = "x86_64")]
+mod matmul_kquant_x86;
 mod matmul_q4;
 #[cfg(target_arch = "x86_64")]
 mod matmul_q4_x86;

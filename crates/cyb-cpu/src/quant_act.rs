@@ -94,6 +94,7 @@ impl QuantizedRows {
     }
 
     /// Sums of 16 levels of row `r` (256-value blocks).
+    #[allow(dead_code)]
     pub fn row_bsums(&self, r: usize) -> &[i32] {
         let n = self.k / 16;
         &self.bsums[r * n..(r + 1) * n]

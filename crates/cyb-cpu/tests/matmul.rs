@@ -80,6 +80,13 @@ fn legacy_block_formats() {
 }
 
 #[test]
+fn k_quant_formats() {
+    for dtype in [DType::Q2_K, DType::Q4_K, DType::Q5_K, DType::Q6_K] {
+        check_dtype(dtype, &[256, 768]);
+    }
+}
+
+#[test]
 fn float_formats() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         check_dtype(dtype, &[1, 7, 37, 200]);
