@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Bytes of weight rows a thread keeps hot while all activation rows pass over them.
 const WEIGHT_CHUNK_BYTES: usize = 32 * 1024;
 
+/// One tile: weight rows (`nc` of them), `nc`, first activation row, rows, results.
+type TileFn<'a> = dyn Fn(&[u8], usize, usize, usize, &mut [f32; 16]) + 'a;
+
 enum Kernel {
     /// Activations in 32-value 8-bit blocks.
     Q32(QDot),
@@ -84,7 +87,7 @@ pub(crate) fn matmul(
         // Decode streams four weight rows at once; prefill pairs two weight rows with four
         // activation rows (eight accumulators). Either way each output is computed alone.
         let cols = if m == 1 { 4 } else { 2 };
-        let tiles = |t: usize, dot: &dyn Fn(&[u8], usize, usize, usize, &mut [f32; 16])| {
+        let tiles = |t: usize, dot: &TileFn| {
             let mine = split(n, threads, t);
             let mut res = [0f32; 16];
             let mut j0 = mine.start;

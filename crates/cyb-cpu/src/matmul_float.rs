@@ -6,6 +6,9 @@
 //! one over an 8-value step, then the scalar tail) that does not depend on the number of rows
 //! in the pass, so results never depend on tiling or threads.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use cyb_tensor::DType;
 use half::{bf16, f16};
 

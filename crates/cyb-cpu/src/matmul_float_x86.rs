@@ -1,5 +1,8 @@
 //! AVX2 + FMA + F16C kernels of `matmul_float.rs`.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use crate::matmul_q4_x86::hsum;
 use std::arch::x86_64::*;
 

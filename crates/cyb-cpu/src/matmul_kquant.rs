@@ -7,6 +7,9 @@
 //! `Σ x·a = d·d_a·Σ_g sc[g]·Σ q·q_a - dmin·d_a·Σ_g mn[g]·bsum[g]`: integer sums per group, two
 //! float multiplies per super-block. Q3_K and the ternary formats fall back to the reference.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use crate::matmul_q4::QDot;
 use crate::quant_act::QuantizedRows;
 use cyb_tensor::DType;

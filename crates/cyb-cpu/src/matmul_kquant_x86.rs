@@ -3,6 +3,9 @@
 //! scaled per 16-value group by `madd` with the group scales, all in i32 until the super-block
 //! ends. Used by both the AVX2 and the AVX-512 kernel sets.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use crate::matmul_kquant::scale_min_k4;
 use crate::matmul_q4_x86::hsum;
 use crate::quant_act::QuantizedRows;

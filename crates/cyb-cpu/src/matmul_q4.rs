@@ -10,6 +10,9 @@
 //! Each row's result is computed by the same sequence of operations whatever the number of
 //! rows in the pass, so results never depend on tiling or threads.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use crate::quant_act::QuantizedRows;
 use cyb_tensor::DType;
 use half::f16;

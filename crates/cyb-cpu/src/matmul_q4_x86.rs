@@ -4,6 +4,9 @@
 //! Every `pub unsafe fn` here requires the CPU features of its kernel set; `matmul_q4::kernel`
 //! hands them out only for a `KernelSet` that `is_available`.
 
+// Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
 use crate::quant_act::QuantizedRows;
 use std::arch::x86_64::*;
 

@@ -105,7 +105,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while s.pending.load(Ordering::Acquire) != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -133,7 +133,7 @@ fn worker(s: &Shared, index: usize) {
                 break g;
             }
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(256) && start.elapsed() > SPIN {
                 // A stale unpark token only makes this return early; the loop re-checks.
                 thread::park();
             } else {
