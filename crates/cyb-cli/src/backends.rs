@@ -1,6 +1,5 @@
 //! `cyb-llm backends`: every backend this build knows, and whether it can run here.
 
-use cyb_backend::available_backends;
 use cyb_tensor::Result;
 
 #[derive(clap::Args)]
@@ -11,7 +10,7 @@ pub struct BackendsArgs {
 }
 
 pub fn run(args: BackendsArgs) -> Result<()> {
-    let list = available_backends();
+    let list = cyb_runtime::Runtime::available_backends();
     if args.json {
         let v: Vec<serde_json::Value> = list
             .iter()

@@ -52,8 +52,11 @@ impl Runtime {
     /// A backend that cannot run here is an `Error::BackendInit` saying why.
     pub fn new(options: RuntimeOptions) -> Result<Runtime> {
         let mut chain: Vec<Arc<dyn Backend>> = Vec::new();
-        if let Some(name) = &options.backend {
-            let b = create_backend(name)?;
+        cyb_cpu::register();
+        // The fast CPU backend is the default; `--backend reference` runs the reference alone.
+        let default = cyb_backend::is_registered("cpu").then(|| "cpu".to_string());
+        if let Some(name) = options.backend.clone().or(default) {
+            let b = create_backend(&name)?;
             if b.name() != "reference" {
                 chain.push(b);
             }
@@ -62,6 +65,13 @@ impl Runtime {
             dispatcher: Arc::new(Dispatcher::new(chain)),
             options,
         })
+    }
+
+    /// Every backend this build knows and whether it can run here (the built-in ones
+    /// registered first).
+    pub fn available_backends() -> Vec<cyb_backend::BackendDescription> {
+        cyb_cpu::register();
+        cyb_backend::available_backends()
     }
 
     pub fn dispatcher(&self) -> &Arc<Dispatcher> {
