@@ -7,6 +7,7 @@ mod inspect;
 mod npy;
 mod perplexity;
 mod run;
+mod serve;
 mod session_args;
 mod stream;
 
@@ -41,6 +42,8 @@ enum Command {
     Backends(backends::BackendsArgs),
     /// Prompt (pp) and generation (tg) tokens/s, measured like llama-bench.
     Bench(bench::BenchArgs),
+    /// OpenAI-compatible HTTP server (chat and text completions, streaming, several models).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Backends(args) => backends::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

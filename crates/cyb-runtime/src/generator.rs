@@ -3,7 +3,7 @@
 //! The session remembers which tokens its cache holds. A new prompt that starts with those
 //! tokens (the next turn of a chat, a repeated system prompt) only prefills what is new.
 
-use crate::{Model, Sampler, SamplingParams, StopMatcher};
+use crate::{Model, Sampler, SamplingParams, StopMatcher, TokenConstraint, TokenLogprobs};
 use cyb_models::KvCache;
 use cyb_tensor::{Error, Result};
 use std::time::Instant;
@@ -158,6 +158,9 @@ impl Generator {
             metrics,
             finish: None,
             flushed: false,
+            logprobs_top: None,
+            last_logprobs: None,
+            constraint: None,
         })
     }
 }
@@ -180,9 +183,13 @@ pub struct Generation<'g> {
     metrics: GenerationMetrics,
     finish: Option<FinishReason>,
     flushed: bool,
+    /// `Some(n)`: record the sampled token's log-probability and the `n` most likely tokens.
+    logprobs_top: Option<usize>,
+    last_logprobs: Option<TokenLogprobs>,
+    constraint: Option<Box<dyn TokenConstraint + 'g>>,
 }
 
-impl Generation<'_> {
+impl<'g> Generation<'g> {
     pub fn metrics(&self) -> &GenerationMetrics {
         &self.metrics
     }
@@ -190,6 +197,25 @@ impl Generation<'_> {
     /// Why generation ended, once it has.
     pub fn finish_reason(&self) -> Option<FinishReason> {
         self.finish
+    }
+
+    /// Records, for each sampled token, its log-probability and the `top_n` most likely
+    /// tokens at its position (see [`TokenLogprobs`]); read them with `last_logprobs`.
+    pub fn with_logprobs(mut self, top_n: usize) -> Self {
+        self.logprobs_top = Some(top_n);
+        self
+    }
+
+    /// The log-probabilities of the token of the last piece that carried one (set only after
+    /// `with_logprobs`).
+    pub fn last_logprobs(&self) -> Option<&TokenLogprobs> {
+        self.last_logprobs.as_ref()
+    }
+
+    /// Only tokens `constraint` allows are sampled; generation stops when it is finished.
+    pub fn with_constraint(mut self, constraint: Box<dyn TokenConstraint + 'g>) -> Self {
+        self.constraint = Some(constraint);
+        self
     }
 
     fn step(&mut self) -> Result<Option<Piece>> {
@@ -214,7 +240,17 @@ impl Generation<'_> {
                 l
             }
         };
+        if let Some(c) = self.constraint.as_mut() {
+            c.mask(&mut logits)?;
+        }
+        let raw = self.logprobs_top.map(|n| (n, logits.clone()));
         let token = self.sampler.sample(&mut logits, &self.state.tokens);
+        if let Some((n, raw)) = raw {
+            self.last_logprobs = Some(TokenLogprobs::from_logits(&raw, token, n));
+        }
+        if let Some(c) = self.constraint.as_mut() {
+            c.accept(token)?;
+        }
         if self.metrics.generated_tokens == 0 {
             self.metrics.time_to_first_token_ms = self.started.elapsed().as_secs_f64() * 1e3;
         }
@@ -226,7 +262,8 @@ impl Generation<'_> {
         self.unfed = Some(token);
         let text = self.decoder.push(token)?;
         let out = self.stop.push(&text);
-        if out.stopped {
+        let grammar_done = self.constraint.as_ref().is_some_and(|c| c.is_finished());
+        if out.stopped || grammar_done {
             self.finish = Some(FinishReason::Stop);
         }
         Ok(Some(Piece {

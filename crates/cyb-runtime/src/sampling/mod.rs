@@ -18,8 +18,11 @@
 //! seed gives the same uniform draws on every platform; the draw walks token ids in order
 //! over f64 probabilities.
 
+mod constraint;
 mod stages;
 mod stop;
+
+pub use constraint::TokenConstraint;
 
 pub use stages::{
     argmax, min_p, presence_frequency_penalty, repetition_penalty, softmax, temperature, top_k,

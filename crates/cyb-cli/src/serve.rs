@@ -1,0 +1,89 @@
+//! `cyb-llm serve [MODEL...]`: the OpenAI-compatible HTTP server (see the cyb-server crate).
+
+use crate::session_args::EngineArgs;
+use cyb_runtime::{ensure_default_model, ExecPath, Runtime, RuntimeOptions};
+use cyb_server::{ServedModel, ServerConfig};
+use cyb_tensor::{Error, Result};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// GGUF files or Hugging Face directories; clients name each by its file stem (or
+    /// `--alias`). None: the default model (SmolLM2-135M-Instruct Q4_1).
+    pub models: Vec<String>,
+    /// The id of each model, in order (repeatable); default: the file stem.
+    #[arg(long)]
+    pub alias: Vec<String>,
+    /// Address to listen on (keep the loopback address unless the server must be reachable).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (printed on start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Generations running at once.
+    #[arg(long, default_value_t = 2)]
+    pub parallel: usize,
+    /// Requests that may wait for a free slot; beyond that the server answers 429.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Largest request body in bytes (413 above).
+    #[arg(long, default_value_t = 2 << 20)]
+    pub max_body_bytes: usize,
+    /// Largest max_tokens a request may ask for (400 above); also the chat default.
+    #[arg(long, default_value_t = 4096)]
+    pub max_tokens_limit: usize,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    if args.alias.len() > args.models.len().max(1) {
+        return Err(Error::invalid("serve", "more --alias values than models"));
+    }
+    let rt = Runtime::new(RuntimeOptions {
+        backend: args.engine.backend.clone(),
+        path: ExecPath::parse(&args.engine.path)?,
+    })?;
+    let paths: Vec<PathBuf> = if args.models.is_empty() {
+        vec![ensure_default_model(&mut |msg| eprintln!("{msg}"))?]
+    } else {
+        args.models.iter().map(PathBuf::from).collect()
+    };
+    let mut served = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let id = match args.alias.get(i) {
+            Some(a) => a.clone(),
+            None => model_id(path),
+        };
+        let model = rt.load(path)?;
+        eprintln!(
+            "loaded {} as {id:?} in {:.0} ms",
+            path.display(),
+            model.load_ms()
+        );
+        served.push(ServedModel { id, model });
+    }
+    let config = ServerConfig {
+        parallel: args.parallel.max(1),
+        queue: args.queue,
+        ctx: args.engine.ctx,
+        max_body_bytes: args.max_body_bytes,
+        max_tokens_limit: args.max_tokens_limit.max(1),
+    };
+    cyb_server::run_blocking(served, config, &args.host, args.port, |addr| {
+        eprintln!("listening on http://{addr}");
+    })
+    .map_err(|reason| Error::invalid("serve", reason))
+}
+
+/// The file stem (`SmolLM2-135M-Instruct.Q4_1`), or the directory name of a Hugging Face
+/// directory.
+fn model_id(path: &Path) -> String {
+    let name = if path.is_dir() {
+        path.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}

@@ -1,0 +1,37 @@
+//! Server settings and the models it serves.
+
+use cyb_runtime::Model;
+
+/// Limits and sizes; `cyb-llm serve` flags map one to one.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Generations running at once (over all models).
+    pub parallel: usize,
+    /// Requests that may wait for a free slot; one more gets 429.
+    pub queue: usize,
+    /// Context size of each session; `None`: the model's, capped at 4096.
+    pub ctx: Option<usize>,
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
+    /// Largest `max_tokens` a request may ask for (400 above); also the default.
+    pub max_tokens_limit: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            parallel: 2,
+            queue: 64,
+            ctx: None,
+            max_body_bytes: 2 << 20,
+            max_tokens_limit: 4096,
+        }
+    }
+}
+
+/// A loaded model and the id clients name it by.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub id: String,
+    pub model: Model,
+}

@@ -1,0 +1,87 @@
+//! cyb-server: an OpenAI-compatible HTTP server over cyb-runtime (`cyb-llm serve`).
+//!
+//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (SSE streaming or not),
+//! `POST /v1/embeddings` (a 400 until an encoder can be loaded), `GET /v1/models`,
+//! `GET /health`, `GET /metrics` (Prometheus text). Each request generates in its own session
+//! over the model's shared weights, on a blocking thread; at most `parallel` run at once and
+//! `queue` more wait, the rest get 429. Idle sessions keep their KV cache and are reused by
+//! the request whose prompt shares the longest prefix with what they hold.
+//!
+//! This crate must not know how models compute: it speaks HTTP and the runtime's public API.
+
+mod admission;
+mod chat;
+mod completions;
+mod config;
+mod error;
+mod metrics;
+mod pool;
+mod reply;
+mod request;
+mod routes;
+mod sse;
+mod tool_calls;
+mod worker;
+
+pub use config::{ServedModel, ServerConfig};
+pub use error::ApiError;
+pub use routes::{router, run_blocking, serve, shutdown_signal};
+pub use tool_calls::{parse_tool_calls, ParsedToolCall};
+
+use admission::Admission;
+use metrics::Metrics;
+use pool::ModelSlot;
+use std::sync::Arc;
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub models: Vec<Arc<ModelSlot>>,
+    pub config: ServerConfig,
+    pub admission: Admission,
+    pub metrics: Metrics,
+    pub started: u64,
+}
+
+impl AppState {
+    /// The model a request names; no name picks the first served model.
+    pub fn find_model(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        match id {
+            None => self
+                .models
+                .first()
+                .cloned()
+                .ok_or_else(|| ApiError::server("no model is loaded")),
+            Some(id) => self
+                .models
+                .iter()
+                .find(|m| m.id == id)
+                .cloned()
+                .ok_or_else(|| ApiError::model_not_found(id)),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (`created` fields).
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A unique-enough id for responses and tool calls: a process-wide counter mixed with the
+/// clock and a per-process random key, printed as hex.
+pub(crate) fn new_id(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{prefix}{:016x}", h.finish())
+}

@@ -1,0 +1,131 @@
+//! Counters and gauges, served as Prometheus text at `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    prompt_tokens: AtomicU64,
+    /// Prompt tokens served from a session's cache instead of being computed.
+    cached_prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    /// Decode tokens/s of the last finished generation, as f64 bits.
+    last_tps_bits: AtomicU64,
+    active_sessions: AtomicU64,
+}
+
+/// Counts a running generation until dropped (on the worker thread, so a cancelled
+/// generation counts until its worker has really stopped).
+pub struct ActiveSession<'a>(&'a Metrics);
+
+impl Drop for ActiveSession<'_> {
+    fn drop(&mut self) {
+        self.0.active_sessions.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Metrics {
+    pub fn record_request(&self, endpoint: &str, status: u16) {
+        let mut map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry((endpoint.to_string(), status)).or_insert(0) += 1;
+    }
+
+    pub fn record_generation(&self, prompt: usize, cached: usize, completion: usize, tps: f64) {
+        self.prompt_tokens
+            .fetch_add(prompt as u64, Ordering::Relaxed);
+        self.cached_prompt_tokens
+            .fetch_add(cached as u64, Ordering::Relaxed);
+        self.completion_tokens
+            .fetch_add(completion as u64, Ordering::Relaxed);
+        if tps > 0.0 {
+            self.last_tps_bits.store(tps.to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    pub fn active(&self) -> ActiveSession<'_> {
+        self.active_sessions.fetch_add(1, Ordering::SeqCst);
+        ActiveSession(self)
+    }
+
+    pub fn active_sessions(&self) -> u64 {
+        self.active_sessions.load(Ordering::SeqCst)
+    }
+
+    /// The Prometheus text exposition; gauges owned elsewhere are passed in.
+    pub fn render(&self, queue_depth: usize, idle_sessions: usize) -> String {
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, String)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in lines {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        let requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|((ep, st), n)| {
+                (
+                    format!("{{endpoint=\"{ep}\",status=\"{st}\"}}"),
+                    n.to_string(),
+                )
+            })
+            .collect();
+        let one = |v: String| vec![(String::new(), v)];
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        metric(
+            "cyb_requests_total",
+            "counter",
+            "HTTP requests by endpoint and status.",
+            requests,
+        );
+        metric(
+            "cyb_prompt_tokens_total",
+            "counter",
+            "Prompt tokens of finished generations.",
+            one(load(&self.prompt_tokens)),
+        );
+        metric(
+            "cyb_prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from a session's KV cache.",
+            one(load(&self.cached_prompt_tokens)),
+        );
+        metric(
+            "cyb_completion_tokens_total",
+            "counter",
+            "Generated tokens.",
+            one(load(&self.completion_tokens)),
+        );
+        let tps = f64::from_bits(self.last_tps_bits.load(Ordering::Relaxed));
+        metric(
+            "cyb_tokens_per_second",
+            "gauge",
+            "Decode tokens/s of the last finished generation.",
+            one(format!("{tps:.3}")),
+        );
+        metric(
+            "cyb_queue_depth",
+            "gauge",
+            "Requests waiting for a generation slot.",
+            one(queue_depth.to_string()),
+        );
+        metric(
+            "cyb_active_sessions",
+            "gauge",
+            "Generations running now.",
+            one(self.active_sessions().to_string()),
+        );
+        metric(
+            "cyb_idle_sessions",
+            "gauge",
+            "Sessions kept idle with their KV cache for reuse.",
+            one(idle_sessions.to_string()),
+        );
+        out
+    }
+}

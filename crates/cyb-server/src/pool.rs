@@ -1,0 +1,73 @@
+//! Sessions per model. Each request generates in its own session (its own KV cache over the
+//! shared weights); finished sessions wait idle with their cache, and a new request takes the
+//! idle session whose cached tokens share the longest prefix with its prompt, so a repeated
+//! system prompt or the earlier turns of a chat are not computed again.
+
+use crate::config::ServedModel;
+use cyb_runtime::{Generator, Model};
+use cyb_tensor::Result;
+use std::sync::Mutex;
+
+/// One served model with its idle sessions.
+pub struct ModelSlot {
+    pub id: String,
+    pub model: Model,
+    /// Context size of every session of this model.
+    pub ctx: usize,
+    /// Idle sessions, least recently used first.
+    idle: Mutex<Vec<Generator>>,
+    max_idle: usize,
+}
+
+impl ModelSlot {
+    pub fn new(served: ServedModel, ctx: Option<usize>, max_idle: usize) -> ModelSlot {
+        let ctx = ctx.unwrap_or_else(|| served.model.context_length().min(4096));
+        ModelSlot {
+            id: served.id,
+            model: served.model,
+            ctx,
+            idle: Mutex::new(Vec::new()),
+            max_idle: max_idle.max(1),
+        }
+    }
+
+    /// A session for `prompt`: the idle one with the longest cached prefix of it, a new one
+    /// when none shares a prefix and the pool has room, else the least recently used.
+    pub fn checkout(&self, prompt: &[u32]) -> Result<Generator> {
+        let taken = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let best = idle
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (common_prefix(g.tokens(), prompt), i))
+                .max_by_key(|&(common, i)| (common, i));
+            match best {
+                Some((common, i)) if common > 0 || idle.len() >= self.max_idle => {
+                    Some(idle.remove(i))
+                }
+                _ => None,
+            }
+        };
+        match taken {
+            Some(g) => Ok(g),
+            None => self.model.generator(Some(self.ctx)),
+        }
+    }
+
+    /// Returns a session to the pool; beyond `max_idle` the least recently used is freed.
+    pub fn checkin(&self, session: Generator) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.push(session);
+        while idle.len() > self.max_idle {
+            idle.remove(0);
+        }
+    }
+
+    pub fn idle_sessions(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,207 @@
+//! The router, the small endpoints, request accounting and graceful shutdown.
+
+use crate::admission::Admission;
+use crate::config::{ServedModel, ServerConfig};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::pool::ModelSlot;
+use crate::{chat, completions, unix_now, AppState};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use std::sync::Arc;
+
+/// The application: every endpoint over `models`. Errors when there is no model or two share
+/// an id.
+pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, String> {
+    if models.is_empty() {
+        return Err("no model to serve".into());
+    }
+    for (i, m) in models.iter().enumerate() {
+        if models.iter().skip(i + 1).any(|o| o.id == m.id) {
+            return Err(format!(
+                "two models have the id {:?}; give one another with --alias",
+                m.id
+            ));
+        }
+    }
+    let slots = models
+        .into_iter()
+        .map(|m| Arc::new(ModelSlot::new(m, config.ctx, config.parallel)))
+        .collect();
+    let state = Arc::new(AppState {
+        models: slots,
+        admission: Admission::new(config.parallel, config.queue),
+        metrics: Metrics::default(),
+        started: unix_now(),
+        config: config.clone(),
+    });
+    Ok(Router::new()
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(completions::handle))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(models_list))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), account))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(state))
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets in-flight requests
+/// (streams included) finish before returning.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+/// Counts every request by endpoint and status; unknown paths count as `other` so a
+/// scanner cannot grow the label set.
+async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    const KNOWN: [&str; 6] = [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    ];
+    let path = req.uri().path();
+    let endpoint = KNOWN
+        .iter()
+        .find(|k| **k == path)
+        .copied()
+        .unwrap_or("other");
+    let resp = next.run(req).await;
+    state
+        .metrics
+        .record_request(endpoint, resp.status().as_u16());
+    resp
+}
+
+async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let data: Vec<_> = state
+        .models
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.id,
+                "object": "model",
+                "created": state.started,
+                "owned_by": "cyb-llm",
+                "context_length": m.ctx,
+            })
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let idle: usize = state.models.iter().map(|m| m.idle_sessions()).sum();
+    let text = state.metrics.render(state.admission.queue_depth(), idle);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Embeddings need an encoder model, which cannot be loaded yet: say so for the named model.
+async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::sse::body_bytes(body)?;
+    let req: serde_json::Value = crate::request::parse_body(&body)?;
+    let id = req.get("model").and_then(|m| m.as_str());
+    let slot = state.find_model(id)?;
+    Err(ApiError::invalid(
+        "model",
+        format!(
+            "model {} is not an embedding model; this server cannot load encoder models yet",
+            slot.id
+        ),
+    )
+    .with_code("model_not_supported"))
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found_route(uri.path())
+}
+
+async fn method_not_allowed(uri: Uri) -> ApiError {
+    ApiError::not_found_route(uri.path())
+        .with_status(StatusCode::METHOD_NOT_ALLOWED)
+        .with_code("method_not_allowed")
+}
+
+/// Binds `host:port`, calls `on_listen` with the bound address (port 0 picks a free one),
+/// then serves on a multi-threaded tokio runtime until Ctrl-C or SIGTERM, draining in-flight
+/// requests before it returns. For programs without their own async runtime.
+pub fn run_blocking(
+    models: Vec<ServedModel>,
+    config: ServerConfig,
+    host: &str,
+    port: u16,
+    on_listen: impl FnOnce(std::net::SocketAddr),
+) -> Result<(), String> {
+    let app = router(models, config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((host, port))
+            .await
+            .map_err(|e| format!("cannot listen on {host}:{port}: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        on_listen(addr);
+        serve(listener, app, shutdown_signal())
+            .await
+            .map_err(|e| format!("server error: {e}"))
+    })
+}

@@ -1,0 +1,109 @@
+//! Generation runs on a blocking thread (it is synchronous CPU work) and streams its pieces
+//! through a channel. When the receiver goes away (the client disconnected, the response was
+//! dropped) the next send fails and the generation stops; the session goes back to the pool.
+
+use crate::error::ApiError;
+use crate::pool::ModelSlot;
+use crate::AppState;
+use cyb_runtime::{FinishReason, SamplingParams, TokenConstraint, TokenLogprobs};
+use std::sync::Arc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+/// What a generation sends, in order: pieces, then one `Done` or one `Error`.
+pub enum Event {
+    Piece {
+        text: String,
+        logprobs: Option<TokenLogprobs>,
+    },
+    Done(Summary),
+    Error(ApiError),
+}
+
+/// How a generation ended, for `usage` and `finish_reason`.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+pub struct Job {
+    pub slot: Arc<ModelSlot>,
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    pub top_logprobs: Option<usize>,
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+}
+
+/// Starts `job` on a blocking thread; it holds `permit` (its generation slot) until it ends.
+pub fn spawn(
+    state: Arc<AppState>,
+    job: Job,
+    permit: OwnedSemaphorePermit,
+) -> mpsc::Receiver<Event> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let _active = state.metrics.active();
+        if let Err(e) = run(&state, job, &tx) {
+            let _ = tx.blocking_send(Event::Error(e));
+        }
+    });
+    rx
+}
+
+fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<(), ApiError> {
+    let slot = job.slot.clone();
+    let mut session = slot.checkout(&job.prompt)?;
+    let result = generate(&mut session, job, tx);
+    // The session stays consistent when generation stopped early or failed: reuse it.
+    slot.checkin(session);
+    let (s, tps) = result?;
+    state
+        .metrics
+        .record_generation(s.prompt_tokens, s.cached_tokens, s.completion_tokens, tps);
+    let _ = tx.blocking_send(Event::Done(s));
+    Ok(())
+}
+
+fn generate(
+    session: &mut cyb_runtime::Generator,
+    job: Job,
+    tx: &mpsc::Sender<Event>,
+) -> Result<(Summary, f64), ApiError> {
+    let mut generation = session.generate(&job.prompt, job.params)?;
+    if let Some(n) = job.top_logprobs {
+        generation = generation.with_logprobs(n);
+    }
+    if let Some(c) = job.constraint {
+        generation = generation.with_constraint(c);
+    }
+    while let Some(item) = generation.next() {
+        if tx.is_closed() {
+            break;
+        }
+        let piece = item?;
+        let logprobs = match piece.token {
+            Some(_) => generation.last_logprobs().cloned(),
+            None => None,
+        };
+        if tx
+            .blocking_send(Event::Piece {
+                text: piece.text,
+                logprobs,
+            })
+            .is_err()
+        {
+            break;
+        }
+    }
+    let m = generation.metrics();
+    let summary = Summary {
+        finish: generation.finish_reason().unwrap_or(FinishReason::Stop),
+        prompt_tokens: m.prompt_tokens,
+        cached_tokens: m.prompt_tokens.saturating_sub(m.prefilled_tokens),
+        completion_tokens: m.generated_tokens,
+    };
+    Ok((summary, m.decode_tps()))
+}
