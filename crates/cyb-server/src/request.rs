@@ -38,6 +38,8 @@ pub struct Common {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     pub max_tokens: Option<i64>,
+    /// Keep generating past end-of-sequence tokens (llama.cpp's extension).
+    pub ignore_eos: Option<bool>,
 }
 
 /// `content` of a message: text, or a list of parts of which only `text` parts are served.
@@ -214,7 +216,7 @@ impl Common {
             seed,
             max_tokens: Some(max_tokens),
             stop,
-            ignore_eos: false,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
         })
     }
 

@@ -44,16 +44,21 @@ pub fn spawn(
 ) -> mpsc::Receiver<Event> {
     let (tx, rx) = mpsc::channel(64);
     tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let _active = state.metrics.active();
-        if let Err(e) = run(&state, job, &tx) {
-            let _ = tx.blocking_send(Event::Error(e));
-        }
+        let active = state.metrics.active();
+        let result = run(&state, job, &tx);
+        // Slot and session are free before the client hears the end, so a client that
+        // reads the metrics right after its answer sees them released.
+        drop(active);
+        drop(permit);
+        let _ = tx.blocking_send(match result {
+            Ok(summary) => Event::Done(summary),
+            Err(e) => Event::Error(e),
+        });
     });
     rx
 }
 
-fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<(), ApiError> {
+fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<Summary, ApiError> {
     let slot = job.slot.clone();
     let mut session = slot.checkout(&job.prompt)?;
     let result = generate(&mut session, job, tx);
@@ -63,8 +68,7 @@ fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<(), ApiEr
     state
         .metrics
         .record_generation(s.prompt_tokens, s.cached_tokens, s.completion_tokens, tps);
-    let _ = tx.blocking_send(Event::Done(s));
-    Ok(())
+    Ok(s)
 }
 
 fn generate(

@@ -1,0 +1,178 @@
+//! Concurrency: parallel streams equal their solo runs, a full queue answers 429, clients
+//! that hang up free their sessions, and shutdown drains streams in flight. All traffic is
+//! on 127.0.0.1; every loop is bounded.
+
+mod common;
+
+use common::*;
+use cyb_server::ServerConfig;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn long_request(seed: u64, stream: bool) -> Value {
+    json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": format!("Tell me a story number {seed}")}],
+        "temperature": 1.0,
+        "seed": seed,
+        "max_tokens": 200,
+        "ignore_eos": true,
+        "stream": stream,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_streams_equal_solo_runs() {
+    let s = start_tiny(ServerConfig {
+        parallel: 4,
+        queue: 64,
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = s.url("/v1/chat/completions");
+    let n = 24u64;
+    let tasks: Vec<_> = (0..n)
+        .map(|seed| {
+            let url = url.clone();
+            tokio::spawn(async move { chat_text(&stream(&url, &long_request(seed, true)).await) })
+        })
+        .collect();
+    let mut together = Vec::new();
+    for t in tasks {
+        together.push(t.await.unwrap());
+    }
+    for seed in 0..n {
+        let alone = chat_text(&stream(&url, &long_request(seed, true)).await);
+        assert!(!alone.is_empty());
+        assert_eq!(together[seed as usize], alone, "seed {seed}");
+    }
+    assert_eq!(metric(&s, "cyb_active_sessions").await, 0.0);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_queue_answers_429() {
+    let s = start_tiny(ServerConfig {
+        parallel: 1,
+        queue: 1,
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = s.url("/v1/chat/completions");
+    let tasks: Vec<_> = (0..32)
+        .map(|seed| {
+            let url = url.clone();
+            tokio::spawn(async move { post(&url, &long_request(seed, false)).await })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for t in tasks {
+        let (status, v) = t.await.unwrap();
+        match status {
+            200 => ok += 1,
+            429 => {
+                busy += 1;
+                assert_eq!(v["error"]["type"], "rate_limit_error");
+                assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+            }
+            other => panic!("unexpected status {other}: {v}"),
+        }
+    }
+    assert!(
+        ok >= 2,
+        "at most one runs and one waits, but some must finish ({ok})"
+    );
+    assert!(
+        busy >= 1,
+        "32 requests at once on 1 slot + 1 queue place gave no 429"
+    );
+    let text = client()
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("status=\"429\""));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disconnected_clients_free_their_sessions() {
+    let s = start_tiny(ServerConfig {
+        parallel: 2,
+        queue: 32,
+        ..ServerConfig::default()
+    })
+    .await;
+    let url = s.url("/v1/chat/completions");
+    let tasks: Vec<_> = (0..16)
+        .map(|seed| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut r = client()
+                    .post(&url)
+                    .json(&long_request(seed, true))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                // One chunk, then hang up.
+                let first = r.chunk().await.unwrap();
+                assert!(first.is_some());
+                drop(r);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let active = metric(&s, "cyb_active_sessions").await;
+        let queued = metric(&s, "cyb_queue_depth").await;
+        if active == 0.0 && queued == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{active} sessions still active, {queued} queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Still serving, and the sessions went back to the pool (at most `parallel` idle).
+    let (st, _) = post(
+        &url,
+        &json!({"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert!(metric(&s, "cyb_idle_sessions").await <= 2.0);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_drains_streams_in_flight() {
+    let mut s = start_tiny(ServerConfig::default()).await;
+    let url = s.url("/v1/chat/completions");
+    let mut r = client()
+        .post(&url)
+        .json(&long_request(3, true))
+        .send()
+        .await
+        .unwrap();
+    let mut body = String::from_utf8(r.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    s.signal_shutdown();
+    // The stream in flight runs to its end.
+    let mut reads = 0;
+    while let Some(c) = r.chunk().await.unwrap() {
+        body.push_str(std::str::from_utf8(&c).unwrap());
+        reads += 1;
+        assert!(reads < 10_000);
+    }
+    let events = sse_events(&body);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    assert_eq!(events[events.len() - 2]["usage"]["completion_tokens"], 200);
+    s.join().await.unwrap();
+}
