@@ -1,0 +1,166 @@
+"""The official `openai` client drives `cyb-llm serve` (tiny chat fixture) on 127.0.0.1.
+
+Expected texts come from tests/fixtures/tiny_chat/reference.json (transformers' greedy
+output). The server is started on a free port for this module and stopped with SIGTERM,
+which must drain and exit cleanly.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+# Loopback only: never through a proxy.
+os.environ["NO_PROXY"] = "127.0.0.1,localhost"
+os.environ["no_proxy"] = "127.0.0.1,localhost"
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny_chat"
+BIN = os.environ.get("CYB_LLM_BIN", str(ROOT / "target" / "debug" / "cyb-llm"))
+REF = json.loads((FIXTURE / "reference.json").read_text())
+
+
+def greedy(case):
+    pieces = REF[case]["greedy_stop_at_eos"]["pieces"]
+    return "".join(pieces[:-1])  # the last piece is the end-of-turn token
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc = subprocess.Popen(
+        [BIN, "serve", str(FIXTURE / "hf"), "--alias", "tiny", "--host", "127.0.0.1",
+         "--port", "0", "--parallel", "2", "--queue", "8", "--max-tokens-limit", "200"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    base = None
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("listening on http://"):
+            base = line.strip().removeprefix("listening on ")
+            break
+    if base is None:
+        proc.kill()
+        pytest.fail("server did not start: " + "".join(lines))
+    # Keep draining stderr so the server never blocks on a full pipe.
+    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
+    yield base
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_models(client):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+
+
+def test_chat_greedy_matches_transformers(client):
+    for case in ["chat", "chat_next_turn"]:
+        r = client.chat.completions.create(model="tiny", messages=REF[case]["messages"], temperature=0)
+        assert r.choices[0].message.content == greedy(case)
+        assert r.choices[0].finish_reason == "stop"
+        assert r.usage.prompt_tokens == len(REF[case]["prompt_ids"])
+        assert r.usage.completion_tokens == len(REF[case]["greedy_stop_at_eos"]["ids"]) - 1
+
+
+def test_streaming_with_usage(client):
+    stream = client.chat.completions.create(
+        model="tiny", messages=REF["chat"]["messages"], temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage is not None and not chunk.choices:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+    assert text == greedy("chat")
+    assert finish == "stop"
+    assert usage.completion_tokens == len(REF["chat"]["greedy_stop_at_eos"]["ids"]) - 1
+
+
+def test_stop_strings_and_length(client):
+    full = greedy("chat")
+    r = client.chat.completions.create(model="tiny", messages=REF["chat"]["messages"], temperature=0, stop=["8"])
+    assert r.choices[0].message.content == full[: full.index("8")]
+    assert r.choices[0].finish_reason == "stop"
+    r = client.chat.completions.create(model="tiny", messages=REF["chat"]["messages"], temperature=0, max_tokens=2)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 2
+
+
+def test_seed_reproducibility(client):
+    def ask(seed):
+        r = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Tell me something"}],
+            temperature=1.0, seed=seed, max_tokens=30, extra_body={"ignore_eos": True},
+        )
+        return r.choices[0].message.content
+    assert ask(5) == ask(5)
+    assert len({ask(s) for s in range(4)}) > 1
+
+
+def test_logprobs(client):
+    r = client.chat.completions.create(
+        model="tiny", messages=REF["chat"]["messages"], temperature=0, logprobs=True, top_logprobs=2,
+    )
+    content = r.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == greedy("chat")
+    assert all(t.top_logprobs[0].token == t.token for t in content)
+
+
+def test_text_completions(client):
+    n = len(REF["raw"]["greedy_ignore_eos"]["ids"])
+    r = client.completions.create(
+        model="tiny", prompt=REF["raw"]["text"], temperature=0, max_tokens=n, extra_body={"ignore_eos": True},
+    )
+    assert r.choices[0].text == REF["raw"]["greedy_ignore_eos"]["text"]
+    assert r.usage.completion_tokens == n
+
+
+def test_errors(client, server):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="missing", messages=[{"role": "user", "content": "hi"}])
+    assert e.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], temperature=-1)
+    assert e.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=500)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "word " * 400}])
+    assert e.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model="tiny", input="hello")
+    assert "not an embedding model" in str(e.value)
+    req = urllib.request.Request(
+        server + "/v1/chat/completions", data=b"{not json", headers={"content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 400
+    assert json.loads(e.value.read())["error"]["type"] == "invalid_request_error"
+    # Still serving.
+    with urllib.request.urlopen(server + "/health", timeout=30) as r:
+        assert r.status == 200
