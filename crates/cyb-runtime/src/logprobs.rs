@@ -3,6 +3,7 @@
 //!
 //! They come from the model's raw logits, before penalties, temperature and filters: the
 //! model's own belief, which is what OpenAI and vLLM report, not the sampler's distribution.
+//! A grammar constraint's mask (see `TokenConstraint`) is applied first: forbidden tokens get `-inf`.
 
 /// The log-probability of one sampled token and of the `top_n` most likely tokens at its
 /// position.
