@@ -93,7 +93,9 @@ pub fn run(args: ChatArgs) -> Result<()> {
                 // The turn failed (a full context, say): report it and keep the chat going.
                 turns.pop();
                 eprintln!("error: {e}");
-                eprintln!("(the conversation is kept; /reset starts a new one, or use a larger --ctx)");
+                eprintln!(
+                    "(the conversation is kept; /reset starts a new one, or use a larger --ctx)"
+                );
             }
         }
     }
