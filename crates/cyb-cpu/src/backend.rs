@@ -2,7 +2,7 @@
 //! answers `supports == false` and falls back to the reference, on the same host memory.
 
 use crate::pool::ThreadPool;
-use crate::quant_act::QuantizedRows;
+use crate::quant_act::{ActPrecision, QuantizedRows};
 use crate::{attention, matmul, ops, KernelSet};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
@@ -12,6 +12,7 @@ use std::sync::Mutex;
 /// The fast CPU backend (`"cpu"`).
 pub struct CpuBackend {
     set: KernelSet,
+    act: ActPrecision,
     pool: ThreadPool,
     /// Quantized activations, reused by every matmul so decode does not allocate them.
     scratch: Mutex<QuantizedRows>,
@@ -19,7 +20,7 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     /// The best kernel set of this CPU (or `CYB_CPU_KERNELS`), with `CYB_THREADS` threads
-    /// (default: every available core).
+    /// (default: every available core) and 16-bit activations (or `CYB_CPU_ACT=q16|q8`).
     pub fn new() -> Result<CpuBackend> {
         let threads = match std::env::var("CYB_THREADS") {
             Ok(v) if !v.trim().is_empty() => v
@@ -33,11 +34,22 @@ impl CpuBackend {
                 })?,
             _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        CpuBackend::with_options(KernelSet::detect()?, threads)
+        CpuBackend::with_activations(KernelSet::detect()?, threads, ActPrecision::from_env()?)
     }
 
-    /// A backend using kernel set `set` and `threads` threads (the caller included).
+    /// A backend using kernel set `set` and `threads` threads (the caller included), with the
+    /// default (16-bit) activations.
     pub fn with_options(set: KernelSet, threads: usize) -> Result<CpuBackend> {
+        CpuBackend::with_activations(set, threads, ActPrecision::default())
+    }
+
+    /// A backend using kernel set `set`, `threads` threads and `act` activation levels for the
+    /// quantized matmuls.
+    pub fn with_activations(
+        set: KernelSet,
+        threads: usize,
+        act: ActPrecision,
+    ) -> Result<CpuBackend> {
         if !set.is_available() {
             return Err(Error::BackendInit {
                 backend: "cpu".into(),
@@ -46,6 +58,7 @@ impl CpuBackend {
         }
         Ok(CpuBackend {
             set,
+            act,
             pool: ThreadPool::new(threads.max(1)),
             scratch: Mutex::new(QuantizedRows::default()),
         })
@@ -53,6 +66,10 @@ impl CpuBackend {
 
     pub fn kernel_set(&self) -> KernelSet {
         self.set
+    }
+
+    pub fn activations(&self) -> ActPrecision {
+        self.act
     }
 
     pub fn threads(&self) -> usize {
@@ -91,7 +108,8 @@ impl Backend for CpuBackend {
         }
         let out = match op {
             Op::MatMul { .. } => {
-                matmul::matmul(self.set, &self.pool, &self.scratch, &inputs[0], &inputs[1])?
+                let (a, w) = (&inputs[0], &inputs[1]);
+                matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?
             }
             Op::Sdpa { .. } => attention::sdpa(op, &self.pool, inputs)?,
             _ => ops::execute(op, inputs)?,

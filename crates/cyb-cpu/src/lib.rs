@@ -2,7 +2,7 @@
 //!
 //! Kernels are picked once at start-up by CPU feature detection (AVX-512 VNNI, AVX2, or the
 //! portable fallback every kernel has); quantized matmuls work on the packed GGUF blocks with
-//! 8-bit activations and integer dot products; a persistent thread pool splits outputs (never
+//! 16-bit (default) or 8-bit activations and integer dot products; a persistent thread pool splits outputs (never
 //! reductions) so results do not depend on the thread count. Ops it does not implement fall
 //! back to the CPU reference, which is also the oracle its tests compare against.
 //!
@@ -18,7 +18,12 @@ mod matmul_float;
 mod matmul_float_x86;
 mod matmul_kquant;
 #[cfg(target_arch = "x86_64")]
+mod matmul_kquant16_x86;
+#[cfg(target_arch = "x86_64")]
 mod matmul_kquant_x86;
+mod matmul_q16;
+#[cfg(target_arch = "x86_64")]
+mod matmul_q16_x86;
 mod matmul_q4;
 #[cfg(target_arch = "x86_64")]
 mod matmul_q4_x86;
@@ -28,3 +33,4 @@ mod quant_act;
 
 pub use backend::{register, CpuBackend};
 pub use features::KernelSet;
+pub use quant_act::ActPrecision;

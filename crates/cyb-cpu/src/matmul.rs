@@ -1,7 +1,7 @@
 //! `Op::MatMul { rhs_transposed: true }` with a shared rank-2 weight `[n, k]`: the Linear layer.
 //!
 //! Block-format weights are used in place: the activations are quantized once per call to
-//! 8-bit blocks and each output is an integer dot product per block. The `n` outputs are split
+//! 16-bit (default) or 8-bit blocks and each output is an integer dot product per block. The `n` outputs are split
 //! into fixed contiguous ranges, one per pool thread (outputs, never reductions, are split, so
 //! the thread count does not change results). Within a thread, weight rows are taken in chunks
 //! that stay in cache while every group of four activation rows passes over them, so during
@@ -9,9 +9,10 @@
 
 use crate::matmul_float::{self, FDot};
 use crate::matmul_kquant;
+use crate::matmul_q16;
 use crate::matmul_q4::{self, QDot};
 use crate::pool::{split, DisjointOut, ThreadPool};
-use crate::quant_act::QuantizedRows;
+use crate::quant_act::{ActPrecision, QuantizedRows};
 use crate::KernelSet;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,19 +24,35 @@ const WEIGHT_CHUNK_BYTES: usize = 32 * 1024;
 type TileFn<'a> = dyn Fn(&[u8], usize, usize, usize, &mut [f32; 16]) + 'a;
 
 enum Kernel {
-    /// Activations in 32-value 8-bit blocks.
-    Q32(QDot),
-    /// Activations in 256-value 8-bit blocks.
-    QK(QDot),
+    /// Activations quantized to blocks of `block` values with `act` levels.
+    Quant {
+        dot: QDot,
+        block: usize,
+        act: ActPrecision,
+    },
     Float(FDot),
 }
 
-fn kernel(dtype: DType, set: KernelSet) -> Option<Kernel> {
-    if let Some(k) = matmul_q4::kernel(dtype, set) {
-        return Some(Kernel::Q32(k));
+fn kernel(dtype: DType, set: KernelSet, act: ActPrecision) -> Option<Kernel> {
+    if act == ActPrecision::Q16 {
+        if let Some((dot, block)) = matmul_q16::kernel(dtype, set) {
+            return Some(Kernel::Quant { dot, block, act });
+        }
     }
-    if let Some(k) = matmul_kquant::kernel(dtype, set) {
-        return Some(Kernel::QK(k));
+    let q8 = ActPrecision::Q8;
+    if let Some(dot) = matmul_q4::kernel(dtype, set) {
+        return Some(Kernel::Quant {
+            dot,
+            block: 32,
+            act: q8,
+        });
+    }
+    if let Some(dot) = matmul_kquant::kernel(dtype, set) {
+        return Some(Kernel::Quant {
+            dot,
+            block: 256,
+            act: q8,
+        });
     }
     matmul_float::kernel(dtype, set).map(Kernel::Float)
 }
@@ -48,11 +65,12 @@ pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInf
         && ad.len() >= 2
         && wd.len() == 2
         && ad.last() == wd.last()
-        && kernel(w.dtype, set).is_some()
+        && kernel(w.dtype, set, ActPrecision::Q8).is_some()
 }
 
 pub(crate) fn matmul(
     set: KernelSet,
+    act: ActPrecision,
     pool: &ThreadPool,
     scratch: &Mutex<QuantizedRows>,
     a_t: &Tensor,
@@ -63,7 +81,7 @@ pub(crate) fn matmul(
         backend: "cpu".into(),
         input_dtype: w_t.dtype(),
     };
-    let kern = kernel(w_t.dtype(), set).ok_or_else(unsupported)?;
+    let kern = kernel(w_t.dtype(), set, act).ok_or_else(unsupported)?;
     let a = a_t.as_f32()?;
     let (ad, wd) = (a_t.dims(), w_t.dims());
     let (n, k) = (wd[0], wd[1]);
@@ -118,14 +136,12 @@ pub(crate) fn matmul(
             }
         };
         match kern {
-            Kernel::Q32(f) | Kernel::QK(f) => {
-                let block = if matches!(kern, Kernel::Q32(_)) {
-                    32
-                } else {
-                    256
-                };
+            Kernel::Quant { dot: f, block, act } => {
                 let mut q = scratch.lock().unwrap_or_else(PoisonError::into_inner);
-                q.quantize(&a, k, block);
+                match act {
+                    ActPrecision::Q8 => q.quantize(&a, k, block),
+                    ActPrecision::Q16 => q.quantize16(&a, k, block),
+                }
                 let q = &*q;
                 pool.run(&|t| {
                     // SAFETY: `set` was checked available when the backend was made.

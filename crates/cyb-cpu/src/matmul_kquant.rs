@@ -40,7 +40,7 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
-fn unpack(dtype: DType, b: &[u8]) -> Unpacked {
+pub(crate) fn unpack(dtype: DType, b: &[u8]) -> Unpacked {
     let mut u = Unpacked {
         q: [0; 256],
         sc: [0; 16],

@@ -30,12 +30,12 @@ pub type QDot = unsafe fn(
     out: &mut [f32; 16],
 );
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// The unsigned levels, scale and offset of one legacy block.
-fn unpack(dtype: DType, b: &[u8]) -> ([u8; 32], f32, f32) {
+pub(crate) fn unpack(dtype: DType, b: &[u8]) -> ([u8; 32], f32, f32) {
     let mut q = [0u8; 32];
     let (d, off, qs, qh) = match dtype {
         DType::Q4_0 => {

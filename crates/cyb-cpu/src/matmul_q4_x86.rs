@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees two readable bytes at p.
     let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
@@ -65,7 +65,7 @@ unsafe fn q4_1(p: *const u8) -> (__m256i, f32, f32) {
 }
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q5_0(p: *const u8) -> (__m256i, f32, f32) {
+pub(crate) unsafe fn q5_0(p: *const u8) -> (__m256i, f32, f32) {
     // SAFETY: p points at a 22-byte Q5_0 block.
     unsafe {
         let d = f16_at(p);
@@ -75,7 +75,7 @@ unsafe fn q5_0(p: *const u8) -> (__m256i, f32, f32) {
 }
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn q5_1(p: *const u8) -> (__m256i, f32, f32) {
+pub(crate) unsafe fn q5_1(p: *const u8) -> (__m256i, f32, f32) {
     // SAFETY: p points at a 24-byte Q5_1 block.
     unsafe {
         let q = _mm256_or_si256(nibbles(p.add(8)), fifth_bits(p.add(4)));

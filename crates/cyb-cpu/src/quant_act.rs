@@ -1,10 +1,59 @@
-//! Activations quantized once per row to 8-bit blocks, the operand of every quantized matmul.
+//! Activations quantized once per row to 8-bit or 16-bit blocks, the operand of every quantized
+//! matmul.
 //!
 //! Two layouts: 32-value blocks (Q8_0-like, for Q4_0 … Q8_0 weights) with a per-block scale `d`
 //! and `s = d · Σq` (which applies an affine weight format's offset without touching the
 //! levels), and 256-value blocks (Q8_K-like, for the K-quants) with the sum of each run of 16
 //! levels. Levels are in `-127..=127`, so negating one never overflows (the SIMD sign trick
 //! relies on it). The buffers are reused between calls: no allocation once they are big enough.
+//!
+//! The 16-bit layout (`ActPrecision::Q16`) keeps the same blocks with levels in
+//! `-32767..=32767`: 8-bit levels move a model's logits by a few percent, enough to flip greedy
+//! answers of small models, while 16 bits are within ~1e-5 of f32. Its 32-value blocks store the
+//! exact f32 sum of the block in `s` (the offset term then adds no error); its 256-value blocks
+//! keep integer sums of 16 levels in `bsums`.
+
+use cyb_tensor::{Error, Result};
+
+/// Width of the activation levels of quantized matmuls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ActPrecision {
+    /// 8-bit levels, as llama.cpp: the cheapest integer dot products.
+    Q8,
+    /// 16-bit levels (`madd_epi16` / `vpdpwssd`): close to f32, the default.
+    #[default]
+    Q16,
+}
+
+impl ActPrecision {
+    pub fn name(self) -> &'static str {
+        match self {
+            ActPrecision::Q8 => "q8",
+            ActPrecision::Q16 => "q16",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ActPrecision> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "q8" => Some(ActPrecision::Q8),
+            "q16" => Some(ActPrecision::Q16),
+            _ => None,
+        }
+    }
+
+    /// The default, or the one `CYB_CPU_ACT=q16|q8` names.
+    pub fn from_env() -> Result<ActPrecision> {
+        match std::env::var("CYB_CPU_ACT") {
+            Ok(v) if !v.trim().is_empty() => {
+                ActPrecision::parse(&v).ok_or_else(|| Error::BackendInit {
+                    backend: "cpu".into(),
+                    reason: format!("CYB_CPU_ACT={v:?} is not q16 or q8"),
+                })
+            }
+            _ => Ok(ActPrecision::default()),
+        }
+    }
+}
 
 /// 8-bit levels plus per-block scales for `m` rows of `k` values.
 #[derive(Default)]
@@ -12,11 +61,13 @@ pub struct QuantizedRows {
     pub k: usize,
     /// Values per block (32 or 256).
     pub block: usize,
-    /// `m · k` levels, row-major.
+    /// `m · k` levels, row-major (8-bit layout).
     pub qs: Vec<i8>,
+    /// `m · k` levels, row-major (16-bit layout).
+    pub qs16: Vec<i16>,
     /// One scale per block, row-major (`m · k / block`).
     pub d: Vec<f32>,
-    /// 32-value blocks: `d · Σq` per block.
+    /// 32-value blocks: `d · Σq` per block (8-bit), the exact `Σx` (16-bit).
     pub s: Vec<f32>,
     /// 256-value blocks: `Σq` of each run of 16 levels (`m · k / 16`).
     pub bsums: Vec<i32>,
@@ -45,7 +96,58 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     (d, sum)
 }
 
+fn quantize_block16(x: &[f32], q: &mut [i16]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 || !amax.is_finite() {
+        q.fill(0);
+        return 0.0;
+    }
+    let id = 32767.0 / amax;
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = nearest(v * id).clamp(-32767, 32767) as i16;
+    }
+    amax / 32767.0
+}
+
 impl QuantizedRows {
+    /// Quantizes `a` (`m` rows of `k`, `k` a multiple of `block`) to 16-bit levels.
+    pub fn quantize16(&mut self, a: &[f32], k: usize, block: usize) {
+        let m = a.len().checked_div(k).unwrap_or(0);
+        let nb = k / block;
+        self.k = k;
+        self.block = block;
+        self.qs16.resize(m * k, 0);
+        self.d.resize(m * nb, 0.0);
+        if block == 32 {
+            self.s.resize(m * nb, 0.0);
+        } else {
+            self.bsums.resize(m * k / 16, 0);
+        }
+        for (bi, (x, q)) in a
+            .chunks_exact(block)
+            .zip(self.qs16.chunks_exact_mut(block))
+            .enumerate()
+        {
+            self.d[bi] = quantize_block16(x, q);
+            if block == 32 {
+                self.s[bi] = if self.d[bi] == 0.0 {
+                    0.0
+                } else {
+                    x.iter().sum()
+                };
+            } else {
+                for (g, qq) in q.chunks_exact(16).enumerate() {
+                    self.bsums[bi * 16 + g] = qq.iter().map(|&v| i32::from(v)).sum();
+                }
+            }
+        }
+    }
+
+    /// 16-bit levels of row `r`.
+    pub fn row16(&self, r: usize) -> &[i16] {
+        &self.qs16[r * self.k..(r + 1) * self.k]
+    }
+
     /// Quantizes `a` (`m` rows of `k`, `k` a multiple of `block`) into this buffer.
     pub fn quantize(&mut self, a: &[f32], k: usize, block: usize) {
         let m = a.len().checked_div(k).unwrap_or(0);

@@ -1,8 +1,10 @@
-//! Every matmul kernel against the reference on odd sizes, for every weight dtype and kernel
-//! set of this CPU, with 1 and 3 threads bit-identical.
+//! Every matmul kernel against the reference on odd sizes, for every weight dtype, kernel set
+//! of this CPU and activation precision (8-bit and 16-bit levels), with 1 and 3 threads
+//! bit-identical.
 
 mod common;
-use common::{check, Rng};
+use common::{check_act, Rng};
+use cyb_cpu::ActPrecision;
 use cyb_ops::Op;
 use cyb_tensor::{DType, Tensor};
 
@@ -10,10 +12,12 @@ const OP: Op = Op::MatMul {
     rhs_transposed: true,
 };
 
-fn tolerance(dtype: DType) -> f32 {
-    match dtype {
-        DType::F32 => 1e-5,
-        DType::F16 | DType::BF16 => 1e-3,
+fn tolerance(dtype: DType, act: ActPrecision) -> f32 {
+    match (dtype, act) {
+        (DType::F32, _) => 1e-5,
+        (DType::F16 | DType::BF16, _) => 1e-3,
+        // 16-bit levels: a rounding error of at most amax/65534 per activation.
+        (_, ActPrecision::Q16) => 1e-4,
         _ => 1e-2,
     }
 }
@@ -40,28 +44,57 @@ fn exact_activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     a
 }
 
-fn check_dtype(dtype: DType, ks: &[usize]) {
-    let mut rng = Rng::new(dtype as u64 + 7);
-    for &k in ks {
-        for m in [1usize, 3, 7, 17] {
-            for n in [1usize, 5, 67, 131] {
-                let what = format!("{dtype} m={m} n={n} k={k}");
-                let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
-                if dtype.is_quantized() {
-                    let a = Tensor::from_f32(&[m, k], &exact_activations(&mut rng, m, k)).unwrap();
-                    check(
-                        &OP,
-                        &[a, w.clone()],
-                        1e-4,
-                        &format!("{what} exact activations"),
-                    );
-                    if k < 256 || n < 67 {
-                        continue; // too few terms for a meaningful relative error below
-                    }
-                }
-                let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
-                check(&OP, &[a, w], tolerance(dtype), &what);
+/// Activations that 16-bit block quantization represents exactly: integer levels with one
+/// ±32767 per 32 values and a shared scale per 256, so only float summation order remains.
+fn exact16_activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut a = Vec::with_capacity(m * k);
+    for _ in 0..m {
+        let mut d = 0.01 + rng.uniform().abs();
+        for i in 0..k {
+            if i % 256 == 0 {
+                d = (0.01 + rng.uniform().abs()) / 32767.0;
             }
+            let q = if i % 32 == (i / 32) % 32 {
+                -32767.0
+            } else {
+                (rng.uniform() * 32767.0).round()
+            };
+            a.push(q * d);
+        }
+    }
+    a
+}
+
+fn check_dtype(dtype: DType, ks: &[usize]) {
+    for act in [ActPrecision::Q8, ActPrecision::Q16] {
+        let mut rng = Rng::new(dtype as u64 + 7);
+        let check =
+            |inputs: &[Tensor], tol: f32, what: &str| check_act(&OP, inputs, tol, what, act);
+        for &k in ks {
+            for m in [1usize, 3, 7, 17] {
+                for n in [1usize, 5, 67, 131] {
+                    let what = format!("{dtype} m={m} n={n} k={k}");
+                    let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
+                    if dtype.is_quantized() {
+                        let exact = match act {
+                            ActPrecision::Q8 => exact_activations(&mut rng, m, k),
+                            ActPrecision::Q16 => exact16_activations(&mut rng, m, k),
+                        };
+                        let a = Tensor::from_f32(&[m, k], &exact).unwrap();
+                        let tol = if act == ActPrecision::Q16 { 1e-5 } else { 1e-4 };
+                        check(&[a, w.clone()], tol, &format!("{what} exact activations"));
+                        // Too few terms (8-bit) or outputs for a meaningful relative error below.
+                        if n < 67 || (act == ActPrecision::Q8 && k < 256) {
+                            continue;
+                        }
+                    }
+                    let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
+                    check(&[a, w], tolerance(dtype, act), &what);
+                }
+            }
+        }
+        if !dtype.is_quantized() {
+            break; // activation precision only concerns the quantized formats
         }
     }
 }
@@ -98,5 +131,12 @@ fn batched_activations_share_the_weight() {
     let mut rng = Rng::new(3);
     let a = Tensor::from_f32(&[2, 3, 64], &rng.vec(2 * 3 * 64)).unwrap();
     let w = Tensor::from_f32_as(&[5, 64], &rng.vec(5 * 64), DType::Q4_1).unwrap();
-    check(&OP, &[a, w], 1e-2, "batched");
+    check_act(
+        &OP,
+        &[a.clone(), w.clone()],
+        1e-2,
+        "batched",
+        ActPrecision::Q8,
+    );
+    check_act(&OP, &[a, w], 1e-4, "batched", ActPrecision::Q16);
 }

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use cyb_backend::{Backend, ExecContext};
-use cyb_cpu::{CpuBackend, KernelSet};
+use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
 use cyb_ops::Op;
 use cyb_tensor::Tensor;
 
@@ -45,13 +45,13 @@ pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     diff / scale
 }
 
-/// Every kernel set of this CPU, each with 1 and 3 threads.
-pub fn backends() -> Vec<(KernelSet, CpuBackend, CpuBackend)> {
+/// Every kernel set of this CPU, each with 1 and 3 threads, with `act` activations.
+pub fn backends(act: ActPrecision) -> Vec<(KernelSet, CpuBackend, CpuBackend)> {
     KernelSet::available()
         .into_iter()
         .map(|s| {
-            let one = CpuBackend::with_options(s, 1).unwrap();
-            let three = CpuBackend::with_options(s, 3).unwrap();
+            let one = CpuBackend::with_activations(s, 1, act).unwrap();
+            let three = CpuBackend::with_activations(s, 3, act).unwrap();
             (s, one, three)
         })
         .collect()
@@ -75,20 +75,27 @@ pub fn reference(op: &Op, inputs: &[Tensor]) -> Vec<f32> {
 /// Runs `op` on every kernel set with 1 and 3 threads: within `tol` of the reference, and the
 /// two thread counts bit-identical.
 pub fn check(op: &Op, inputs: &[Tensor], tol: f32, what: &str) {
+    check_act(op, inputs, tol, what, ActPrecision::default())
+}
+
+/// `check` with quantized matmuls on `act` activations.
+pub fn check_act(op: &Op, inputs: &[Tensor], tol: f32, what: &str, act: ActPrecision) {
     let want = reference(op, inputs);
-    for (set, one, three) in backends() {
+    for (set, one, three) in backends(act) {
         let a = run(&one, op, inputs);
         let b = run(&three, op, inputs);
         let err = rel_err(&a, &want);
         assert!(
             err <= tol,
-            "{what} on {}: relative error {err} > {tol}",
-            set.name()
+            "{what} on {} ({}): relative error {err} > {tol}",
+            set.name(),
+            act.name()
         );
         assert!(
             a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "{what} on {}: 1 and 3 threads differ",
-            set.name()
+            "{what} on {} ({}): 1 and 3 threads differ",
+            set.name(),
+            act.name()
         );
     }
 }
