@@ -1,9 +1,11 @@
-//! The whole SmolLM2-135M (Q4_1 GGUF) on the cpu backend against the CPU reference: the same
-//! greedy tokens on a short prompt, and close logits. Skipped when the model is absent (fetch
-//! it with `tools/fetch_smollm2.sh`), except under CI where its absence is a failure.
+//! The whole SmolLM2-135M (Q4_1 GGUF) on the cpu backend: with 16-bit activations, exactly
+//! transformers' greedy tokens (tests/fixtures/smollm2/greedy.json); with 8-bit activations, the
+//! CPU reference's greedy tokens wherever its choice is clear, and close logits. Skipped when
+//! the model is absent (fetch it with `tools/fetch_smollm2.sh`), except under CI where its
+//! absence is a failure.
 
 use cyb_backend::{Backend, Dispatcher};
-use cyb_cpu::CpuBackend;
+use cyb_cpu::{ActPrecision, CpuBackend};
 use cyb_models::LlamaModel;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,7 +89,8 @@ fn greedy_tokens_follow_the_reference() {
     let mut per_threads = Vec::new();
     for threads in [1, 2] {
         let set = cyb_cpu::KernelSet::detect().unwrap();
-        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::with_options(set, threads).unwrap());
+        let cpu: Arc<dyn Backend> =
+            Arc::new(CpuBackend::with_activations(set, threads, ActPrecision::Q8).unwrap());
         let dispatcher = Arc::new(Dispatcher::new(vec![cpu]));
         let model = LlamaModel::load(&file, Arc::clone(&dispatcher)).unwrap();
         let got = logits(&model, &prompt, &tokens);
@@ -121,4 +124,43 @@ fn greedy_tokens_follow_the_reference() {
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "1 and 2 threads give different logits"
     );
+}
+
+/// With 16-bit activations the cpu backend's greedy continuation of each fixture prompt is
+/// exactly transformers' (32 tokens, decoding on past EOS as the fixture did), on 1 and 2
+/// threads.
+#[test]
+fn q16_greedy_tokens_equal_transformers() {
+    let Some(path) = model_path() else { return };
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/smollm2/greedy.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let cases = json["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 4);
+    let file = cyb_format::open(&path).unwrap();
+    let set = cyb_cpu::KernelSet::detect().unwrap();
+    for threads in [1, 2] {
+        let cpu: Arc<dyn Backend> =
+            Arc::new(CpuBackend::with_activations(set, threads, ActPrecision::Q16).unwrap());
+        let model = LlamaModel::load(&file, Arc::new(Dispatcher::new(vec![cpu]))).unwrap();
+        for (i, case) in cases.iter().enumerate() {
+            let (prompt, want) = (ids(&case["prompt_ids"]), ids(&case["generated_ids"]));
+            let (got, _) = greedy(&model, &prompt, want.len());
+            assert_eq!(
+                got,
+                want,
+                "case {i} ({:?}) on {} with {threads} threads",
+                case["generated_text"],
+                set.name()
+            );
+        }
+    }
 }
