@@ -19,6 +19,8 @@
 //! over f64 probabilities.
 
 mod constraint;
+#[cfg(feature = "grammar")]
+pub mod grammar;
 mod stages;
 mod stop;
 
