@@ -4,7 +4,7 @@ use crate::error::ApiError;
 use crate::reply::{self, chat_logprob, check_context, finish_reason, usage};
 use crate::request::{parse_body, ChatRequest, Content, InMessage};
 use crate::worker::{self, Event, Job};
-use crate::{new_id, sse, tool_calls, unix_now, AppState};
+use crate::{new_id, sse, structured, tool_calls, unix_now, AppState};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -39,15 +39,6 @@ pub async fn handle(
     let limit = state.config.max_tokens_limit;
     let params = req.common.sampling(max, param, limit, limit)?;
     let top_logprobs = logprobs_setting(&req)?;
-    if let Some(rf) = &req.response_format {
-        let kind = rf.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "text" {
-            return Err(ApiError::invalid(
-                "response_format",
-                format!("response_format type {kind:?} is not supported yet (only \"text\")"),
-            ));
-        }
-    }
     let (tools_json, tool_names) = tools_setting(&req)?;
     let messages = convert_messages(&req.messages)?;
     let model = &slot.model;
@@ -65,6 +56,12 @@ pub async fn handle(
     let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
     let prompt = model.tokenizer().encode(&text, add_special)?;
     check_context(prompt.len(), slot.ctx, "messages")?;
+    let constraint = match grammar_setting(&req, model)? {
+        Some((grammar, param)) => Some(Box::new(
+            structured::constraint(&slot, grammar, param).await?,
+        ) as Box<dyn cyb_runtime::TokenConstraint>),
+        None => None,
+    };
 
     let permit = state.admission.admit().await?;
     let job = Job {
@@ -72,7 +69,7 @@ pub async fn handle(
         prompt,
         params,
         top_logprobs,
-        constraint: None,
+        constraint,
     };
     let mut rx = worker::spawn(state.clone(), job, permit);
     let answer = Answer {
@@ -292,6 +289,30 @@ fn logprobs_setting(req: &ChatRequest) -> Result<Option<usize>, ApiError> {
         Some(n) => Ok(on.then_some(n as usize)),
         None => Ok(on.then_some(0)),
     }
+}
+
+/// The grammar the answer must follow and the parameter it came from: a forced tool call
+/// (`tool_choice: "required"` or a named function) wins over `response_format`.
+fn grammar_setting(
+    req: &ChatRequest,
+    model: &cyb_runtime::Model,
+) -> Result<Option<(cyb_runtime::sampling::grammar::Grammar, &'static str)>, ApiError> {
+    let tools = req.tools.as_deref().unwrap_or_default();
+    if !tools.is_empty() {
+        let only = match &req.tool_choice {
+            Some(Value::String(s)) if s == "required" => Some(None),
+            Some(v @ Value::Object(_)) => v
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .map(Some),
+            _ => None,
+        };
+        if let Some(only) = only {
+            return Ok(Some((structured::tool_call(model, tools, only)?, "tools")));
+        }
+    }
+    Ok(structured::response_format(req.response_format.as_ref())?.map(|g| (g, "response_format")))
 }
 
 /// The tools for the template and the names the answer is parsed for; `tool_choice: "none"`

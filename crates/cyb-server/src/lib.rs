@@ -20,6 +20,7 @@ mod reply;
 mod request;
 mod routes;
 mod sse;
+mod structured;
 mod tool_calls;
 mod worker;
 

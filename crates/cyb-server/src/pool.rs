@@ -4,9 +4,11 @@
 //! system prompt or the earlier turns of a chat are not computed again.
 
 use crate::config::ServedModel;
+use crate::error::ApiError;
+use cyb_runtime::sampling::grammar::GrammarCompiler;
 use cyb_runtime::{Generator, Model};
 use cyb_tensor::Result;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One served model with its idle sessions.
 pub struct ModelSlot {
@@ -17,6 +19,9 @@ pub struct ModelSlot {
     /// Idle sessions, least recently used first.
     idle: Mutex<Vec<Generator>>,
     max_idle: usize,
+    /// The vocabulary indexed for constrained decoding, built by the first request that
+    /// asks for structured output.
+    grammar: OnceLock<std::result::Result<Arc<GrammarCompiler>, String>>,
 }
 
 impl ModelSlot {
@@ -28,6 +33,7 @@ impl ModelSlot {
             ctx,
             idle: Mutex::new(Vec::new()),
             max_idle: max_idle.max(1),
+            grammar: OnceLock::new(),
         }
     }
 
@@ -61,6 +67,18 @@ impl ModelSlot {
         while idle.len() > self.max_idle {
             idle.remove(0);
         }
+    }
+
+    /// The model's grammar compiler (blocking: indexes the vocabulary on first use).
+    pub fn grammar_compiler(&self) -> std::result::Result<Arc<GrammarCompiler>, ApiError> {
+        self.grammar
+            .get_or_init(|| {
+                GrammarCompiler::new(self.model.tokenizer())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|e| ApiError::server(format!("structured output is unavailable: {e}")))
     }
 
     pub fn idle_sessions(&self) -> usize {

@@ -53,24 +53,31 @@ fn json_options() -> JsonCompileOptions {
     }
 }
 
+/// `schema` with this crate's JSON layout (see [`json_options`]) unless it sets its own
+/// `x-guidance` options; for JSON schemas nested in Lark grammars (`%json {...}`).
+pub fn with_json_layout(mut schema: Value) -> Result<Value> {
+    let Some(obj) = schema.as_object_mut() else {
+        return Err(grammar_err(format!(
+            "a JSON schema must be an object, got {schema}"
+        )));
+    };
+    if !obj.contains_key("x-guidance") {
+        let opts = serde_json::to_value(json_options())
+            .map_err(|e| grammar_err(format!("JSON options: {e}")))?;
+        obj.insert("x-guidance".into(), opts);
+    }
+    Ok(schema)
+}
+
 impl Grammar {
     fn to_llguidance(&self) -> Result<TopLevelGrammar> {
-        let json = |mut schema: Value| {
-            let Some(obj) = schema.as_object_mut() else {
-                return Err(grammar_err(format!(
-                    "a JSON schema must be an object, got {schema}"
-                )));
-            };
-            if !obj.contains_key("x-guidance") {
-                let opts = serde_json::to_value(json_options())
-                    .map_err(|e| grammar_err(format!("JSON options: {e}")))?;
-                obj.insert("x-guidance".into(), opts);
-            }
-            Ok(TopLevelGrammar::from_json_schema(schema))
-        };
         match self {
-            Grammar::JsonSchema(s) => json(s.clone()),
-            Grammar::JsonObject => json(serde_json::json!({"type": "object"})),
+            Grammar::JsonSchema(s) => Ok(TopLevelGrammar::from_json_schema(with_json_layout(
+                s.clone(),
+            )?)),
+            Grammar::JsonObject => Ok(TopLevelGrammar::from_json_schema(with_json_layout(
+                serde_json::json!({"type": "object"}),
+            )?)),
             Grammar::Regex(r) => Ok(TopLevelGrammar::from_regex(r)),
             Grammar::Lark(g) => Ok(TopLevelGrammar::from_lark(g.clone())),
         }
