@@ -1,7 +1,7 @@
 //! `cyb-llm run [MODEL] "prompt"`: one answer, streamed to stdout; metrics to stderr.
 
-use crate::session_args::{EngineArgs, SamplingArgs};
-use crate::stream::{print_metrics, stream_answer};
+use crate::session_args::{EngineArgs, GrammarArgs, SamplingArgs};
+use crate::stream::{print_metrics, stream_constrained};
 use cyb_runtime::ChatMessage;
 use cyb_tensor::{Error, Result};
 
@@ -21,6 +21,8 @@ pub struct RunArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub structured: GrammarArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
@@ -30,6 +32,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         _ => return Err(Error::invalid("run", "expected [MODEL] PROMPT")),
     };
     let model = args.engine.load(model_path)?;
+    let constraint = args.structured.constraint(&model)?;
     // Without a template the prompt is raw text either way, and raw text gets the BOS the
     // tokenizer adds.
     let raw = args.raw || model.chat_template().is_none();
@@ -52,7 +55,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let add_special = raw && model.tokenizer().add_bos();
     let ids = model.tokenizer().encode(&text, add_special)?;
     let mut session = model.generator(args.engine.ctx)?;
-    let (_, metrics) = stream_answer(&mut session, &ids, args.sampling.params())?;
+    let (_, metrics) = stream_constrained(&mut session, &ids, args.sampling.params(), constraint)?;
     println!();
     print_metrics(&metrics);
     Ok(())

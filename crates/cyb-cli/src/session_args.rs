@@ -1,8 +1,11 @@
 //! Flags shared by the commands that load and run a model (`run`, `chat`, `perplexity`).
 
-use cyb_runtime::{ensure_default_model, ExecPath, Model, Runtime, RuntimeOptions, SamplingParams};
-use cyb_tensor::Result;
-use std::path::PathBuf;
+use cyb_runtime::sampling::grammar::{Grammar, GrammarCompiler};
+use cyb_runtime::{
+    ensure_default_model, ExecPath, Model, Runtime, RuntimeOptions, SamplingParams, TokenConstraint,
+};
+use cyb_tensor::{Error, Result};
+use std::path::{Path, PathBuf};
 
 /// Which backend and execution path, and the session size.
 #[derive(clap::Args, Clone, Debug)]
@@ -90,5 +93,54 @@ impl SamplingArgs {
             stop: self.stop.clone(),
             ignore_eos: self.ignore_eos,
         }
+    }
+}
+
+/// Structured output: the answer must follow one grammar.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[group(multiple = false)]
+pub struct GrammarArgs {
+    /// The answer is JSON valid against the JSON schema in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
+    /// The answer follows the Lark grammar in FILE (llguidance's dialect, `start: ...`).
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<PathBuf>,
+    /// The whole answer matches this regular expression.
+    #[arg(long, value_name = "PATTERN")]
+    pub regex: Option<String>,
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl GrammarArgs {
+    pub fn grammar(&self) -> Result<Option<Grammar>> {
+        if let Some(path) = &self.json_schema {
+            let schema = serde_json::from_str(&read(path)?).map_err(|e| {
+                Error::invalid(
+                    "--json-schema",
+                    format!("{} is not JSON: {e}", path.display()),
+                )
+            })?;
+            return Ok(Some(Grammar::JsonSchema(schema)));
+        }
+        if let Some(path) = &self.grammar {
+            return Ok(Some(Grammar::Lark(read(path)?)));
+        }
+        Ok(self.regex.clone().map(Grammar::Regex))
+    }
+
+    /// The constraint for `model`, when a grammar was given.
+    pub fn constraint(&self, model: &Model) -> Result<Option<Box<dyn TokenConstraint>>> {
+        let Some(grammar) = self.grammar()? else {
+            return Ok(None);
+        };
+        let compiled = GrammarCompiler::new(model.tokenizer())?.compile(&grammar)?;
+        Ok(Some(Box::new(compiled)))
     }
 }

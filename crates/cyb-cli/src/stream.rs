@@ -1,6 +1,6 @@
 //! Streaming a generation to stdout with Ctrl-C support, and printing its metrics.
 
-use cyb_runtime::{GenerationMetrics, Generator, SamplingParams};
+use cyb_runtime::{GenerationMetrics, Generator, SamplingParams, TokenConstraint};
 use cyb_tensor::Result;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,9 +28,22 @@ pub fn stream_answer(
     ids: &[u32],
     params: SamplingParams,
 ) -> Result<(String, GenerationMetrics)> {
+    stream_constrained(session, ids, params, None)
+}
+
+/// [`stream_answer`], with only the tokens `constraint` allows (a grammar).
+pub fn stream_constrained(
+    session: &mut Generator,
+    ids: &[u32],
+    params: SamplingParams,
+    constraint: Option<Box<dyn TokenConstraint>>,
+) -> Result<(String, GenerationMetrics)> {
     install_handler();
     INTERRUPTED.store(false, Ordering::SeqCst);
     let mut gen = session.generate(ids, params)?;
+    if let Some(c) = constraint {
+        gen = gen.with_constraint(c);
+    }
     let mut text = String::new();
     let mut out = std::io::stdout().lock();
     for piece in gen.by_ref() {
