@@ -123,7 +123,9 @@ def medians(tests: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="+", type=Path)
+    ap.add_argument("models", nargs="*", type=Path)
+    ap.add_argument("--report", nargs="+", type=Path, default=[],
+                    help="print the table from saved result JSON files instead of running")
     ap.add_argument("--cyb", type=Path, default=REPO / "target" / "release" / "cyb-llm")
     ap.add_argument("--llama-bench", type=Path, default=DEFAULT_LLAMA_BENCH)
     ap.add_argument("--backend", default=None, help="cyb-llm --backend (default: its default)")
@@ -145,7 +147,7 @@ def main() -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     common = ["-t", str(args.t), "-p", str(args.p), "-n", str(args.n), "-r", str(args.r)]
 
-    rows = []
+    rows = [json.loads(p.read_text()) for p in args.report]
     for model in args.models:
         print(model, file=sys.stderr)
         rec: dict = {"model": str(model), "bytes_per_token": bytes_per_token(model)}
