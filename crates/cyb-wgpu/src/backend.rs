@@ -1,0 +1,406 @@
+//! `WgpuBackend`: device memory, per-step command recording and the `Backend` contract.
+//!
+//! Ops are recorded into one command encoder; it is submitted at `end_step`, or earlier when a
+//! download needs results. Activations come from the `FrameAllocator`, whose buffers return to
+//! the pool at the next `begin_step` (a buffer still held by a live tensor is skipped).
+
+use crate::context::GpuContext;
+use crate::kernels::{KernelKey, Kernels};
+use crate::memory::{fingerprint, padded, DeviceView, FileMappings, GpuBuf, ResidentKey};
+use crate::ops;
+use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
+use cyb_ops::Op;
+use cyb_tensor::{DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Uploads up to this size keep a host copy (ids, positions, rope frequency factors).
+const HOST_SHADOW_MAX: usize = 64 * 1024;
+
+/// The portable GPU backend (`"wgpu"`).
+pub struct WgpuBackend {
+    pub(crate) ctx: GpuContext,
+    kernels: Kernels,
+    state: Mutex<State>,
+}
+
+pub(crate) struct State {
+    encoder: Option<wgpu::CommandEncoder>,
+    frame: FrameAllocator<Arc<GpuBuf>>,
+    resident: HashMap<ResidentKey, (u64, Arc<GpuBuf>)>,
+    maps: FileMappings,
+    maps_fresh: bool,
+}
+
+impl WgpuBackend {
+    /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
+    pub fn new() -> Result<WgpuBackend> {
+        Ok(WgpuBackend {
+            ctx: GpuContext::open()?,
+            kernels: Kernels::default(),
+            state: Mutex::new(State {
+                encoder: None,
+                frame: FrameAllocator::new(),
+                resident: HashMap::new(),
+                maps: FileMappings::default(),
+                maps_fresh: false,
+            }),
+        })
+    }
+
+    /// The adapter in use.
+    pub fn adapter(&self) -> &crate::AdapterReport {
+        &self.ctx.adapter
+    }
+
+    /// Buffers created and bytes owned by the frame allocator (for tests and metrics).
+    pub fn frame_stats(&self) -> cyb_backend::FrameStats {
+        self.lock().frame.stats()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {
+        if size > self.ctx.limits.max_buffer_size {
+            return Err(Error::OutOfMemory {
+                backend: "wgpu".into(),
+                requested_bytes: size as usize,
+            });
+        }
+        let usage = match usage {
+            BufferUsage::Storage => {
+                wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST
+            }
+            BufferUsage::Uniform => wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            BufferUsage::Staging => wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        };
+        let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage,
+            mapped_at_creation: false,
+        });
+        Ok(Arc::new(GpuBuf { buffer }))
+    }
+
+    /// A frame buffer of at least `bytes` (rounded to 4) that no live tensor holds.
+    pub(crate) fn frame_buf(
+        &self,
+        st: &mut State,
+        bytes: usize,
+        usage: BufferUsage,
+    ) -> Result<Arc<GpuBuf>> {
+        let size = padded(bytes);
+        loop {
+            let b = st.frame.alloc(size, usage, |s| self.create(s, usage))?;
+            // The allocator and this handle hold two references; more means a tensor from an
+            // earlier step still uses it (it stays checked out until the next reset).
+            if Arc::strong_count(&b) <= 2 {
+                return Ok(b);
+            }
+        }
+    }
+
+    /// A new F32 (or other dtype) tensor on this device for an op's output.
+    pub(crate) fn output(
+        &self,
+        st: &mut State,
+        dims: &[usize],
+        dtype: DType,
+    ) -> Result<(Tensor, Arc<GpuBuf>)> {
+        let shape = Shape::new(dims)?;
+        let len = dtype
+            .bytes_for(shape.numel())
+            .ok_or_else(|| Error::invalid("wgpu output", format!("{dtype} {shape}")))?;
+        let buf = self.frame_buf(st, len, BufferUsage::Storage)?;
+        let t = Tensor::new(
+            shape,
+            dtype,
+            Storage::Device(Arc::new(DeviceView {
+                buf: buf.clone(),
+                len,
+                host: None,
+            })),
+        )?;
+        Ok((t, buf))
+    }
+
+    /// A frame buffer holding `data` (a host table for one op, such as rope's cos/sin).
+    pub(crate) fn stage(&self, st: &mut State, data: &[u8]) -> Result<Arc<GpuBuf>> {
+        let buf = self.frame_buf(st, data.len(), BufferUsage::Storage)?;
+        self.write(&buf, data);
+        Ok(buf)
+    }
+
+    fn write(&self, buf: &GpuBuf, data: &[u8]) {
+        if data.len().is_multiple_of(4) {
+            self.ctx.queue.write_buffer(&buf.buffer, 0, data);
+        } else {
+            let mut v = data.to_vec();
+            v.resize(padded(data.len()) as usize, 0);
+            self.ctx.queue.write_buffer(&buf.buffer, 0, &v);
+        }
+    }
+
+    /// Records one kernel launch of `groups` workgroups into the step's encoder.
+    pub(crate) fn dispatch(
+        &self,
+        st: &mut State,
+        key: &KernelKey,
+        params: &[u32],
+        buffers: &[&GpuBuf],
+        groups: u32,
+    ) -> Result<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let kernel = self.kernels.get(&self.ctx.device, key);
+        let mut words = [0u32; 32];
+        for (w, p) in words.iter_mut().zip(params) {
+            *w = *p;
+        }
+        let ubuf = self.frame_buf(st, 128, BufferUsage::Uniform)?;
+        self.ctx
+            .queue
+            .write_buffer(&ubuf.buffer, 0, bytemuck::cast_slice(&words));
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: ubuf.buffer.as_entire_binding(),
+        }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: (i + 1) as u32,
+                resource: b.buffer.as_entire_binding(),
+            });
+        }
+        let bind = self
+            .ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &kernel.layout,
+                entries: &entries,
+            });
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
+        let x = groups.min(max);
+        let y = groups.div_ceil(x);
+        let device = &self.ctx.device;
+        let enc = st.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        Ok(())
+    }
+
+    /// Submits what was recorded.
+    fn flush(&self, st: &mut State) {
+        if let Some(enc) = st.encoder.take() {
+            self.ctx.queue.submit([enc.finish()]);
+        }
+    }
+
+    /// The bytes of a tensor of this backend (one submission and one wait).
+    fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
+        let view = device_view(t)?;
+        if let Some(h) = &view.host {
+            return Ok(h.to_vec());
+        }
+        let mut st = self.lock();
+        let staging = self.frame_buf(&mut st, view.len, BufferUsage::Staging)?;
+        let size = padded(view.len);
+        let device = &self.ctx.device;
+        let enc = st.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        });
+        enc.copy_buffer_to_buffer(&view.buf.buffer, 0, &staging.buffer, 0, size);
+        self.flush(&mut st);
+        drop(st);
+        let slice = staging.buffer.slice(0..size);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::invalid("download", format!("wgpu: {e}")))?;
+        self.ctx.take_error("download")?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            _ => {
+                return Err(Error::invalid(
+                    "download",
+                    "wgpu: mapping the staging buffer failed",
+                ))
+            }
+        }
+        let bytes = {
+            let range = slice
+                .get_mapped_range()
+                .map_err(|e| Error::invalid("download", format!("wgpu: {e}")))?;
+            range.get(..view.len).map(<[u8]>::to_vec)
+        };
+        staging.buffer.unmap();
+        bytes.ok_or_else(|| Error::invalid("download", "staging buffer smaller than the tensor"))
+    }
+
+    /// Waits until every submitted command has run (tests and benchmarks).
+    pub fn synchronize(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.flush(&mut st);
+        drop(st);
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::invalid("synchronize", format!("wgpu: {e}")))?;
+        self.ctx.take_error("synchronize")
+    }
+
+    fn resident_upload(&self, st: &mut State, data: &[u8], dtype: DType) -> Result<Arc<GpuBuf>> {
+        let key = ResidentKey {
+            addr: data.as_ptr() as usize,
+            len: data.len(),
+            dtype,
+        };
+        let fp = fingerprint(data);
+        if let Some((f, b)) = st.resident.get(&key) {
+            if *f == fp {
+                return Ok(b.clone());
+            }
+        }
+        let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
+        self.write(&buf, data);
+        st.resident.insert(key, (fp, buf.clone()));
+        Ok(buf)
+    }
+}
+
+/// The wgpu view behind a tensor of this backend.
+pub(crate) fn device_view(t: &Tensor) -> Result<&DeviceView> {
+    match t.storage() {
+        Storage::Device(d) => d
+            .as_any()
+            .downcast_ref::<DeviceView>()
+            .ok_or_else(|| Error::invalid("wgpu", format!("tensor lives on {}", d.backend()))),
+        _ => Err(Error::invalid(
+            "wgpu",
+            "expected a tensor on the wgpu device",
+        )),
+    }
+}
+
+/// The buffer behind a tensor of this backend.
+pub(crate) fn gpu_buf(t: &Tensor) -> Result<Arc<GpuBuf>> {
+    Ok(device_view(t)?.buf.clone())
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &str {
+        "wgpu"
+    }
+
+    fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
+        cyb_ops::output_infos(op, inputs).is_ok() && ops::supports(self, op, inputs)
+    }
+
+    fn host_memory(&self) -> bool {
+        false
+    }
+
+    fn execute(&self, op: &Op, inputs: &[Tensor], _ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+        let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+        let declined = || Error::UnsupportedOp {
+            op: op.name().into(),
+            backend: "wgpu".into(),
+            input_dtype: infos.first().map_or(DType::F32, |i| i.dtype),
+        };
+        if !self.supports(op, &infos) {
+            return Err(declined());
+        }
+        let outs = cyb_ops::output_infos(op, &infos)?;
+        let mut st = self.lock();
+        let result = ops::execute(self, &mut st, op, inputs, &outs)?;
+        result.ok_or_else(declined)
+    }
+
+    fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let shape = Shape::new(shape)?;
+        let len = dtype
+            .bytes_for(shape.numel())
+            .ok_or_else(|| Error::invalid("alloc", format!("{dtype} {shape}")))?;
+        // A fresh buffer, not a frame one: the caller may keep it across steps. wgpu zeroes it.
+        let buf = self.create(padded(len), BufferUsage::Storage)?;
+        Tensor::new(
+            shape,
+            dtype,
+            Storage::Device(Arc::new(DeviceView {
+                buf,
+                len,
+                host: None,
+            })),
+        )
+    }
+
+    fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let shape = Shape::new(shape)?;
+        let mut st = self.lock();
+        if !st.maps_fresh && !st.maps.contains(data) {
+            st.maps.refresh();
+            st.maps_fresh = true;
+        }
+        let buf = if st.maps.contains(data) {
+            self.resident_upload(&mut st, data, dtype)?
+        } else {
+            let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
+            self.write(&b, data);
+            b
+        };
+        let host = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
+        Tensor::new(
+            shape,
+            dtype,
+            Storage::Device(Arc::new(DeviceView {
+                buf,
+                len: data.len(),
+                host,
+            })),
+        )
+    }
+
+    fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
+        self.download(t)?.to_f32_vec()
+    }
+
+    fn download(&self, t: &Tensor) -> Result<Tensor> {
+        if t.host_bytes().is_some() {
+            return Ok(t.clone());
+        }
+        let bytes = self.read_bytes(t)?;
+        Tensor::from_bytes(t.dims(), t.dtype(), &bytes)
+    }
+
+    fn begin_step(&self, _ctx: &mut ExecContext) -> Result<()> {
+        let mut st = self.lock();
+        self.flush(&mut st);
+        st.frame.reset();
+        st.maps_fresh = false;
+        Ok(())
+    }
+
+    fn end_step(&self, _ctx: &mut ExecContext) -> Result<()> {
+        let mut st = self.lock();
+        self.flush(&mut st);
+        drop(st);
+        self.ctx.take_error("end_step")
+    }
+}

@@ -1,0 +1,207 @@
+//! Choosing an adapter and opening a device on it.
+//!
+//! Any native adapter works (Vulkan, Metal, DX12, GL); `CYB_WGPU_ADAPTER` picks the first whose
+//! name, driver or backend contains the given text (case-insensitive). Hardware GPUs are
+//! preferred over software rasterizers, which are still accepted (CI runs on lavapipe).
+
+use cyb_tensor::{Error, Result};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One adapter as `cyb-llm backends` lists it.
+#[derive(Clone, Debug)]
+pub struct AdapterReport {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    /// Largest single storage buffer binding, bytes.
+    pub max_storage_binding: u64,
+    pub max_buffer_size: u64,
+    pub max_workgroup_invocations: u32,
+    pub max_workgroup_storage: u32,
+}
+
+impl AdapterReport {
+    fn of(adapter: &wgpu::Adapter) -> AdapterReport {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        AdapterReport {
+            name: info.name,
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+            max_storage_binding: limits.max_storage_buffer_binding_size,
+            max_buffer_size: limits.max_buffer_size,
+            max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
+            max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+        }
+    }
+
+    /// One line: name, API, kind and the limits that bound model size.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({}, {}, driver {}): max storage binding {} MiB, max buffer {} MiB, \
+             {} invocations/workgroup, {} KiB workgroup memory",
+            self.name,
+            self.backend,
+            self.device_type,
+            if self.driver.is_empty() {
+                "?"
+            } else {
+                &self.driver
+            },
+            self.max_storage_binding >> 20,
+            self.max_buffer_size >> 20,
+            self.max_workgroup_invocations,
+            self.max_workgroup_storage >> 10
+        )
+    }
+
+    fn matches(&self, needle: &str) -> bool {
+        let n = needle.to_lowercase();
+        [&self.name, &self.backend, &self.driver, &self.device_type]
+            .iter()
+            .any(|s| s.to_lowercase().contains(&n))
+    }
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends =
+        wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12 | wgpu::Backends::GL;
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter wgpu finds on this machine.
+pub fn adapters() -> Vec<AdapterReport> {
+    let inst = instance();
+    pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()))
+        .iter()
+        .map(AdapterReport::of)
+        .collect()
+}
+
+/// An open device, its queue, and the first validation error the device reported, if any.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub adapter: AdapterReport,
+    pub limits: wgpu::Limits,
+    errors: Arc<Mutex<Option<String>>>,
+}
+
+impl GpuContext {
+    /// Opens the adapter chosen by `CYB_WGPU_ADAPTER`, else the best one found.
+    pub fn open() -> Result<GpuContext> {
+        let wanted = std::env::var("CYB_WGPU_ADAPTER")
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        let inst = instance();
+        let mut found = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
+        let reports = found_reports(&found);
+        let found_list = || -> String {
+            let names: Vec<String> = reports.iter().map(|r| r.summary()).collect();
+            if names.is_empty() {
+                "no adapter found (install a Vulkan driver, e.g. Debian's mesa-vulkan-drivers)"
+                    .to_string()
+            } else {
+                format!("found: {}", names.join("; "))
+            }
+        };
+        // Hardware first, then the rest (software and GL last).
+        found.sort_by_key(|a| {
+            let info = a.get_info();
+            let kind = match info.device_type {
+                wgpu::DeviceType::DiscreteGpu => 0,
+                wgpu::DeviceType::IntegratedGpu => 1,
+                wgpu::DeviceType::VirtualGpu => 2,
+                wgpu::DeviceType::Other => 3,
+                wgpu::DeviceType::Cpu => 4,
+            };
+            let api = if info.backend == wgpu::Backend::Gl {
+                1
+            } else {
+                0
+            };
+            (api, kind)
+        });
+        let candidates: Vec<&wgpu::Adapter> = match &wanted {
+            Some(w) => found
+                .iter()
+                .filter(|a| AdapterReport::of(a).matches(w))
+                .collect(),
+            None => found.iter().collect(),
+        };
+        if candidates.is_empty() {
+            let reason = match &wanted {
+                Some(w) => format!(
+                    "no adapter matches CYB_WGPU_ADAPTER={w:?}; {}",
+                    found_list()
+                ),
+                None => found_list(),
+            };
+            return Err(Error::BackendInit {
+                backend: "wgpu".into(),
+                reason,
+            });
+        }
+        let mut failures = Vec::new();
+        for adapter in candidates {
+            match open_device(adapter) {
+                Ok(ctx) => return Ok(ctx),
+                Err(e) => failures.push(format!("{}: {e}", adapter.get_info().name)),
+            }
+        }
+        Err(Error::BackendInit {
+            backend: "wgpu".into(),
+            reason: format!(
+                "no adapter could open a device ({}); {}",
+                failures.join("; "),
+                found_list()
+            ),
+        })
+    }
+
+    /// The first error the device reported since the last call, as an `Error` naming `op`.
+    pub fn take_error(&self, op: &str) -> Result<()> {
+        let mut e = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
+        match e.take() {
+            Some(msg) => Err(Error::invalid(op, format!("wgpu: {msg}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn found_reports(found: &[wgpu::Adapter]) -> Vec<AdapterReport> {
+    found.iter().map(AdapterReport::of).collect()
+}
+
+fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, String> {
+    // Ask for everything the adapter offers: model weights need its largest buffers.
+    let limits = adapter.limits();
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("cyb-wgpu"),
+        required_features: wgpu::Features::empty(),
+        required_limits: limits.clone(),
+        ..Default::default()
+    };
+    let (device, queue) =
+        pollster::block_on(adapter.request_device(&desc)).map_err(|e| e.to_string())?;
+    let errors: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let sink = errors.clone();
+    // wgpu panics on uncaptured errors by default; keep the first one and report it instead.
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        tracing::error!("wgpu device error: {e}");
+        let mut slot = sink.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.get_or_insert_with(|| e.to_string());
+    }));
+    Ok(GpuContext {
+        device,
+        queue,
+        adapter: AdapterReport::of(adapter),
+        limits,
+        errors,
+    })
+}

@@ -1,0 +1,178 @@
+//! WGSL sources and compiled pipelines. Every kernel follows one binding convention: binding 0 is
+//! the 32-word parameter block, then the read-only inputs, then the read-write outputs, so one
+//! bind group layout per (inputs, outputs) count serves them all.
+
+use cyb_tensor::DType;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+const COMMON: &str = include_str!("shaders/common.wgsl");
+const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
+
+/// A kernel family: its WGSL file and whether it reads weights through `dequant.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    MatMul,
+    Embedding,
+    Unary,
+    Binary,
+    Norm,
+    Softmax,
+    Rope,
+    Copy,
+    Sdpa,
+}
+
+impl Family {
+    fn source(self) -> &'static str {
+        match self {
+            Family::MatMul => include_str!("shaders/matmul.wgsl"),
+            Family::Embedding => include_str!("shaders/embedding.wgsl"),
+            Family::Unary => include_str!("shaders/unary.wgsl"),
+            Family::Binary => include_str!("shaders/binary.wgsl"),
+            Family::Norm => include_str!("shaders/norm.wgsl"),
+            Family::Softmax => include_str!("shaders/softmax.wgsl"),
+            Family::Rope => include_str!("shaders/rope.wgsl"),
+            Family::Copy => include_str!("shaders/copy.wgsl"),
+            Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
+        }
+    }
+
+    /// (read-only inputs, read-write outputs) of the family's bindings.
+    fn bindings(self) -> (usize, usize) {
+        match self {
+            Family::MatMul | Family::Embedding | Family::Binary | Family::Norm | Family::Rope => {
+                (2, 1)
+            }
+            Family::Unary | Family::Softmax | Family::Copy => (1, 1),
+            Family::Sdpa => (3, 2),
+        }
+    }
+}
+
+/// Weight formats the dequantizing kernels read: (KIND code of dequant.wgsl, elements per
+/// block, bytes per block).
+pub fn weight_format(dtype: DType) -> Option<(u32, u32, u32)> {
+    Some(match dtype {
+        DType::F32 => (0, 1, 4),
+        DType::F16 => (1, 1, 2),
+        DType::Q8_0 => (2, 32, 34),
+        DType::Q4_0 => (3, 32, 18),
+        DType::Q4_1 => (4, 32, 20),
+        DType::Q5_0 => (5, 32, 22),
+        DType::Q5_1 => (6, 32, 24),
+        DType::Q4_K => (7, 256, 144),
+        DType::Q5_K => (8, 256, 176),
+        DType::Q6_K => (9, 256, 210),
+        _ => return None,
+    })
+}
+
+/// Which pipeline: a family, an entry point, and for weight readers the dtype and rows per
+/// workgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelKey {
+    pub family: Family,
+    pub entry: &'static str,
+    pub weights: Option<DType>,
+    pub rows: u32,
+}
+
+impl KernelKey {
+    pub fn plain(family: Family, entry: &'static str) -> KernelKey {
+        KernelKey {
+            family,
+            entry,
+            weights: None,
+            rows: 1,
+        }
+    }
+}
+
+pub struct Kernel {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+#[derive(Default)]
+pub struct Kernels {
+    pipelines: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
+}
+
+impl Kernels {
+    /// The pipeline for `key`, compiled on first use.
+    pub fn get(&self, device: &wgpu::Device, key: &KernelKey) -> Arc<Kernel> {
+        let mut map = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = map.get(key) {
+            return k.clone();
+        }
+        let mut src = String::from(COMMON);
+        if let Some(dt) = key.weights {
+            let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
+            src.push_str(&format!(
+                "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
+                 const BYTES: u32 = {bytes}u;\nconst MB: u32 = {}u;\n",
+                key.rows
+            ));
+            // The weight buffer must be declared before dequant.wgsl's readers use it; the
+            // family source declares it, and WGSL allows use before declaration at module scope.
+            src.push_str(DEQUANT);
+        }
+        if matches!(key.family, Family::Unary | Family::Binary) {
+            src.push_str(include_str!("shaders/activation.wgsl"));
+        }
+        src.push_str(key.family.source());
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key.entry),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let (n_in, n_out) = key.family.bindings();
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }];
+        for i in 0..n_in + n_out {
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding: (i + 1) as u32,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: i < n_in,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(key.entry),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(key.entry),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key.entry),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some(key.entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let k = Arc::new(Kernel { pipeline, layout });
+        map.insert(key.clone(), k.clone());
+        k
+    }
+}

@@ -1,0 +1,168 @@
+//! Rotary embeddings (cos/sin table made on the host with the reference's frequencies) and
+//! scaled dot-product attention.
+
+use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
+use crate::kernels::{Family, KernelKey};
+use cyb_backend::BufferUsage;
+use cyb_ops::{Op, RopeLayout};
+use cyb_tensor::{DType, Result, Tensor, TensorInfo};
+
+pub(crate) fn supports_rope(inputs: &[TensorInfo]) -> bool {
+    let ok_x = inputs
+        .first()
+        .is_some_and(|x| x.dtype == DType::F32 && x.shape.rank() >= 3);
+    let ok_pos = inputs
+        .get(1)
+        .is_some_and(|p| matches!(p.dtype, DType::I32 | DType::I64));
+    let ok_f = inputs.get(2).is_none_or(|f| f.dtype == DType::F32);
+    ok_x && ok_pos && ok_f && inputs.len() <= 3
+}
+
+/// Host values of a small uploaded tensor (ids, positions, frequency factors).
+fn host_values(t: &Tensor) -> Result<Option<Tensor>> {
+    match &device_view(t)?.host {
+        Some(h) => Ok(Some(Tensor::from_bytes(t.dims(), t.dtype(), h)?)),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn rope(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    op: &Op,
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Option<Tensor>> {
+    let Op::Rope {
+        layout,
+        rot_dims,
+        base,
+        scaling,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let Some(positions) = host_values(&inputs[1])? else {
+        return Ok(None);
+    };
+    let positions = positions.to_i64_vec()?;
+    let (mut inv, attn_factor) =
+        cyb_ops::reference::rope_frequencies(*rot_dims, *base as f64, scaling);
+    if let Some(f) = inputs.get(2) {
+        let Some(f) = host_values(f)? else {
+            return Ok(None);
+        };
+        for (i, d) in inv.iter_mut().zip(f.to_f32_vec()?) {
+            *i /= d as f64;
+        }
+    }
+    let half = rot_dims / 2;
+    let mut table = Vec::with_capacity(positions.len() * half * 2);
+    for &p in &positions {
+        for f in inv.iter().take(half) {
+            let theta = p as f64 * f;
+            table.push((theta.cos() * attn_factor) as f32);
+            table.push((theta.sin() * attn_factor) as f32);
+        }
+    }
+    let dims = inputs[0].dims();
+    let r = dims.len();
+    let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
+    let tbuf = gpu.stage(st, bytemuck::cast_slice(&table))?;
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let n = out.shape.numel();
+    let params = [
+        n as u32,
+        heads as u32,
+        seq as u32,
+        head_dim as u32,
+        half as u32,
+        u32::from(*layout == RopeLayout::Neox),
+    ];
+    let x = gpu_buf(&inputs[0])?;
+    let key = KernelKey::plain(Family::Rope, "rope");
+    gpu.dispatch(
+        st,
+        &key,
+        &params,
+        &[&x, &tbuf, &ybuf],
+        n.div_ceil(64) as u32,
+    )?;
+    Ok(Some(y))
+}
+
+pub(crate) fn supports_sdpa(op: &Op, inputs: &[TensorInfo]) -> bool {
+    let Op::Sdpa {
+        alibi_max_bias,
+        sliding_window,
+        ..
+    } = op
+    else {
+        return false;
+    };
+    let [q, k, _v] = inputs else {
+        return false;
+    };
+    let r = q.shape.rank();
+    let (qd, kd) = (q.shape.dims(), k.shape.dims());
+    alibi_max_bias.is_none()
+        && *sliding_window != Some(0)
+        && inputs.iter().all(|i| i.dtype == DType::F32)
+        && r >= 3
+        && kd.get(r - 2).is_some_and(|&lk| lk > 0)
+        && qd[r - 1] > 0
+}
+
+pub(crate) fn sdpa(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    op: &Op,
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Tensor> {
+    let Op::Sdpa {
+        scale,
+        causal,
+        sliding_window,
+        softcap,
+        ..
+    } = op
+    else {
+        return Err(cyb_tensor::Error::invalid("sdpa", "not an sdpa op"));
+    };
+    let (qd, kd, vd) = (inputs[0].dims(), inputs[1].dims(), inputs[2].dims());
+    let r = qd.len();
+    let (hq, lq, d) = (qd[r - 3], qd[r - 2], qd[r - 1]);
+    let (hkv, lk, dv) = (kd[r - 3], kd[r - 2], vd[r - 1]);
+    let rows = inputs[0].numel() / d;
+    let scores = gpu.frame_buf(st, rows * lk * 4, BufferUsage::Storage)?;
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let window = sliding_window.map_or(0, |w| w.min(u32::MAX as usize) as u32);
+    let params = [
+        rows as u32,
+        hq as u32,
+        lq as u32,
+        d as u32,
+        hkv as u32,
+        lk as u32,
+        dv as u32,
+        scale.to_bits(),
+        u32::from(*causal),
+        window,
+        softcap.unwrap_or(0.0).to_bits(),
+    ];
+    let (q, k, v) = (
+        gpu_buf(&inputs[0])?,
+        gpu_buf(&inputs[1])?,
+        gpu_buf(&inputs[2])?,
+    );
+    let key = KernelKey::plain(Family::Sdpa, "sdpa");
+    gpu.dispatch(
+        st,
+        &key,
+        &params,
+        &[&q, &k, &v, &ybuf, &scores],
+        rows as u32,
+    )?;
+    Ok(y)
+}

@@ -1,0 +1,178 @@
+//! Layout ops. Reshape shares the buffer; permute, transpose, slice, concat and split are one
+//! strided copy kernel (`shaders/copy.wgsl`) over 4-byte elements.
+
+use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
+use crate::kernels::{Family, KernelKey};
+use crate::memory::{DeviceView, GpuBuf};
+use cyb_ops::Op;
+use cyb_tensor::{Result, Storage, Tensor, TensorInfo};
+use std::sync::Arc;
+
+/// Row-major strides of `dims`.
+fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Left-pads (dims, strides) to rank 4 with size-1 dimensions.
+fn pad4(dims: &[usize], st: &[usize]) -> ([u32; 4], [u32; 4]) {
+    let (mut d, mut s) = ([1u32; 4], [0u32; 4]);
+    let skip = 4 - dims.len().min(4);
+    for i in 0..dims.len().min(4) {
+        d[skip + i] = dims[i] as u32;
+        s[skip + i] = st[i] as u32;
+    }
+    (d, s)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    src: &GpuBuf,
+    dst: &GpuBuf,
+    dims: &[usize],
+    src_strides: &[usize],
+    dst_strides: &[usize],
+    src_base: usize,
+    dst_base: usize,
+) -> Result<()> {
+    let n: usize = dims.iter().product();
+    let (d, ss) = pad4(dims, src_strides);
+    let (_, ds) = pad4(dims, dst_strides);
+    let mut p = vec![n as u32];
+    p.extend(d);
+    p.extend(ss);
+    p.extend(ds);
+    p.push(src_base as u32);
+    p.push(dst_base as u32);
+    let key = KernelKey::plain(Family::Copy, "copy");
+    gpu.dispatch(st, &key, &p, &[src, dst], n.div_ceil(64) as u32)
+}
+
+/// Reshape (free), permute, transpose or slice of one input.
+pub(crate) fn single(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    op: &Op,
+    x: &Tensor,
+    out: &TensorInfo,
+) -> Result<Tensor> {
+    if let Op::Reshape { .. } = op {
+        let v = device_view(x)?;
+        let view = DeviceView {
+            buf: v.buf.clone(),
+            len: v.len,
+            host: v.host.clone(),
+        };
+        return Tensor::new(
+            out.shape.clone(),
+            x.dtype(),
+            Storage::Device(Arc::new(view)),
+        );
+    }
+    let in_dims = x.dims();
+    let in_st = strides(in_dims);
+    let rank = in_dims.len();
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), x.dtype())?;
+    let out_dims = out.shape.dims();
+    let dst = strides(out_dims);
+    let xbuf = gpu_buf(x)?;
+    let (src, base) = match op {
+        Op::Permute { perm } => (perm.iter().map(|&p| in_st[p]).collect(), 0),
+        Op::Transpose { a, b } => {
+            let a = cyb_ops::resolve_axis("transpose", rank, *a)?;
+            let b = cyb_ops::resolve_axis("transpose", rank, *b)?;
+            let mut s = in_st.clone();
+            s.swap(a, b);
+            (s, 0)
+        }
+        Op::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } => {
+            let ax = cyb_ops::resolve_axis("slice", rank, *axis)?;
+            let (s0, _) = cyb_ops::slice_range(in_dims[ax], *start, *end, *step);
+            let mut s = in_st.clone();
+            s[ax] *= (*step).max(1);
+            (s, s0 * in_st[ax])
+        }
+        other => {
+            return Err(cyb_tensor::Error::invalid(
+                other.name(),
+                "not a layout op of the wgpu backend",
+            ))
+        }
+    };
+    copy(gpu, st, &xbuf, &ybuf, out_dims, &src, &dst, base, 0)?;
+    Ok(y)
+}
+
+pub(crate) fn concat(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    axis: isize,
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Tensor> {
+    let out_dims = out.shape.dims();
+    let ax = cyb_ops::resolve_axis("concat", out_dims.len(), axis)?;
+    let dst = strides(out_dims);
+    let (y, ybuf) = gpu.output(st, out_dims, inputs[0].dtype())?;
+    let mut offset = 0;
+    for t in inputs {
+        let src = strides(t.dims());
+        let buf = gpu_buf(t)?;
+        copy(
+            gpu,
+            st,
+            &buf,
+            &ybuf,
+            t.dims(),
+            &src,
+            &dst,
+            0,
+            offset * dst[ax],
+        )?;
+        offset += t.dims()[ax];
+    }
+    Ok(y)
+}
+
+pub(crate) fn split(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    axis: isize,
+    x: &Tensor,
+    outs: &[TensorInfo],
+) -> Result<Vec<Tensor>> {
+    let in_dims = x.dims();
+    let ax = cyb_ops::resolve_axis("split", in_dims.len(), axis)?;
+    let src = strides(in_dims);
+    let xbuf = gpu_buf(x)?;
+    let mut offset = 0;
+    let mut result = Vec::with_capacity(outs.len());
+    for o in outs {
+        let dims = o.shape.dims();
+        let (y, ybuf) = gpu.output(st, dims, x.dtype())?;
+        copy(
+            gpu,
+            st,
+            &xbuf,
+            &ybuf,
+            dims,
+            &src,
+            &strides(dims),
+            offset * src[ax],
+            0,
+        )?;
+        offset += dims[ax];
+        result.push(y);
+    }
+    Ok(result)
+}

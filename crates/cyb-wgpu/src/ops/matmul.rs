@@ -1,0 +1,116 @@
+//! Matrix products with weights of any supported format, and embedding lookups (the same
+//! dequantizing readers, `shaders/dequant.wgsl`).
+
+use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
+use crate::kernels::{weight_format, Family, KernelKey};
+use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
+
+fn fits_binding(gpu: &WgpuBackend, w: &TensorInfo) -> bool {
+    w.dtype
+        .bytes_for(w.shape.numel())
+        .is_some_and(|b| (b as u64) <= gpu.ctx.limits.max_storage_buffer_binding_size)
+}
+
+/// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
+pub(crate) fn supports(gpu: &WgpuBackend, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
+    let [a, w] = inputs else {
+        return false;
+    };
+    rhs_transposed
+        && a.dtype == DType::F32
+        && a.shape.rank() >= 2
+        && w.shape.rank() == 2
+        && weight_format(w.dtype).is_some()
+        && fits_binding(gpu, w)
+}
+
+pub(crate) fn matmul(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Tensor> {
+    let (a, w) = (&inputs[0], &inputs[1]);
+    let (n, k) = (w.dims()[0], w.dims()[1]);
+    let m = a.numel().checked_div(k).unwrap_or(0);
+    let (_, block, _) = weight_format(w.dtype()).unwrap_or((0, 1, 4));
+    let row_bytes = w
+        .dtype()
+        .bytes_for(k)
+        .ok_or_else(|| Error::invalid("matmul", format!("{} rows of {k}", w.dtype())))?;
+    let rows = if m == 1 { 1 } else { 4 };
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let groups = n * m.div_ceil(rows as usize);
+    let key = KernelKey {
+        family: Family::MatMul,
+        entry: "main",
+        weights: Some(w.dtype()),
+        rows,
+    };
+    let params = [
+        m as u32,
+        n as u32,
+        k as u32,
+        k as u32 / block,
+        row_bytes as u32,
+        groups as u32,
+    ];
+    let (abuf, wbuf) = (gpu_buf(a)?, gpu_buf(w)?);
+    gpu.dispatch(st, &key, &params, &[&abuf, &wbuf, &ybuf], groups as u32)?;
+    Ok(y)
+}
+
+/// A `[vocab, dim]` table in a readable format and I32/I64 ids.
+pub(crate) fn supports_embedding(gpu: &WgpuBackend, inputs: &[TensorInfo]) -> bool {
+    let [table, ids] = inputs else {
+        return false;
+    };
+    table.shape.rank() == 2
+        && weight_format(table.dtype).is_some()
+        && matches!(ids.dtype, DType::I32 | DType::I64)
+        && fits_binding(gpu, table)
+}
+
+pub(crate) fn embedding(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Option<Tensor>> {
+    let (table, ids) = (&inputs[0], &inputs[1]);
+    // Ids are checked on the host: an id outside the table is an error, not a read out of bounds.
+    let Some(host) = device_view(ids)?.host.clone() else {
+        return Ok(None);
+    };
+    let host_ids = Tensor::from_bytes(ids.dims(), ids.dtype(), &host)?.to_i64_vec()?;
+    let (vocab, dim) = (table.dims()[0], table.dims()[1]);
+    if let Some(bad) = host_ids.iter().find(|&&i| i < 0 || i as usize >= vocab) {
+        return Err(Error::invalid(
+            "embedding",
+            format!("id {bad} is outside the table of {vocab} rows"),
+        ));
+    }
+    let row_bytes = table
+        .dtype()
+        .bytes_for(dim)
+        .ok_or_else(|| Error::invalid("embedding", format!("{} rows of {dim}", table.dtype())))?;
+    let stride = if ids.dtype() == DType::I64 { 2 } else { 1 };
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let n = host_ids.len() * dim;
+    let key = KernelKey {
+        family: Family::Embedding,
+        entry: "main",
+        weights: Some(table.dtype()),
+        rows: 1,
+    };
+    let params = [host_ids.len() as u32, dim as u32, row_bytes as u32, stride];
+    let (tbuf, ibuf) = (gpu_buf(table)?, gpu_buf(ids)?);
+    gpu.dispatch(
+        st,
+        &key,
+        &params,
+        &[&tbuf, &ibuf, &ybuf],
+        n.div_ceil(64) as u32,
+    )?;
+    Ok(Some(y))
+}

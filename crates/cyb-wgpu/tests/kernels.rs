@@ -1,0 +1,280 @@
+//! Every wgpu kernel against the CPU reference (`cyb_ops::reference::execute`) on random inputs
+//! of odd sizes, for every weight format the kernels read.
+//!
+//! Tolerances (max|gpu - ref| / max|ref|): 1e-5 for ops whose math is the reference's up to
+//! summation order; 1e-4 where the GPU's `exp`/`tanh`/`sqrt` differ from Rust's libm in the last
+//! bits (softmax, attention, the activations, rope's rotation of large values).
+#![allow(clippy::cloned_ref_to_slice_refs)] // cloned inputs read better in tables of cases
+
+mod common;
+
+use common::{gpu, random, rel_err};
+use cyb_backend::{Backend, ExecContext};
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_tensor::{DType, Tensor};
+
+/// Runs `op` on the GPU (which must support it) and on the reference; returns the error of each
+/// output.
+fn check(op: &Op, inputs: &[Tensor], tol: f32) {
+    let Some(gpu) = gpu() else { return };
+    let infos: Vec<_> = inputs.iter().map(Tensor::info).collect();
+    assert!(
+        gpu.supports(op, &infos),
+        "wgpu should support {op:?} {infos:?}"
+    );
+    let dev: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            gpu.upload(t.host_bytes().unwrap(), t.dims(), t.dtype())
+                .unwrap()
+        })
+        .collect();
+    let got = gpu.execute(op, &dev, &mut ExecContext::default()).unwrap();
+    let want = cyb_ops::reference::execute(op, inputs).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.dims(), w.dims(), "{op:?}");
+        assert_eq!(g.dtype(), w.dtype(), "{op:?}");
+        let g = gpu.download_f32(g).unwrap();
+        let w = w.to_f32_vec().unwrap();
+        let e = rel_err(&g, &w);
+        assert!(e <= tol, "{op:?}: relative error {e:e} > {tol:e}");
+    }
+}
+
+fn f32t(dims: &[usize], seed: u64) -> Tensor {
+    let n = dims.iter().product();
+    Tensor::from_f32(dims, &random(n, seed)).unwrap()
+}
+
+const WEIGHT_DTYPES: [DType; 10] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+#[test]
+fn matmul_every_weight_format() {
+    let op = Op::MatMul {
+        rhs_transposed: true,
+    };
+    for dt in WEIGHT_DTYPES {
+        // k is odd for the scalar formats, an odd number of blocks for the others.
+        let k = match dt.block_elems() {
+            1 => 37,
+            b => 3 * b,
+        };
+        for m in [1, 7] {
+            let n = 13;
+            let w = Tensor::from_f32_as(&[n, k], &random(n * k, 7 + k as u64), dt).unwrap();
+            check(&op, &[f32t(&[m, k], 3), w.clone()], 1e-5);
+            // Batched activations share the weight.
+            check(&op, &[f32t(&[2, m, k], 5), w], 1e-5);
+        }
+    }
+}
+
+#[test]
+fn embedding_tables() {
+    for dt in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_K,
+    ] {
+        let dim = if dt.block_elems() == 256 { 256 } else { 64 };
+        let table = Tensor::from_f32_as(&[11, dim], &random(11 * dim, 9), dt).unwrap();
+        let ids64 = Tensor::from_i64(&[5], &[3, 0, 10, 3, 7]).unwrap();
+        check(&Op::Embedding, &[table.clone(), ids64], 1e-6);
+        let ids32 = Tensor::from_i32(&[2, 2], &[1, 2, 9, 4]).unwrap();
+        check(&Op::Embedding, &[table, ids32], 1e-6);
+    }
+}
+
+#[test]
+fn embedding_rejects_out_of_range_ids() {
+    let Some(gpu) = gpu() else { return };
+    let table = f32t(&[4, 8], 1);
+    let ids = Tensor::from_i64(&[2], &[1, 4]).unwrap();
+    let t = gpu
+        .upload(table.host_bytes().unwrap(), table.dims(), table.dtype())
+        .unwrap();
+    let i = gpu
+        .upload(ids.host_bytes().unwrap(), ids.dims(), ids.dtype())
+        .unwrap();
+    let err = gpu
+        .execute(&Op::Embedding, &[t, i], &mut ExecContext::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("outside"), "{err}");
+}
+
+#[test]
+fn rms_norm_and_softmax() {
+    for offset in [0.0, 1.0] {
+        let op = Op::RmsNorm {
+            eps: 1e-6,
+            weight_offset: offset,
+        };
+        check(&op, &[f32t(&[3, 5, 37], 1), f32t(&[37], 2)], 1e-5);
+    }
+    check(&Op::Softmax { axis: -1 }, &[f32t(&[5, 133], 4)], 1e-5);
+}
+
+#[test]
+fn pointwise_ops() {
+    let x = f32t(&[3, 67], 11);
+    for op in [
+        Op::Silu,
+        Op::Relu,
+        Op::Tanh,
+        Op::Scale { factor: 0.37 },
+        Op::Gelu {
+            approx: GeluApprox::Erf,
+        },
+        Op::Gelu {
+            approx: GeluApprox::Tanh,
+        },
+    ] {
+        check(&op, &[x.clone()], 1e-5);
+    }
+    let (g, u) = (f32t(&[3, 41], 12), f32t(&[3, 41], 13));
+    let fused = f32t(&[3, 82], 14);
+    for op in [
+        Op::SwiGlu,
+        Op::GeGlu {
+            approx: GeluApprox::Tanh,
+        },
+        Op::GeGlu {
+            approx: GeluApprox::Erf,
+        },
+    ] {
+        check(&op, &[g.clone(), u.clone()], 1e-5);
+        check(&op, &[fused.clone()], 1e-5);
+    }
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        check(&op, &[f32t(&[3, 4, 5], 15), f32t(&[3, 4, 5], 16)], 1e-6);
+        check(&op, &[f32t(&[3, 1, 5], 17), f32t(&[4, 5], 18)], 1e-6);
+        check(&op, &[f32t(&[7, 9], 19), f32t(&[9], 20)], 1e-6);
+    }
+}
+
+#[test]
+fn rope_layouts_and_scalings() {
+    let x = f32t(&[7, 3, 10], 21);
+    let pos = Tensor::from_i64(&[7], &[5, 6, 7, 8, 9, 10, 11]).unwrap();
+    let factors = Tensor::from_f32(&[4], &[1.0, 2.0, 4.0, 8.0]).unwrap();
+    for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for scaling in [
+            RopeScaling::None,
+            RopeScaling::Linear { factor: 4.0 },
+            RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 64,
+            },
+        ] {
+            let op = Op::Rope {
+                layout,
+                rot_dims: 8,
+                base: 10000.0,
+                scaling,
+            };
+            check(&op, &[x.clone(), pos.clone()], 1e-5);
+            check(&op, &[x.clone(), pos.clone(), factors.clone()], 1e-5);
+        }
+    }
+    // Positions as I32 and batched leading dimensions.
+    let op = Op::Rope {
+        layout: RopeLayout::Neox,
+        rot_dims: 10,
+        base: 500000.0,
+        scaling: RopeScaling::None,
+    };
+    let pos = Tensor::from_i32(&[3], &[0, 1, 2]).unwrap();
+    check(&op, &[f32t(&[2, 3, 2, 10], 22), pos], 1e-5);
+}
+
+#[test]
+fn sdpa_variants() {
+    let sdpa = |causal, sliding_window, softcap| Op::Sdpa {
+        scale: 0.3,
+        causal,
+        sliding_window,
+        softcap,
+        alibi_max_bias: None,
+    };
+    // GQA (4 query heads on 2 kv heads), 5 new rows after 6 cached ones, dv ≠ d.
+    let (q, k, v) = (
+        f32t(&[4, 5, 9], 31),
+        f32t(&[2, 11, 9], 32),
+        f32t(&[2, 11, 7], 33),
+    );
+    for op in [
+        sdpa(true, None, None),
+        sdpa(false, None, None),
+        sdpa(true, Some(3), None),
+        sdpa(true, None, Some(5.0)),
+        sdpa(true, Some(2), Some(0.5)),
+    ] {
+        check(&op, &[q.clone(), k.clone(), v.clone()], 1e-5);
+    }
+    // A batch dimension, decode (one row) over a longer cache.
+    let (q, k, v) = (
+        f32t(&[2, 6, 1, 16], 34),
+        f32t(&[2, 3, 131, 16], 35),
+        f32t(&[2, 3, 131, 16], 36),
+    );
+    check(&sdpa(true, None, None), &[q, k, v], 1e-5);
+}
+
+#[test]
+fn layout_ops() {
+    let x = f32t(&[2, 3, 5], 41);
+    check(
+        &Op::Permute {
+            perm: vec![1, 0, 2],
+        },
+        &[x.clone()],
+        0.0,
+    );
+    check(
+        &Op::Permute {
+            perm: vec![2, 0, 1],
+        },
+        &[x.clone()],
+        0.0,
+    );
+    check(&Op::Transpose { a: -1, b: 0 }, &[x.clone()], 0.0);
+    check(&Op::Reshape { dims: vec![5, -1] }, &[x.clone()], 0.0);
+    for (start, end, step) in [(0, 5, 2), (-3, 5, 1), (1, 2, 1), (4, -1, 3)] {
+        let op = Op::Slice {
+            axis: -1,
+            start,
+            end,
+            step,
+        };
+        check(&op, &[x.clone()], 0.0);
+    }
+    check(
+        &Op::Concat { axis: 1 },
+        &[x.clone(), f32t(&[2, 4, 5], 42), f32t(&[2, 1, 5], 43)],
+        0.0,
+    );
+    check(
+        &Op::Split {
+            axis: -1,
+            sizes: vec![2, 1, 2],
+        },
+        &[x],
+        0.0,
+    );
+}
