@@ -8,6 +8,6 @@ VENV="${CYB_SERVE_VENV:-$HOME/.cache/cyb-llm/serve-venv}"
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install -q "openai>=1.40" pytest
+"$VENV/bin/pip" install -q "openai>=1.40" pytest jsonschema
 cargo build -q -p cyb-cli --bin cyb-llm
 CYB_LLM_BIN="$PWD/target/debug/cyb-llm" "$VENV/bin/python" -m pytest -q tools/serve_tests
