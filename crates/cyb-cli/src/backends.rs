@@ -11,10 +11,17 @@ pub struct BackendsArgs {
 
 pub fn run(args: BackendsArgs) -> Result<()> {
     let list = cyb_runtime::Runtime::available_backends();
+    let adapters = cyb_runtime::Runtime::wgpu_adapters();
     if args.json {
         let v: Vec<serde_json::Value> = list
             .iter()
-            .map(|b| serde_json::json!({"name": b.name, "available": b.available, "detail": b.detail}))
+            .map(|b| {
+                let mut j = serde_json::json!({"name": b.name, "available": b.available, "detail": b.detail});
+                if b.name == "wgpu" {
+                    j["adapters"] = serde_json::json!(adapters);
+                }
+                j
+            })
             .collect();
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
@@ -22,6 +29,17 @@ pub fn run(args: BackendsArgs) -> Result<()> {
     for b in list {
         let state = if b.available { "yes" } else { "no" };
         println!("{:<12} {:<4} {}", b.name, state, b.detail);
+        if b.name == "wgpu" {
+            if adapters.is_empty() {
+                println!(
+                    "{:<17} no adapter found (a Vulkan, Metal, DX12 or GL driver is needed)",
+                    ""
+                );
+            }
+            for a in &adapters {
+                println!("{:<17} adapter: {a}", "");
+            }
+        }
     }
     Ok(())
 }

@@ -53,12 +53,18 @@ impl Runtime {
     pub fn new(options: RuntimeOptions) -> Result<Runtime> {
         let mut chain: Vec<Arc<dyn Backend>> = Vec::new();
         cyb_cpu::register();
+        cyb_wgpu::register();
         // The fast CPU backend is the default; `--backend reference` runs the reference alone.
         let default = cyb_backend::is_registered("cpu").then(|| "cpu".to_string());
         if let Some(name) = options.backend.clone().or(default) {
             let b = create_backend(&name)?;
+            let gpu = b.name() == "wgpu";
             if b.name() != "reference" {
                 chain.push(b);
+            }
+            // Ops the GPU lacks fall back to the fast CPU kernels before the reference.
+            if gpu && cyb_backend::is_registered("cpu") {
+                chain.push(create_backend("cpu")?);
             }
         }
         Ok(Runtime {
@@ -71,7 +77,13 @@ impl Runtime {
     /// registered first).
     pub fn available_backends() -> Vec<cyb_backend::BackendDescription> {
         cyb_cpu::register();
+        cyb_wgpu::register();
         cyb_backend::available_backends()
+    }
+
+    /// The GPU adapters wgpu finds here, one line each with their limits.
+    pub fn wgpu_adapters() -> Vec<String> {
+        cyb_wgpu::describe_adapters()
     }
 
     pub fn dispatcher(&self) -> &Arc<Dispatcher> {

@@ -24,6 +24,7 @@ pub fn gpu() -> Option<Arc<WgpuBackend>> {
 }
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift64*).
+#[allow(dead_code)] // not every test binary draws random inputs
 pub fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
@@ -38,6 +39,7 @@ pub fn random(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// max|a - b| / max|b|.
+#[allow(dead_code)]
 pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let diff = a

@@ -1,0 +1,140 @@
+//! The LlamaStyle fixtures (tests/fixtures/llama_family, made by
+//! tools/fixtures/make_llama_family_fixtures.py from Hugging Face transformers) run on the wgpu
+//! backend: every prompt position's logits against transformers' within the same tolerances as
+//! the CPU path (F32 1e-5 where noted below, F16 1e-3, quantized 1e-2 against transformers on the
+//! dequantized weights), and 32 greedy tokens equal.
+
+mod common;
+
+use common::{gpu, rel_err};
+use cyb_backend::{Backend, Dispatcher};
+use cyb_models::LlamaModel;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn fixture_dir(variant: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/llama_family")
+        .join(variant)
+}
+
+struct Reference {
+    prompt: Vec<u32>,
+    vocab: usize,
+    logits: Vec<f32>,
+    greedy: Vec<u32>,
+}
+
+fn reference(variant: &str, tag: &str) -> Reference {
+    let dir = fixture_dir(variant);
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let ids = |v: &Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let r = &json["references"][tag];
+    let bytes = std::fs::read(dir.join(r["logits"].as_str().unwrap())).unwrap();
+    Reference {
+        prompt: ids(&json["prompt"]),
+        vocab: json["vocab_size"].as_u64().unwrap() as usize,
+        logits: bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        greedy: ids(&r["greedy"]),
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn check_variant(variant: &str) {
+    let Some(gpu) = gpu() else { return };
+    let dir = fixture_dir(variant);
+    let cases = [
+        ("model-f32.gguf", "hf", 1e-5),
+        ("model-f16.gguf", "f16", 1e-3),
+        ("model-q8_0.gguf", "q8_0", 1e-2),
+        ("model-q4_0.gguf", "q4_0", 1e-2),
+    ];
+    for (file, tag, tol) in cases {
+        let r = reference(variant, tag);
+        let chain: Vec<Arc<dyn Backend>> = vec![gpu.clone()];
+        let dispatcher = Arc::new(Dispatcher::new(chain));
+        let f = cyb_format::open(dir.join(file)).unwrap();
+        let model = LlamaModel::load(&f, dispatcher.clone()).unwrap();
+        let mut cache = model.new_cache(r.prompt.len() + r.greedy.len()).unwrap();
+        let logits = model.forward_all(&r.prompt, &mut cache).unwrap();
+        let err = logits
+            .chunks(r.vocab)
+            .zip(r.logits.chunks(r.vocab))
+            .map(|(a, b)| rel_err(a, b))
+            .fold(0f32, f32::max);
+        let mut next = argmax(&logits[logits.len() - r.vocab..]);
+        let mut tokens = vec![next];
+        while tokens.len() < r.greedy.len() {
+            next = argmax(&model.forward(&[next], &mut cache).unwrap());
+            tokens.push(next);
+        }
+        eprintln!("{variant} {file} on wgpu vs {tag}: max rel err {err:.2e} (tolerance {tol:.0e})");
+        assert!(err <= tol, "{variant} {file} vs {tag}: {err} > {tol}");
+        assert_eq!(tokens, r.greedy, "{variant} {file}: greedy tokens differ");
+        // The heavy ops must have run on the GPU, not fallen back.
+        let log = dispatcher.log();
+        for op in ["matmul", "rms_norm", "rope", "sdpa", "embedding"] {
+            let fell_back = log.fallbacks.keys().any(|(o, _, _)| o == op);
+            assert!(
+                !fell_back,
+                "{variant} {file}: {op} fell back\n{}",
+                log.summary()
+            );
+        }
+    }
+}
+
+#[test]
+fn llama3_rope_scaling() {
+    check_variant("llama3");
+}
+
+#[test]
+fn mistral_sliding_window() {
+    check_variant("mistral");
+}
+
+#[test]
+fn qwen2_qkv_biases() {
+    check_variant("qwen2");
+}
+
+#[test]
+fn qwen3_qk_norm() {
+    check_variant("qwen3");
+}
+
+#[test]
+fn gemma2_softcaps_and_local_layers() {
+    check_variant("gemma2");
+}
+
+#[test]
+fn gemma3_local_global_rope() {
+    check_variant("gemma3");
+}
+
+#[test]
+fn phi3_fused_projections_partial_rotary() {
+    check_variant("phi3");
+}
