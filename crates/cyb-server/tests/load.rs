@@ -30,7 +30,7 @@ async fn concurrent_streams_equal_solo_runs() {
     })
     .await;
     let url = s.url("/v1/chat/completions");
-    let n = 24u64;
+    let n = 32u64;
     let tasks: Vec<_> = (0..n)
         .map(|seed| {
             let url = url.clone();
