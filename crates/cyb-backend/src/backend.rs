@@ -36,6 +36,23 @@ pub trait Backend: Send + Sync {
     /// Copies raw bytes (f32, f16, packed quant blocks, ...) from host memory to this backend.
     fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor>;
 
+    /// Copies a host tensor to this backend. The dispatcher calls this (not `upload`) when it
+    /// moves an input, so a backend can see the storage: shared, read-only storage (a weight in
+    /// a file mapping) may be kept resident across steps, keyed by its owner, which the backend
+    /// then holds on to so the memory cannot be reused under the same address.
+    fn upload_tensor(&self, t: &Tensor) -> Result<Tensor> {
+        let bytes = t.host_bytes().ok_or_else(|| {
+            cyb_tensor::Error::invalid(
+                "upload",
+                format!(
+                    "tensor lives on {}, not on the host",
+                    t.storage().location()
+                ),
+            )
+        })?;
+        self.upload(bytes, t.dims(), t.dtype())
+    }
+
     /// Copies a tensor of this backend to host memory as f32 (dequantizing if needed).
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>>;
 

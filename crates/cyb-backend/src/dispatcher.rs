@@ -182,8 +182,7 @@ impl Dispatcher {
                 if host_backend {
                     return Ok(host);
                 }
-                let bytes = host.host_bytes().unwrap_or_default();
-                backend.upload(bytes, host.dims(), host.dtype())
+                backend.upload_tensor(&host)
             })
             .collect()
     }

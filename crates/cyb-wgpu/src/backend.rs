@@ -6,7 +6,7 @@
 
 use crate::context::GpuContext;
 use crate::kernels::{KernelKey, Kernels};
-use crate::memory::{fingerprint, padded, DeviceView, FileMappings, GpuBuf, ResidentKey};
+use crate::memory::{padded, DeviceView, GpuBuf, ResidentKey};
 use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
@@ -27,10 +27,13 @@ pub struct WgpuBackend {
 pub(crate) struct State {
     encoder: Option<wgpu::CommandEncoder>,
     frame: FrameAllocator<Arc<GpuBuf>>,
-    resident: HashMap<ResidentKey, (u64, Arc<GpuBuf>)>,
-    maps: FileMappings,
-    maps_fresh: bool,
+    /// Weights kept on the device across steps, keyed by the address of their bytes inside a
+    /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
+    /// its address cannot be reused for other bytes while the entry exists.
+    resident: HashMap<ResidentKey, (SharedOwner, Arc<GpuBuf>)>,
 }
+
+type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 impl WgpuBackend {
     /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
@@ -42,8 +45,6 @@ impl WgpuBackend {
                 encoder: None,
                 frame: FrameAllocator::new(),
                 resident: HashMap::new(),
-                maps: FileMappings::default(),
-                maps_fresh: false,
             }),
         })
     }
@@ -266,21 +267,39 @@ impl WgpuBackend {
         self.ctx.take_error("synchronize")
     }
 
-    fn resident_upload(&self, st: &mut State, data: &[u8], dtype: DType) -> Result<Arc<GpuBuf>> {
+    /// A tensor of this backend over `buf`, with a host shadow of small data.
+    fn wrap(&self, buf: Arc<GpuBuf>, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let shape = Shape::new(shape)?;
+        let host = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
+        Tensor::new(
+            shape,
+            dtype,
+            Storage::Device(Arc::new(DeviceView {
+                buf,
+                len: data.len(),
+                host,
+            })),
+        )
+    }
+
+    fn resident_upload(
+        &self,
+        st: &mut State,
+        owner: &SharedOwner,
+        data: &[u8],
+        dtype: DType,
+    ) -> Result<Arc<GpuBuf>> {
         let key = ResidentKey {
             addr: data.as_ptr() as usize,
             len: data.len(),
             dtype,
         };
-        let fp = fingerprint(data);
-        if let Some((f, b)) = st.resident.get(&key) {
-            if *f == fp {
-                return Ok(b.clone());
-            }
+        if let Some((_, b)) = st.resident.get(&key) {
+            return Ok(b.clone());
         }
         let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
         self.write(&buf, data);
-        st.resident.insert(key, (fp, buf.clone()));
+        st.resident.insert(key, (owner.clone(), buf.clone()));
         Ok(buf)
     }
 }
@@ -352,29 +371,27 @@ impl Backend for WgpuBackend {
     }
 
     fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let shape = Shape::new(shape)?;
         let mut st = self.lock();
-        if !st.maps_fresh && !st.maps.contains(data) {
-            st.maps.refresh();
-            st.maps_fresh = true;
-        }
-        let buf = if st.maps.contains(data) {
-            self.resident_upload(&mut st, data, dtype)?
-        } else {
-            let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
-            self.write(&b, data);
-            b
+        let buf = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
+        self.write(&buf, data);
+        drop(st);
+        self.wrap(buf, data, shape, dtype)
+    }
+
+    fn upload_tensor(&self, t: &Tensor) -> Result<Tensor> {
+        let Storage::Shared { owner, .. } = t.storage() else {
+            let bytes = t
+                .host_bytes()
+                .ok_or_else(|| Error::invalid("upload", "tensor is not in host memory"))?;
+            return self.upload(bytes, t.dims(), t.dtype());
         };
-        let host = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
-        Tensor::new(
-            shape,
-            dtype,
-            Storage::Device(Arc::new(DeviceView {
-                buf,
-                len: data.len(),
-                host,
-            })),
-        )
+        let data = t
+            .host_bytes()
+            .ok_or_else(|| Error::invalid("upload", "shared storage out of range"))?;
+        let mut st = self.lock();
+        let buf = self.resident_upload(&mut st, owner, data, t.dtype())?;
+        drop(st);
+        self.wrap(buf, data, t.dims(), t.dtype())
     }
 
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
@@ -393,7 +410,6 @@ impl Backend for WgpuBackend {
         let mut st = self.lock();
         self.flush(&mut st);
         st.frame.reset();
-        st.maps_fresh = false;
         Ok(())
     }
 
