@@ -141,7 +141,6 @@ impl LlamaModel {
         cache: &mut KvCache,
         last_only: bool,
     ) -> Result<Vec<f32>> {
-        let cfg = &self.config;
         self.check_cache(cache)?;
         let n = tokens.len();
         if n == 0 {
@@ -169,15 +168,37 @@ impl LlamaModel {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
         };
-        self.dispatcher.begin_step(&mut step.ctx)?;
-        let mut x = step.run(Op::Embedding, &[&self.weights.embed, &ids])?;
+        // The step is always ended, also after an error, and only once the logits are on the
+        // host: a backend may recycle the step's buffers when the next step begins.
+        let begun = self.dispatcher.begin_step(&mut step.ctx);
+        let result =
+            begun.and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only));
+        let ended = self.dispatcher.end_step(&mut step.ctx);
+        let logits = result?;
+        ended?;
+        Ok(logits)
+    }
+
+    /// The body of one forward step: embedding, the blocks, the final norm and the output
+    /// projection; returns the logits on the host.
+    fn step_body(
+        &self,
+        step: &mut Step<'_>,
+        cache: &mut KvCache,
+        ids: &Tensor,
+        positions: &Tensor,
+        n: usize,
+        last_only: bool,
+    ) -> Result<Vec<f32>> {
+        let cfg = &self.config;
+        let mut x = step.run(Op::Embedding, &[&self.weights.embed, ids])?;
         if let Some(s) = cfg.embedding_scale {
             x = step.run(Op::Scale { factor: s }, &[&x])?;
         }
         for (i, (layer, attn)) in self.weights.layers.iter().zip(&cfg.layers).enumerate() {
-            let a = self.attention(&mut step, i, layer, attn, &x, &positions, cache)?;
+            let a = self.attention(step, i, layer, attn, &x, positions, cache)?;
             x = step.run(Op::Add, &[&x, &a])?;
-            let m = self.feed_forward(&mut step, layer, &x)?;
+            let m = self.feed_forward(step, layer, &x)?;
             x = step.run(Op::Add, &[&x, &m])?;
         }
         cache.commit(n)?;
@@ -195,7 +216,6 @@ impl LlamaModel {
         if let Some(c) = cfg.final_softcap {
             logits = step.softcap(&logits, c)?;
         }
-        self.dispatcher.end_step(&mut step.ctx)?;
         self.dispatcher.to_host(&logits)?.to_f32_vec()
     }
 

@@ -12,7 +12,7 @@ use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// Uploads up to this size keep a host copy (ids, positions, rope frequency factors).
 const HOST_SHADOW_MAX: usize = 64 * 1024;
@@ -22,6 +22,8 @@ pub struct WgpuBackend {
     pub(crate) ctx: GpuContext,
     kernels: Kernels,
     state: Mutex<State>,
+    /// Signalled when a forward step ends (see `State::in_step`).
+    step_done: Condvar,
 }
 
 pub(crate) struct State {
@@ -31,6 +33,9 @@ pub(crate) struct State {
     /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
     /// its address cannot be reused for other bytes while the entry exists.
     resident: HashMap<ResidentKey, (SharedOwner, Arc<GpuBuf>)>,
+    /// A forward step is running. Steps of different sessions take turns: `begin_step` recycles
+    /// every frame buffer, which must not happen under a step that still uses them.
+    in_step: bool,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -45,7 +50,9 @@ impl WgpuBackend {
                 encoder: None,
                 frame: FrameAllocator::new(),
                 resident: HashMap::new(),
+                in_step: false,
             }),
+            step_done: Condvar::new(),
         })
     }
 
@@ -408,6 +415,13 @@ impl Backend for WgpuBackend {
 
     fn begin_step(&self, _ctx: &mut ExecContext) -> Result<()> {
         let mut st = self.lock();
+        while st.in_step {
+            st = self
+                .step_done
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        st.in_step = true;
         self.flush(&mut st);
         st.frame.reset();
         Ok(())
@@ -416,7 +430,9 @@ impl Backend for WgpuBackend {
     fn end_step(&self, _ctx: &mut ExecContext) -> Result<()> {
         let mut st = self.lock();
         self.flush(&mut st);
+        st.in_step = false;
         drop(st);
+        self.step_done.notify_one();
         self.ctx.take_error("end_step")
     }
 }
