@@ -251,23 +251,22 @@ async fn stream(
                     o.insert("usage".into(), usage(&summary));
                 }
                 let _ = tx.send(sse::event(&last)).await;
-                if include_usage {
-                    let u = json!({
-                        "id": answer.id,
-                        "object": "chat.completion.chunk",
-                        "created": answer.created,
-                        "model": answer.model,
-                        "choices": [],
-                        "usage": usage(&summary),
-                    });
-                    let _ = tx.send(sse::event(&u)).await;
-                }
-                let _ = tx.send(sse::DONE.to_string()).await;
+                let u = include_usage.then(|| {
+                    let (id, model) = (answer.id.as_str(), answer.model.as_str());
+                    (
+                        "chat.completion.chunk",
+                        id,
+                        answer.created,
+                        model,
+                        usage(&summary),
+                    )
+                });
+                sse::finish(&tx, u).await;
                 return;
             }
             Event::Error(e) => {
                 let _ = tx.send(sse::event(&e.body())).await;
-                let _ = tx.send(sse::DONE.to_string()).await;
+                sse::finish(&tx, None).await;
                 return;
             }
         }

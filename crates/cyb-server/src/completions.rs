@@ -188,23 +188,21 @@ async fn stream(
                 };
                 let finish = Value::from(finish_reason(summary.finish));
                 let _ = tx.send(chunk("", lps, finish, Some(usage(&summary)))).await;
-                if include_usage {
-                    let u = json!({
-                        "id": head.id,
-                        "object": "text_completion",
-                        "created": head.created,
-                        "model": head.model,
-                        "choices": [],
-                        "usage": usage(&summary),
-                    });
-                    let _ = tx.send(sse::event(&u)).await;
-                }
-                let _ = tx.send(sse::DONE.to_string()).await;
+                let u = include_usage.then(|| {
+                    (
+                        "text_completion",
+                        head.id,
+                        head.created,
+                        head.model,
+                        usage(&summary),
+                    )
+                });
+                sse::finish(&tx, u).await;
                 return;
             }
             Event::Error(e) => {
                 let _ = tx.send(sse::event(&e.body())).await;
-                let _ = tx.send(sse::DONE.to_string()).await;
+                sse::finish(&tx, None).await;
                 return;
             }
         }

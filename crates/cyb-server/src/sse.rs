@@ -16,6 +16,26 @@ pub fn event(v: &serde_json::Value) -> String {
     format!("data: {v}\n\n")
 }
 
+/// Ends a stream: with `usage` (the client asked `stream_options.include_usage`), a final chunk
+/// of `object` with no choices and the usage, as OpenAI sends it; then `[DONE]`.
+pub async fn finish(
+    tx: &mpsc::Sender<String>,
+    usage: Option<(&str, &str, u64, &str, serde_json::Value)>,
+) {
+    if let Some((object, id, created, model, usage)) = usage {
+        let chunk = serde_json::json!({
+            "id": id,
+            "object": object,
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage,
+        });
+        let _ = tx.send(event(&chunk)).await;
+    }
+    let _ = tx.send(DONE.to_string()).await;
+}
+
 /// A streaming response of the events sent to the returned sender. Dropping the response
 /// (the client went away) closes the channel, which the producer sees on its next send.
 pub fn response(rx: mpsc::Receiver<String>) -> Response {
