@@ -213,6 +213,12 @@ pub enum Op {
     /// even from the exact value; any → BOOL is `x != 0`; block formats dequantize, or quantize
     /// with the reference quantizer).
     Cast { to: DType },
+    /// Writes the keys (or values) of `n` new tokens into a KV cache. Inputs: `cache` F32
+    /// `[heads, capacity, d]`, `new` F32 `[n, heads, d]`. Output: the cache with
+    /// `cache[h, start + t, :] = new[t, h, :]` for every `t < n` and every other row unchanged;
+    /// `start + n ≤ capacity`. A device backend writes in place and returns a tensor over the
+    /// same buffer, so the caller must treat the input cache as consumed.
+    KvAppend { start: usize },
 }
 
 impl Op {
@@ -248,6 +254,7 @@ impl Op {
             Op::TopK { .. } => "top_k",
             Op::CumSum { .. } => "cumsum",
             Op::Cast { .. } => "cast",
+            Op::KvAppend { .. } => "kv_append",
         }
     }
 }

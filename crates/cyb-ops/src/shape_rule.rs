@@ -149,8 +149,45 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
             }
             vec![info(name, x.shape.dims().to_vec(), *to)?]
         }
+        Op::KvAppend { start } => vec![kv_append(name, *start, inputs)?],
     };
     Ok(out)
+}
+
+fn kv_append(op: &str, start: usize, inputs: &[TensorInfo]) -> Result<TensorInfo> {
+    arity(op, inputs, 2..=2)?;
+    let (cache, new) = (&inputs[0], &inputs[1]);
+    if cache.dtype != DType::F32 || new.dtype != DType::F32 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "cache and new rows must be F32, got {} and {}",
+                cache.dtype, new.dtype
+            ),
+        ));
+    }
+    let (c, n) = (cache.shape.dims(), new.shape.dims());
+    let &[heads, capacity, d] = c else {
+        return Err(Error::invalid(
+            op,
+            format!("cache must be [heads, capacity, d], got {c:?}"),
+        ));
+    };
+    let rows = n.first().copied().unwrap_or(0);
+    if n.len() != 3 || n[1..] != [heads, d] {
+        return Err(Error::ShapeMismatch {
+            op: format!("{op}: new rows [n, heads, d]"),
+            expected: vec![rows, heads, d],
+            got: n.to_vec(),
+        });
+    }
+    if start.checked_add(rows).is_none_or(|end| end > capacity) {
+        return Err(Error::invalid(
+            op,
+            format!("{rows} rows at position {start} do not fit a cache of {capacity}"),
+        ));
+    }
+    Ok(cache.clone())
 }
 
 /// Broadcasts two shapes numpy-style (aligned at the right; a dimension of 1 stretches).

@@ -287,3 +287,27 @@ fn edge_cases_of_the_spec() {
     );
     assert_eq!(g, [0.0]);
 }
+
+#[test]
+fn kv_append_writes_rows_head_major_and_refuses_what_does_not_fit() {
+    // cache [2 heads, 3 positions, 2]; two new tokens at position 1.
+    let cache = Tensor::from_f32(&[2, 3, 2], &[-1.0; 12]).unwrap();
+    let new = Tensor::from_f32(&[2, 2, 2], &[1., 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    let out = reference::execute(&Op::KvAppend { start: 1 }, &[cache, new]).unwrap();
+    let y = out[0].to_f32_vec().unwrap();
+    // head 0: untouched row, token 0 head 0, token 1 head 0; then head 1.
+    let want = [-1., -1., 1., 2., 5., 6., -1., -1., 3., 4., 7., 8.];
+    assert_eq!(y, want);
+    let op = Op::KvAppend { start: 2 };
+    assert!(is_invalid(
+        &err(&op, &[f32s(&[2, 3, 2]), f32s(&[2, 2, 2])]),
+        "kv_append"
+    ));
+    assert!(err(&op, &[f32s(&[2, 3, 2]), f32s(&[1, 3, 2])])
+        .to_string()
+        .contains("kv_append"));
+    assert!(is_invalid(
+        &err(&op, &[f32s(&[2, 3, 2]), info(&[1, 2, 2], DType::F16)]),
+        "kv_append"
+    ));
+}

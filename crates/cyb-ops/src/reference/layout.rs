@@ -140,3 +140,20 @@ pub(super) fn cast(to: DType, x: &Tensor) -> Result<Tensor> {
     };
     Tensor::from_bytes(x.dims(), to, &bytes)
 }
+
+/// A copy of `cache` `[heads, capacity, d]` with the rows of `new` `[n, heads, d]` written at
+/// positions `start..start + n` of every head (shapes checked by the shape rule).
+pub(super) fn kv_append(start: usize, cache: &Tensor, new: &Tensor) -> Result<Tensor> {
+    let (c, n) = (cache.dims(), new.dims());
+    let (heads, cap, d, rows) = (c[0], c[1], c[2], n[0]);
+    let mut y = cache.to_f32_vec()?;
+    let src = floats(new)?;
+    for t in 0..rows {
+        for h in 0..heads {
+            let from = (t * heads + h) * d;
+            let to = (h * cap + start + t) * d;
+            y[to..to + d].copy_from_slice(&src[from..from + d]);
+        }
+    }
+    Tensor::from_f32(c, &y)
+}

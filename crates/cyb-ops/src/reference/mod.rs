@@ -83,6 +83,7 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             reverse,
         } => one(reduce::cumsum(*axis, *exclusive, *reverse, &inputs[0])),
         Op::Cast { to } => one(layout::cast(*to, &inputs[0])),
+        Op::KvAppend { start } => one(layout::kv_append(*start, &inputs[0], &inputs[1])),
     }
 }
 
