@@ -6,8 +6,13 @@
 //! attention gets the valid prefix `[kv_heads, len, head_dim]`. A step writes every layer
 //! first and commits the new length once at the end, so a step that fails half-way leaves the
 //! cache as it was (its rows are overwritten by the next step).
+//!
+//! With a device backend the cache lives in that backend's memory instead: the model appends
+//! each step's rows with `Op::KvAppend` (in place on the device) and attention reads the valid
+//! prefix there, so a decode step moves no keys or values between host and device.
 
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_backend::Backend;
+use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// Keys and values of one layer, each `[kv_heads, capacity, head_dim]`.
 #[derive(Clone, Debug)]
@@ -16,10 +21,18 @@ struct LayerKv {
     v: Vec<f32>,
 }
 
+/// Where the layers live.
+#[derive(Debug)]
+enum Layers {
+    Host(Vec<LayerKv>),
+    /// Per layer, keys and values `[kv_heads, capacity, head_dim]` in a backend's memory.
+    Device(Vec<(Tensor, Tensor)>),
+}
+
 /// A session's KV cache, sized once to the context asked for.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct KvCache {
-    layers: Vec<LayerKv>,
+    layers: Layers,
     kv_heads: usize,
     head_dim: usize,
     capacity: usize,
@@ -64,12 +77,92 @@ impl KvCache {
             });
         }
         Ok(KvCache {
-            layers,
+            layers: Layers::Host(layers),
             kv_heads,
             head_dim,
             capacity,
             len: 0,
         })
+    }
+
+    /// A cache in `backend`'s memory (zero-filled), written with `Op::KvAppend`.
+    pub fn on_backend(
+        backend: &dyn Backend,
+        num_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<KvCache> {
+        if capacity == 0 {
+            return Err(Error::invalid(
+                "kv_cache",
+                "a context of 0 tokens holds nothing",
+            ));
+        }
+        let dims = [kv_heads, capacity, head_dim];
+        let layers = (0..num_layers)
+            .map(|_| {
+                Ok((
+                    backend.alloc(&dims, DType::F32)?,
+                    backend.alloc(&dims, DType::F32)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache {
+            layers: Layers::Device(layers),
+            kv_heads,
+            head_dim,
+            capacity,
+            len: 0,
+        })
+    }
+
+    /// True when the cache lives in a backend's memory (see [`device_layer`]).
+    ///
+    /// [`device_layer`]: KvCache::device_layer
+    pub fn on_device(&self) -> bool {
+        matches!(self.layers, Layers::Device(_))
+    }
+
+    /// The whole-capacity keys and values `[kv_heads, capacity, head_dim]` of `layer` of a
+    /// device cache.
+    pub fn device_layer(&self, layer: usize) -> Result<(Tensor, Tensor)> {
+        match &self.layers {
+            Layers::Device(l) => l.get(layer).cloned().ok_or_else(|| {
+                Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
+            }),
+            Layers::Host(_) => Err(Error::invalid(
+                "kv_cache",
+                "internal: a host cache has no device layers",
+            )),
+        }
+    }
+
+    /// Replaces `layer` of a device cache with the result of appending to it.
+    pub fn set_device_layer(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<()> {
+        let want = [self.kv_heads, self.capacity, self.head_dim];
+        for t in [&k, &v] {
+            if t.dims() != want {
+                return Err(Error::ShapeMismatch {
+                    op: "kv_cache layer".into(),
+                    expected: want.to_vec(),
+                    got: t.dims().to_vec(),
+                });
+            }
+        }
+        match &mut self.layers {
+            Layers::Device(l) => {
+                let slot = l.get_mut(layer).ok_or_else(|| {
+                    Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
+                })?;
+                *slot = (k, v);
+                Ok(())
+            }
+            Layers::Host(_) => Err(Error::invalid(
+                "kv_cache",
+                "internal: a host cache has no device layers",
+            )),
+        }
     }
 
     /// Tokens held.
@@ -92,7 +185,10 @@ impl KvCache {
     }
 
     pub fn num_layers(&self) -> usize {
-        self.layers.len()
+        match &self.layers {
+            Layers::Host(l) => l.len(),
+            Layers::Device(l) => l.len(),
+        }
     }
 
     pub fn kv_heads(&self) -> usize {
@@ -137,7 +233,13 @@ impl KvCache {
                 format!("{n} new tokens do not fit: {start} of {cap} positions are used"),
             ));
         }
-        let slot = self.layers.get_mut(layer).ok_or_else(|| {
+        let Layers::Host(layers) = &mut self.layers else {
+            return Err(Error::invalid(
+                "kv_cache",
+                "internal: a device cache is written with Op::KvAppend",
+            ));
+        };
+        let slot = layers.get_mut(layer).ok_or_else(|| {
             Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
         })?;
         let total = start + n;

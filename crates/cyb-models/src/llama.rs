@@ -17,7 +17,7 @@ use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op};
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::sync::Arc;
 
 /// A loaded LlamaStyle model: its config, its weights (in place in the file mapping) and the
@@ -121,7 +121,23 @@ impl LlamaModel {
     /// A KV cache for a session of up to `max_ctx` tokens.
     pub fn new_cache(&self, max_ctx: usize) -> Result<KvCache> {
         let c = &self.config;
-        KvCache::new(c.num_layers, c.num_kv_heads, c.head_dim, max_ctx)
+        let (l, h, d) = (c.num_layers, c.num_kv_heads, c.head_dim);
+        // A device backend that can append keeps the cache in its own memory.
+        let primary = self.dispatcher.primary();
+        let probe = [
+            TensorInfo {
+                shape: Shape::new(&[h, max_ctx.max(1), d])?,
+                dtype: DType::F32,
+            },
+            TensorInfo {
+                shape: Shape::new(&[1, h, d])?,
+                dtype: DType::F32,
+            },
+        ];
+        if !primary.host_memory() && primary.supports(&Op::KvAppend { start: 0 }, &probe) {
+            return KvCache::on_backend(primary.as_ref(), l, h, d, max_ctx);
+        }
+        KvCache::new(l, h, d, max_ctx)
     }
 
     /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
@@ -302,10 +318,29 @@ impl LlamaModel {
                 step.run(rope, &[&k, positions])?,
             ),
         };
-        // The cache keeps host f32 rows; a device backend's outputs are brought back first.
-        let k = self.dispatcher.to_host(&k)?;
-        let v = self.dispatcher.to_host(&v)?;
-        let (k_all, v_all) = cache.write(i, &k, &v)?;
+        let (k_all, v_all) = if cache.on_device() {
+            let (start, (ck, cv)) = (cache.len(), cache.device_layer(i)?);
+            let append = Op::KvAppend { start };
+            let k_cap = step.run(append.clone(), &[&ck, &k])?;
+            let v_cap = step.run(append, &[&cv, &v])?;
+            drop((ck, cv));
+            cache.set_device_layer(i, k_cap.clone(), v_cap.clone())?;
+            let prefix = Op::Slice {
+                axis: 1,
+                start: 0,
+                end: (start + n) as isize,
+                step: 1,
+            };
+            (
+                step.run(prefix.clone(), &[&k_cap])?,
+                step.run(prefix, &[&v_cap])?,
+            )
+        } else {
+            // A host cache keeps f32 rows; a device backend's outputs are brought back first.
+            let k = self.dispatcher.to_host(&k)?;
+            let v = self.dispatcher.to_host(&v)?;
+            cache.write(i, &k, &v)?
+        };
         let q = step.run(
             Op::Permute {
                 perm: vec![1, 0, 2],

@@ -278,3 +278,36 @@ fn layout_ops() {
         0.0,
     );
 }
+
+#[test]
+fn kv_append_writes_in_place() {
+    // Odd sizes: 3 heads, capacity 7, head dim 5; two appends, the second ending at capacity.
+    check(
+        &Op::KvAppend { start: 2 },
+        &[f32t(&[3, 7, 5], 51), f32t(&[4, 3, 5], 52)],
+        0.0,
+    );
+    let Some(gpu) = gpu() else { return };
+    let host = f32t(&[3, 7, 5], 53);
+    let cache = gpu
+        .upload(host.host_bytes().unwrap(), host.dims(), host.dtype())
+        .unwrap();
+    let mut want = vec![host];
+    let mut cache = cache;
+    for (start, n, seed) in [(0, 6, 54), (6, 1, 55)] {
+        let new = f32t(&[n, 3, 5], seed);
+        let dev = gpu
+            .upload(new.host_bytes().unwrap(), new.dims(), new.dtype())
+            .unwrap();
+        let op = Op::KvAppend { start };
+        let w = cyb_ops::reference::execute(&op, &[want.pop().unwrap(), new]).unwrap();
+        want = w;
+        cache = gpu
+            .execute(&op, &[cache, dev], &mut ExecContext::default())
+            .unwrap()
+            .pop()
+            .unwrap();
+    }
+    let got = gpu.download_f32(&cache).unwrap();
+    assert_eq!(got, want[0].to_f32_vec().unwrap());
+}

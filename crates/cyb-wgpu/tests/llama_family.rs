@@ -93,7 +93,25 @@ fn check_variant(variant: &str) {
         assert_eq!(tokens, r.greedy, "{variant} {file}: greedy tokens differ");
         // The heavy ops must have run on the GPU, not fallen back.
         let log = dispatcher.log();
-        for op in ["matmul", "rms_norm", "rope", "sdpa", "embedding"] {
+        // The KV cache stays on the device: appended there, never read back per layer.
+        let appended = log
+            .executed
+            .get(&("kv_append".to_string(), "wgpu".to_string()))
+            .copied();
+        assert!(
+            appended.is_some(),
+            "{variant} {file}: no kv_append on wgpu\n{}",
+            log.summary()
+        );
+        for op in [
+            "matmul",
+            "rms_norm",
+            "rope",
+            "sdpa",
+            "embedding",
+            "kv_append",
+            "slice",
+        ] {
             let fell_back = log.fallbacks.keys().any(|(o, _, _)| o == op);
             assert!(
                 !fell_back,

@@ -176,3 +176,42 @@ pub(crate) fn split(
     }
     Ok(result)
 }
+
+/// KV append: the new rows `[n, heads, d]` are copied into the cache `[heads, capacity, d]`
+/// in place, and the result is a tensor over the cache's own buffer (the cache stays on the
+/// device for the whole session; nothing is read back).
+pub(crate) fn kv_append(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    start: usize,
+    cache: &Tensor,
+    new: &Tensor,
+) -> Result<Tensor> {
+    let view = device_view(cache)?;
+    let (c, n) = (cache.dims(), new.dims());
+    let (cap, d) = (c[1], c[2]);
+    let src = strides(n);
+    // Element (t, h, j) of the new rows lands at (h, start + t, j) of the cache.
+    let dst = [d, cap * d, 1];
+    copy(
+        gpu,
+        st,
+        &*gpu_buf(new)?,
+        &view.buf,
+        n,
+        &src,
+        &dst,
+        0,
+        start * d,
+    )?;
+    let out = DeviceView {
+        buf: view.buf.clone(),
+        len: view.len,
+        host: None,
+    };
+    Tensor::new(
+        cache.shape().clone(),
+        cache.dtype(),
+        Storage::Device(Arc::new(out)),
+    )
+}

@@ -47,6 +47,7 @@ pub(crate) fn supports(gpu: &WgpuBackend, op: &Op, inputs: &[TensorInfo]) -> boo
         Op::Permute { .. } | Op::Transpose { .. } | Op::Slice { .. } | Op::Split { .. } => {
             inputs.len() == 1 && word_dtype(inputs[0].dtype) && inputs[0].shape.rank() <= 4
         }
+        Op::KvAppend { .. } => all_f32(2),
         Op::Concat { .. } => {
             !inputs.is_empty()
                 && inputs
@@ -80,6 +81,7 @@ pub(crate) fn execute(
         Op::Reshape { .. } | Op::Permute { .. } | Op::Transpose { .. } | Op::Slice { .. } => {
             one(layout::single(gpu, st, op, &inputs[0], &outs[0])?)
         }
+        Op::KvAppend { start } => one(layout::kv_append(gpu, st, *start, &inputs[0], &inputs[1])?),
         Op::Concat { axis } => one(layout::concat(gpu, st, *axis, inputs, &outs[0])?),
         Op::Split { axis, .. } => Ok(Some(layout::split(gpu, st, *axis, &inputs[0], outs)?)),
         _ => one(pointwise::execute(gpu, st, op, inputs, &outs[0])?),
