@@ -6,11 +6,18 @@
 //! (that is cyb-ops and the backends) nor how a file is parsed (that is cyb-format), nor
 //! tokenizers, chat templates or sampling (cyb-runtime).
 
+mod bert;
+mod bert_config;
+mod bert_pooling;
+mod bert_weights;
 mod kv_cache;
 mod llama;
 mod llama_config;
 mod llama_weights;
 
+pub use bert::BertModel;
+pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_ARCHITECTURES};
+pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
 pub use kv_cache::KvCache;
 pub use llama::LlamaModel;
 pub use llama_config::{

@@ -1,0 +1,177 @@
+//! The BertStyle weights under Hugging Face's names (BERT/RoBERTa `encoder.layer.N.attention.
+//! self.query`, DistilBERT `transformer.layer.N.attention.q_lin`), each checked for presence
+//! and shape at load time and then used in place from the file mapping.
+
+use crate::bert_config::{BertConfig, BertHead, BertVariant};
+use cyb_format::ModelFile;
+use cyb_tensor::{Error, Result, Tensor};
+use std::collections::HashSet;
+
+/// `y = x · wᵀ + b`.
+pub(crate) struct Linear {
+    pub w: Tensor,
+    pub b: Option<Tensor>,
+}
+
+/// LayerNorm weight and bias.
+pub(crate) struct Norm {
+    pub w: Tensor,
+    pub b: Tensor,
+}
+
+/// One post-LN block: attention, then the feed-forward, each followed by a residual LayerNorm.
+pub(crate) struct BertLayer {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub attn_out: Linear,
+    pub attn_norm: Norm,
+    pub up: Linear,
+    pub down: Linear,
+    pub ffn_norm: Norm,
+}
+
+/// The classification head on top of the encoder.
+pub(crate) enum HeadWeights {
+    None,
+    /// `out(act(dense(h_first)))`: BERT's pooler + tanh, RoBERTa's `classifier.dense` + tanh,
+    /// DistilBERT's `pre_classifier` + ReLU.
+    Sequence {
+        dense: Linear,
+        out: Linear,
+    },
+    /// `classifier(h)` for every token.
+    Token {
+        out: Linear,
+    },
+}
+
+/// Every weight of the model.
+pub(crate) struct BertWeights {
+    pub word: Tensor,
+    pub position: Tensor,
+    pub token_type: Option<Tensor>,
+    pub embed_norm: Norm,
+    pub layers: Vec<BertLayer>,
+    pub head: HeadWeights,
+}
+
+struct Loader<'a> {
+    file: &'a ModelFile,
+    names: HashSet<String>,
+    cfg: &'a BertConfig,
+}
+
+impl Loader<'_> {
+    fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
+        if !self.names.contains(name) {
+            return Err(Error::MissingTensor {
+                name: name.to_string(),
+                required_by: format!(
+                    "{} ({:?}) in {}",
+                    self.cfg.architecture,
+                    self.cfg.variant,
+                    self.file.path().display()
+                ),
+            });
+        }
+        let t = self.file.tensor(name)?;
+        if t.dims() != dims {
+            return Err(Error::shape(format!("tensor {name}"), dims, t.dims()));
+        }
+        Ok(t)
+    }
+
+    /// `{name}.weight` `[out, inp]` and `{name}.bias` `[out]`.
+    fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear> {
+        Ok(Linear {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: Some(self.tensor(&format!("{name}.bias"), &[out])?),
+        })
+    }
+
+    fn norm(&self, name: &str, d: usize) -> Result<Norm> {
+        Ok(Norm {
+            w: self.tensor(&format!("{name}.weight"), &[d])?,
+            b: self.tensor(&format!("{name}.bias"), &[d])?,
+        })
+    }
+
+    fn layer(&self, i: usize) -> Result<BertLayer> {
+        let c = self.cfg;
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let p = &c.prefix;
+        if c.variant == BertVariant::DistilBert {
+            let b = format!("{p}transformer.layer.{i}");
+            return Ok(BertLayer {
+                q: self.linear(&format!("{b}.attention.q_lin"), h, h)?,
+                k: self.linear(&format!("{b}.attention.k_lin"), h, h)?,
+                v: self.linear(&format!("{b}.attention.v_lin"), h, h)?,
+                attn_out: self.linear(&format!("{b}.attention.out_lin"), h, h)?,
+                attn_norm: self.norm(&format!("{b}.sa_layer_norm"), h)?,
+                up: self.linear(&format!("{b}.ffn.lin1"), f, h)?,
+                down: self.linear(&format!("{b}.ffn.lin2"), h, f)?,
+                ffn_norm: self.norm(&format!("{b}.output_layer_norm"), h)?,
+            });
+        }
+        let b = format!("{p}encoder.layer.{i}");
+        Ok(BertLayer {
+            q: self.linear(&format!("{b}.attention.self.query"), h, h)?,
+            k: self.linear(&format!("{b}.attention.self.key"), h, h)?,
+            v: self.linear(&format!("{b}.attention.self.value"), h, h)?,
+            attn_out: self.linear(&format!("{b}.attention.output.dense"), h, h)?,
+            attn_norm: self.norm(&format!("{b}.attention.output.LayerNorm"), h)?,
+            up: self.linear(&format!("{b}.intermediate.dense"), f, h)?,
+            down: self.linear(&format!("{b}.output.dense"), h, f)?,
+            ffn_norm: self.norm(&format!("{b}.output.LayerNorm"), h)?,
+        })
+    }
+
+    fn head(&self) -> Result<HeadWeights> {
+        let c = self.cfg;
+        let (h, n) = (c.hidden_size, c.labels.len());
+        Ok(match (c.head, c.variant) {
+            (BertHead::None, _) => HeadWeights::None,
+            (BertHead::TokenClassification, _) => HeadWeights::Token {
+                out: self.linear("classifier", n, h)?,
+            },
+            (BertHead::SequenceClassification, BertVariant::Bert) => HeadWeights::Sequence {
+                dense: self.linear(&format!("{}pooler.dense", c.prefix), h, h)?,
+                out: self.linear("classifier", n, h)?,
+            },
+            (BertHead::SequenceClassification, BertVariant::Roberta) => HeadWeights::Sequence {
+                dense: self.linear("classifier.dense", h, h)?,
+                out: self.linear("classifier.out_proj", n, h)?,
+            },
+            (BertHead::SequenceClassification, BertVariant::DistilBert) => HeadWeights::Sequence {
+                dense: self.linear("pre_classifier", h, h)?,
+                out: self.linear("classifier", n, h)?,
+            },
+        })
+    }
+}
+
+impl BertWeights {
+    /// Finds every tensor `cfg` needs in `file` and checks its shape.
+    pub(crate) fn load(file: &ModelFile, cfg: &BertConfig) -> Result<BertWeights> {
+        let names = file.tensors().into_iter().map(|t| t.name).collect();
+        let l = Loader { file, names, cfg };
+        let (p, h) = (&cfg.prefix, cfg.hidden_size);
+        let e = |s: &str| format!("{p}embeddings.{s}");
+        let token_type = match cfg.type_vocab_size {
+            0 => None,
+            n => Some(l.tensor(&e("token_type_embeddings.weight"), &[n, h])?),
+        };
+        let layers = (0..cfg.num_layers)
+            .map(|i| l.layer(i))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BertWeights {
+            word: l.tensor(&e("word_embeddings.weight"), &[cfg.vocab_size, h])?,
+            position: l.tensor(&e("position_embeddings.weight"), &[cfg.max_position, h])?,
+            token_type,
+            embed_norm: l.norm(&e("LayerNorm"), h)?,
+            layers,
+            head: l.head()?,
+        })
+    }
+}

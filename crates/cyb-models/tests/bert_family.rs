@@ -1,0 +1,182 @@
+//! The BertStyle family against Hugging Face transformers on tiny random-weight models
+//! (tests/fixtures/bert, made by tools/fixtures/make_bert_fixtures.py): last hidden states of
+//! every real token, cls/mean/max pooled vectors and classification logits of a padded batch
+//! of three sequences of different lengths, and of each sequence alone. F32, relative error
+//! (max|a - b| / max|b|) ≤ 1e-5.
+
+use cyb_backend::Dispatcher;
+use cyb_models::{BertHead, BertModel, Pooling};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn dir(variant: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/bert")
+        .join(variant)
+}
+
+fn reference(variant: &str) -> Value {
+    let text = std::fs::read_to_string(dir(variant).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn load(variant: &str, dispatcher: Dispatcher) -> BertModel {
+    let file = cyb_format::open(dir(variant)).unwrap();
+    BertModel::load(&file, Arc::new(dispatcher)).unwrap()
+}
+
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    diff / scale.max(1e-30)
+}
+
+fn check(what: &str, got: &[f32], want: &[f32]) {
+    let e = rel_err(got, want);
+    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+}
+
+fn check_variant(variant: &str, dispatcher: fn() -> Dispatcher) {
+    let r = reference(variant);
+    let m = load(variant, dispatcher());
+    assert_eq!(m.config().head, BertHead::SequenceClassification);
+    let labels: Vec<&str> = r["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(m.config().labels, labels);
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| ids(&s["ids"]))
+        .collect();
+    let batch = m.hidden_states(&seqs).unwrap();
+    let logits = m.sequence_logits(&seqs).unwrap();
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        let tag = format!("{variant} seq {i} (padded batch)");
+        check(
+            &format!("{tag} hidden"),
+            &batch.states[i],
+            &floats(&s["hidden"]),
+        );
+        for p in [Pooling::Cls, Pooling::Mean, Pooling::Max] {
+            let got = &batch.pool(p, false)[i];
+            check(
+                &format!("{tag} {}", p.name()),
+                got,
+                &floats(&s["pooled"][p.name()]),
+            );
+        }
+        check(&format!("{tag} logits"), &logits[i], &floats(&s["logits"]));
+        // Alone, without padding or mask, the sequence gets the same states.
+        let alone = m.hidden_states(std::slice::from_ref(&seqs[i])).unwrap();
+        check(
+            &format!("{variant} seq {i} alone"),
+            &alone.states[0],
+            &floats(&s["hidden"]),
+        );
+    }
+}
+
+#[test]
+fn bert_matches_transformers() {
+    check_variant("bert", Dispatcher::reference);
+}
+
+#[test]
+fn roberta_matches_transformers() {
+    check_variant("roberta", Dispatcher::reference);
+}
+
+#[test]
+fn xlm_roberta_gelu_tanh_matches_transformers() {
+    check_variant("xlm_roberta", Dispatcher::reference);
+}
+
+#[test]
+fn distilbert_matches_transformers() {
+    check_variant("distilbert", Dispatcher::reference);
+}
+
+#[test]
+fn token_classification_matches_transformers() {
+    for variant in ["bert_tokens", "roberta_tokens"] {
+        let r = reference(variant);
+        let m = load(variant, Dispatcher::reference());
+        assert_eq!(m.config().head, BertHead::TokenClassification);
+        let seqs: Vec<Vec<u32>> = r["sequences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| ids(&s["ids"]))
+            .collect();
+        let got = m.token_logits(&seqs).unwrap();
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            check(
+                &format!("{variant} seq {i}"),
+                &got[i],
+                &floats(&s["logits"]),
+            );
+        }
+        assert!(m.sequence_logits(&seqs).is_err(), "no sequence head here");
+    }
+}
+
+#[test]
+fn bad_batches_are_errors() {
+    let m = load("bert", Dispatcher::reference());
+    let max = m.config().max_tokens();
+    assert!(m.hidden_states(&[]).is_err());
+    assert!(m.hidden_states(&[vec![]]).is_err());
+    assert!(m.hidden_states(&[vec![2; max + 1]]).is_err());
+    assert!(m.hidden_states(&[vec![2; max]]).is_ok());
+    let e = m
+        .hidden_states(&[vec![2, 100_000]])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vocabulary"), "{e}");
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let tmp = std::env::temp_dir().join(format!("cyb-bert-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(dir("bert").join("config.json"), tmp.join("config.json")).unwrap();
+    // The token-classification weights lack the pooler the sequence head needs.
+    std::fs::copy(
+        dir("bert_tokens").join("model.safetensors"),
+        tmp.join("model.safetensors"),
+    )
+    .unwrap();
+    let file = cyb_format::open(&tmp).unwrap();
+    let e = BertModel::load(&file, Arc::new(Dispatcher::reference()))
+        .unwrap_err()
+        .to_string();
+    std::fs::remove_dir_all(&tmp).ok();
+    assert!(e.contains("bert.pooler.dense.weight"), "{e}");
+}
