@@ -8,8 +8,11 @@
 //! This crate must not know about backends, file formats or models.
 
 mod op;
+mod op_params;
 pub mod reference;
 mod shape_rule;
+mod shape_rule_nd;
 
 pub use op::{GeluApprox, Op, RopeLayout, RopeScaling};
+pub use op_params::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, UnaryFn};
 pub use shape_rule::{broadcast_dims, output_infos, resolve_axis, slice_range};

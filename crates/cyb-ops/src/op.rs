@@ -11,10 +11,11 @@
 //! - Reductions accumulate in f32 in index order, so results do not depend on thread count.
 //! - Integer index inputs are I32 or I64; index outputs are I64.
 
+use crate::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, UnaryFn};
 use cyb_tensor::DType;
 
 /// Pairing of the rotated dimensions in rotary position embeddings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RopeLayout {
     /// GPT-J / llama.cpp "normal": rotates adjacent pairs `(x[2i], x[2i+1])`.
     Normal,
@@ -23,7 +24,7 @@ pub enum RopeLayout {
 }
 
 /// How rotary frequencies are stretched for contexts longer than training.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum RopeScaling {
     /// `theta_i = pos * base^(-2i/d)`.
     None,
@@ -60,7 +61,7 @@ pub enum RopeScaling {
 }
 
 /// GELU variant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GeluApprox {
     /// `0.5 x (1 + erf(x / √2))`.
     Erf,
@@ -69,7 +70,7 @@ pub enum GeluApprox {
 }
 
 /// One operation. Inputs are passed by position as documented per variant.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// Matrix product, `y = a · b` or `y = a · bᵀ`.
     ///
@@ -212,7 +213,118 @@ pub enum Op {
     /// and saturates, NaN → 0; integer → integer saturates; integer → float rounds to nearest
     /// even from the exact value; any → BOOL is `x != 0`; block formats dequantize, or quantize
     /// with the reference quantizer).
-    Cast { to: DType },
+    Cast {
+        #[serde(with = "crate::op_params::dtype_name")]
+        to: DType,
+    },
+    // Graph-level ops (ONNX-style). They keep the input dtype unless documented otherwise.
+    /// Elementwise `y = f(x)` (see [`UnaryFn`]). Float inputs keep their dtype (computed in
+    /// f32); integer inputs are allowed for `Abs`, `Neg` and `Sign`; `Not` takes BOOL; `IsNaN`
+    /// and `IsInf` return BOOL.
+    Unary { f: UnaryFn },
+    /// Elementwise `y = f(a, b)` with numpy broadcasting (see [`BinaryFn`]). Both inputs have
+    /// one dtype (except `Pow`, whose exponent may be any numeric dtype); the output keeps it,
+    /// except comparisons, which return BOOL. Floats are computed in f32, integers in i64 (then
+    /// wrapped to the dtype).
+    Binary { f: BinaryFn },
+    /// `y = cond ? a : b`, all three broadcast numpy-style. Inputs: `cond` BOOL, `a` and `b` of
+    /// one scalar dtype, which the output keeps.
+    Where,
+    /// Reduction over `axes` (all axes when empty; negative axes count from the end; each at
+    /// most once), dropping them unless `keepdims`. Output keeps the dtype (scalar dtypes).
+    /// Reducing an empty axis gives the identity (0 for sums, 1 for `Prod`, `-inf`/`+inf` for
+    /// `Max`/`Min`, NaN for `Mean`).
+    Reduce {
+        f: ReduceFn,
+        axes: Vec<isize>,
+        keepdims: bool,
+    },
+    /// Index of the largest (`max`) or smallest value along `axis`; ties give the first index,
+    /// or the last with `select_last`. NaN wins. Output I64, the axis kept as 1 with `keepdims`,
+    /// removed otherwise.
+    ArgReduce {
+        axis: isize,
+        keepdims: bool,
+        max: bool,
+        select_last: bool,
+    },
+    /// `y[i.., j.., k..] = x[i.., idx[j..], k..]` along `axis`. Inputs: `x` any scalar dtype,
+    /// `idx` I32/I64 of any shape (negative indices count from the end; out of range is an
+    /// error). Output `x.dims[..axis] ++ idx.dims ++ x.dims[axis+1..]`, dtype kept.
+    Gather { axis: isize },
+    /// `y[p] = x[p with p[axis] replaced by idx[p]]`: inputs `x` and `idx` (I32/I64) of one
+    /// rank, `idx.dims[d] ≤ x.dims[d]` for `d ≠ axis`. Output has `idx`'s dims, `x`'s dtype.
+    GatherElements { axis: isize },
+    /// Broadcasts `x` and a shape `dims` against each other numpy-style; the output has the
+    /// broadcast dims and `x`'s values. Scalar dtypes.
+    Expand { dims: Vec<usize> },
+    /// Repeats `x` `repeats[d]` times along each dimension `d` (one entry per dimension).
+    Tile { repeats: Vec<usize> },
+    /// Multi-axis slice with Python semantics and steps of either sign (non-zero): for each
+    /// `(start, end, axis, step)` the axis keeps `start, start+step, ..` strictly before `end`;
+    /// negative start/end count from the end, then are clamped as in numpy (`[0, len]` for
+    /// positive steps, `[-1, len-1]` for negative). The four lists have one length; axes appear
+    /// at most once. Scalar dtypes.
+    SliceNd {
+        starts: Vec<isize>,
+        ends: Vec<isize>,
+        axes: Vec<isize>,
+        steps: Vec<isize>,
+    },
+    /// Pads (or, with negative values, crops) each dimension: `pads = [begin_0.., end_0..]`,
+    /// two entries per dimension. Scalar dtypes.
+    Pad { pads: Vec<isize>, mode: PadMode },
+    /// N-d cross-correlation (the deep-learning "convolution"). Inputs: `x` float
+    /// `[n, c, d_1..d_k]`, `w` `[m, c/group, k_1..k_k]`, optional `b` `[m]`. For each spatial
+    /// dim, `out = floor((d + pad_begin + pad_end - dilation·(k-1) - 1) / stride) + 1`;
+    /// `y[n, o, p] = b[o] + Σ_{ci, q} x[n, g·c/group + ci, p·stride + q·dilation - pad_begin] ·
+    /// w[o, ci, q]` with `g = o / (m/group)`, zero outside the input, summed in order of
+    /// `(ci, q)`. One stride and dilation per spatial dim. Output F32.
+    Conv {
+        strides: Vec<usize>,
+        dilations: Vec<usize>,
+        pads: PadSpec,
+        group: usize,
+    },
+    /// Sliding-window pooling over the spatial dims of `x` float `[n, c, d_1..d_k]`, one
+    /// `kernel`, stride and dilation per spatial dim; the output size is as for `Conv`, or
+    /// rounded up with `ceil_mode` (dropping a last window that would start in the end padding).
+    /// Output F32.
+    Pool {
+        kind: PoolKind,
+        kernel: Vec<usize>,
+        strides: Vec<usize>,
+        dilations: Vec<usize>,
+        pads: PadSpec,
+        ceil_mode: bool,
+    },
+    /// `y = x - max x - ln Σ exp(x - max x)` along `axis`. Float input, F32 output.
+    LogSoftmax { axis: isize },
+    /// Inference batch normalisation over the channel dim 1 of `x` `[n, c, ..]`:
+    /// `y = (x - mean[c]) / sqrt(var[c] + eps) · scale[c] + b[c]`. Inputs: `x`, `scale`, `b`,
+    /// `mean`, `var` (floats). Output F32.
+    BatchNorm { eps: f32 },
+    /// Layer normalisation over all dims from `axis` on: `y = (x - μ) / sqrt(σ² + eps) · w + b`
+    /// (biased variance) with `w` (and optional `b`) broadcast onto those trailing dims.
+    /// Inputs: `x`, `w`, optional `b`. Outputs: `y` F32, then `μ` and `1/sqrt(σ² + eps)` F32
+    /// with the normalised dims kept as 1.
+    LayerNormNd { axis: isize, eps: f32 },
+    /// Keeps the upper (`upper`) or lower triangle of the last two dims relative to diagonal
+    /// `k` (`j - i ≥ k` kept for upper, `j - i ≤ k` for lower), zeroing the rest. Scalar dtypes.
+    Trilu { upper: bool, k: i64 },
+    /// Transposed convolution (the gradient of `Conv` with respect to its input). Inputs: `x`
+    /// float `[n, c, d_1..d_k]`, `w` `[c, m/group, k_1..k_k]`, optional `b` `[m]`. Each spatial
+    /// output size is `stride·(d-1) + output_padding + dilation·(k-1) + 1 - pad_begin - pad_end`;
+    /// `y[n, o, p] = b[o] + Σ x[n, ci, i] · w[ci, o', q]` over all `i, q` with
+    /// `p = i·stride + q·dilation - pad_begin` (`o'` the index of `o` within its group).
+    /// Output F32.
+    ConvTranspose {
+        strides: Vec<usize>,
+        dilations: Vec<usize>,
+        pads: Vec<usize>,
+        output_padding: Vec<usize>,
+        group: usize,
+    },
     /// Writes the keys (or values) of `n` new tokens into a KV cache. Inputs: `cache` F32
     /// `[heads, capacity, d]`, `new` F32 `[n, heads, d]`. Output: the cache with
     /// `cache[h, start + t, :] = new[t, h, :]` for every `t < n` and every other row unchanged;
@@ -254,6 +366,24 @@ impl Op {
             Op::TopK { .. } => "top_k",
             Op::CumSum { .. } => "cumsum",
             Op::Cast { .. } => "cast",
+            Op::Unary { .. } => "unary",
+            Op::Binary { .. } => "binary",
+            Op::Where => "where",
+            Op::Reduce { .. } => "reduce",
+            Op::ArgReduce { .. } => "arg_reduce",
+            Op::Gather { .. } => "gather",
+            Op::GatherElements { .. } => "gather_elements",
+            Op::Expand { .. } => "expand",
+            Op::Tile { .. } => "tile",
+            Op::SliceNd { .. } => "slice_nd",
+            Op::Pad { .. } => "pad",
+            Op::Conv { .. } => "conv",
+            Op::Pool { .. } => "pool",
+            Op::LogSoftmax { .. } => "log_softmax",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::LayerNormNd { .. } => "layer_norm_nd",
+            Op::Trilu { .. } => "trilu",
+            Op::ConvTranspose { .. } => "conv_transpose",
             Op::KvAppend { .. } => "kv_append",
         }
     }

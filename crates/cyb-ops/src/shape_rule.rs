@@ -134,6 +134,24 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
             resolve_axis(name, x.shape.rank(), *axis)?;
             vec![f32_info(name, x.shape.dims().to_vec())?]
         }
+        Op::Unary { .. }
+        | Op::Binary { .. }
+        | Op::Where
+        | Op::Reduce { .. }
+        | Op::ArgReduce { .. }
+        | Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::Expand { .. }
+        | Op::Tile { .. }
+        | Op::SliceNd { .. }
+        | Op::Pad { .. }
+        | Op::Conv { .. }
+        | Op::Pool { .. }
+        | Op::LogSoftmax { .. }
+        | Op::BatchNorm { .. }
+        | Op::LayerNormNd { .. }
+        | Op::Trilu { .. }
+        | Op::ConvTranspose { .. } => crate::shape_rule_nd::output_infos(op, inputs)?,
         Op::Cast { to } => {
             arity(name, inputs, 1..=1)?;
             let x = &inputs[0];

@@ -8,12 +8,17 @@
 mod activation;
 mod attention;
 mod binary;
+mod conv;
+mod elementwise;
 mod embedding;
+mod index;
 mod layout;
 mod matmul;
 mod norm;
 mod reduce;
+mod reduce_nd;
 mod rope;
+mod values;
 
 pub use attention::alibi_slopes;
 pub use rope::frequencies as rope_frequencies;
@@ -83,6 +88,70 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             reverse,
         } => one(reduce::cumsum(*axis, *exclusive, *reverse, &inputs[0])),
         Op::Cast { to } => one(layout::cast(*to, &inputs[0])),
+        Op::Unary { f } => one(elementwise::unary(*f, &inputs[0], &outs[0])),
+        Op::Binary { f } => one(elementwise::binary(*f, &inputs[0], &inputs[1], &outs[0])),
+        Op::Where => one(elementwise::where_(
+            &inputs[0], &inputs[1], &inputs[2], &outs[0],
+        )),
+        Op::Reduce { f, axes, .. } => one(reduce_nd::reduce(*f, axes, &inputs[0], &outs[0])),
+        Op::ArgReduce {
+            axis,
+            max,
+            select_last,
+            ..
+        } => one(reduce_nd::arg_reduce(
+            *axis,
+            *max,
+            *select_last,
+            &inputs[0],
+            &outs[0],
+        )),
+        Op::Gather { axis } => one(index::gather(*axis, &inputs[0], &inputs[1], &outs[0])),
+        Op::GatherElements { axis } => one(index::gather_elements(
+            *axis, &inputs[0], &inputs[1], &outs[0],
+        )),
+        Op::Expand { .. } => one(index::expand(&inputs[0], &outs[0])),
+        Op::Tile { .. } => one(index::tile(&inputs[0], &outs[0])),
+        Op::SliceNd {
+            starts,
+            ends,
+            axes,
+            steps,
+        } => one(index::slice_nd(
+            starts, ends, axes, steps, &inputs[0], &outs[0],
+        )),
+        Op::Pad { pads, mode } => one(index::pad(pads, *mode, &inputs[0], &outs[0])),
+        Op::Trilu { upper, k } => one(index::trilu(*upper, *k, &inputs[0], &outs[0])),
+        Op::Conv {
+            strides,
+            dilations,
+            pads,
+            group,
+        } => one(conv::conv(
+            strides, dilations, pads, *group, inputs, &outs[0],
+        )),
+        Op::ConvTranspose {
+            strides,
+            dilations,
+            pads,
+            group,
+            ..
+        } => one(conv::conv_transpose(
+            strides, dilations, pads, *group, inputs, &outs[0],
+        )),
+        Op::Pool {
+            kind,
+            kernel,
+            strides,
+            dilations,
+            pads,
+            ceil_mode,
+        } => one(conv::pool(
+            *kind, kernel, strides, dilations, pads, *ceil_mode, &inputs[0], &outs[0],
+        )),
+        Op::LogSoftmax { axis } => one(reduce_nd::log_softmax(*axis, &inputs[0])),
+        Op::BatchNorm { eps } => one(reduce_nd::batch_norm(*eps, inputs)),
+        Op::LayerNormNd { axis, eps } => reduce_nd::layer_norm_nd(*axis, *eps, inputs),
         Op::KvAppend { start } => one(layout::kv_append(*start, &inputs[0], &inputs[1])),
     }
 }

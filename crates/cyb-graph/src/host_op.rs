@@ -1,0 +1,248 @@
+//! Nodes that need the *values* of some inputs (a target shape, slice bounds, a `k`) before
+//! the computation is known. At run time they read those small inputs on the host, turn into
+//! ordinary [`Op`]s and run them through the dispatcher; when the inputs are constants, constant
+//! folding removes them before the graph runs. ONNX's dynamic-shape operators map onto these.
+
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
+use cyb_tensor::{DType, Error, Result, Tensor};
+
+/// A host-side node; inputs are by position as documented per variant, `?` marks optional ones.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum HostOp {
+    /// `y = x` (ONNX Identity, inference-time Dropout; extra outputs are all-true masks).
+    Identity,
+    /// The dims of `x` as a 1-D I64 tensor, `dims[start..end]` (Python-style clamped bounds).
+    Shape { start: i64, end: Option<i64> },
+    /// The element count of `x` as an I64 scalar.
+    Size,
+    /// A tensor of dims `shape` (input, I64 1-D) filled with `value` (float dtypes) or
+    /// `int_value` (integer and BOOL dtypes) as `dtype`.
+    ConstantOfShape {
+        #[serde(with = "dtype_name")]
+        dtype: DType,
+        value: f32,
+        int_value: i64,
+    },
+    /// `start, start+delta, ..` before `limit` (three scalar inputs); dtype of `start`.
+    Range,
+    /// `Reshape { dims }` with dims from input 1 (`0` copies the input dim unless `allowzero`).
+    Reshape { allowzero: bool },
+    /// `Expand` to the shape in input 1.
+    Expand,
+    /// `Tile` by the repeats in input 1.
+    Tile,
+    /// `SliceNd` with inputs `x, starts, ends, axes?, steps?`.
+    Slice,
+    /// Removes the size-1 dims `axes` (attribute, or input 1; all size-1 dims when absent).
+    Squeeze { axes: Option<Vec<i64>> },
+    /// Inserts size-1 dims at `axes` of the output (attribute, or input 1).
+    Unsqueeze { axes: Option<Vec<i64>> },
+    /// Reshapes to 2-D: `[prod(dims[..axis]), prod(dims[axis..])]`.
+    Flatten { axis: i64 },
+    /// `TopK` with `k` from input 1; values keep the input dtype.
+    TopK { axis: i64, largest: bool },
+    /// `Split` along `axis` into `sizes` (attribute or input 1) or `num_outputs` equal parts
+    /// (the last one smaller when the dim does not divide).
+    Split {
+        axis: i64,
+        sizes: Option<Vec<i64>>,
+        num_outputs: usize,
+    },
+    /// `CumSum` with the axis from input 1; the output keeps the input dtype.
+    CumSum { exclusive: bool, reverse: bool },
+    /// `Pad` with `pads` from the attribute or input 1, constant value from `value` or input
+    /// 2, optional `axes` from input 3.
+    Pad {
+        mode: PadMode,
+        pads: Option<Vec<i64>>,
+        value: f32,
+    },
+    /// ONNX MatMul: numpy matmul, 1-D operands promoted and the added dim removed; output in the
+    /// dtype of `a`.
+    MatMul,
+    /// `y = alpha · op(a) · op(b) + beta · c` with `op` transposing when asked; `c?` broadcasts.
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// Softmax, LogSoftmax or Hardmax along `axis`; with `coerce_2d` (ONNX opset < 13) the input
+    /// is first flattened to `[prod(..axis), prod(axis..)]` and the op runs on its last dim.
+    Softmax {
+        axis: i64,
+        coerce_2d: bool,
+        kind: SoftmaxKind,
+    },
+    /// `clamp(x, min?, max?)` with scalar bound inputs (absent: unbounded).
+    Clip,
+    /// `Reduce` with axes from the attribute or input 1; with `noop_with_empty_axes` an empty
+    /// axes list is the identity instead of "all axes".
+    Reduce {
+        f: ReduceFn,
+        keepdims: bool,
+        axes: Option<Vec<i64>>,
+        noop_with_empty_axes: bool,
+    },
+    /// `Cast` to the dtype of input 1.
+    CastLike,
+    /// Folds `f` over all inputs (ONNX variadic Sum/Max/Min); `mean` divides by their count.
+    Variadic { f: BinaryFn, mean: bool },
+    /// Mean or max over all spatial dims (2..), keeping them as 1.
+    GlobalPool { max: bool },
+    /// Instance normalisation: `GroupNorm` with one group per channel (`x, scale, b`).
+    InstanceNorm { eps: f32 },
+    /// Rearranges `[n, c, h, w]` blocks of depth into space (`crd`: column-row-depth order).
+    DepthToSpace { blocksize: usize, crd: bool },
+    /// The inverse: `[n, c, h, w]` → `[n, c·b², h/b, w/b]`.
+    SpaceToDepth { blocksize: usize },
+    /// Indices of non-zero elements, `[rank, count]` I64, in row-major order.
+    NonZero,
+    /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
+    OneHot { axis: i64 },
+}
+
+/// Which normalised exponential [`HostOp::Softmax`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SoftmaxKind {
+    Softmax,
+    LogSoftmax,
+    /// 1 at the (first) largest value, 0 elsewhere.
+    Hardmax,
+}
+
+/// Serde support for a `DType` by name.
+pub(crate) mod dtype_name {
+    use cyb_tensor::DType;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(d.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DType, D::Error> {
+        let s = String::deserialize(d)?;
+        DType::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown dtype {s}")))
+    }
+}
+
+/// Runs ops for a host node.
+pub(crate) struct HostRun<'a> {
+    pub d: &'a Dispatcher,
+    pub ctx: &'a mut ExecContext,
+}
+
+impl HostRun<'_> {
+    pub(crate) fn op(&mut self, op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.d.run_with(op, inputs, self.ctx)
+    }
+
+    pub(crate) fn one(&mut self, op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+        self.op(op, inputs)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::invalid(op.name(), "returned no output"))
+    }
+
+    pub(crate) fn ints(&self, t: &Tensor) -> Result<Vec<i64>> {
+        self.d.to_host(t)?.to_i64_vec()
+    }
+
+    /// `x` reshaped (a view of the same storage on the host; through the dispatcher otherwise).
+    pub(crate) fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+        let dims = dims.iter().map(|&d| d as isize).collect();
+        self.one(&Op::Reshape { dims }, std::slice::from_ref(x))
+    }
+}
+
+impl HostOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            HostOp::Identity => "identity",
+            HostOp::Shape { .. } => "shape",
+            HostOp::Size => "size",
+            HostOp::ConstantOfShape { .. } => "constant_of_shape",
+            HostOp::Range => "range",
+            HostOp::Reshape { .. } => "reshape",
+            HostOp::Expand => "expand",
+            HostOp::Tile => "tile",
+            HostOp::Slice => "slice",
+            HostOp::Squeeze { .. } => "squeeze",
+            HostOp::Unsqueeze { .. } => "unsqueeze",
+            HostOp::Flatten { .. } => "flatten",
+            HostOp::TopK { .. } => "top_k",
+            HostOp::Split { .. } => "split",
+            HostOp::CumSum { .. } => "cumsum",
+            HostOp::Pad { .. } => "pad",
+            HostOp::MatMul => "matmul",
+            HostOp::Gemm { .. } => "gemm",
+            HostOp::Softmax { .. } => "softmax",
+            HostOp::Clip => "clip",
+            HostOp::Reduce { .. } => "reduce",
+            HostOp::CastLike => "cast_like",
+            HostOp::Variadic { .. } => "variadic",
+            HostOp::GlobalPool { .. } => "global_pool",
+            HostOp::InstanceNorm { .. } => "instance_norm",
+            HostOp::DepthToSpace { .. } => "depth_to_space",
+            HostOp::SpaceToDepth { .. } => "space_to_depth",
+            HostOp::NonZero => "non_zero",
+            HostOp::OneHot { .. } => "one_hot",
+        }
+    }
+
+    /// True when only the input's dims (not its values) matter, so it folds for known shapes.
+    pub fn needs_only_shape(&self) -> bool {
+        matches!(self, HostOp::Shape { .. } | HostOp::Size)
+    }
+}
+
+/// Input `i`, which must be present.
+pub(crate) fn req<'a>(op: &str, inputs: &'a [Option<Tensor>], i: usize) -> Result<&'a Tensor> {
+    inputs
+        .get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| Error::invalid(op, format!("input {i} is required")))
+}
+
+/// Resolves a possibly negative axis against `rank`.
+pub(crate) fn axis(op: &str, a: i64, rank: usize) -> Result<usize> {
+    cyb_ops::resolve_axis(op, rank, a as isize)
+}
+
+pub(crate) fn to_usize(op: &str, v: &[i64]) -> Result<Vec<usize>> {
+    v.iter()
+        .map(|&x| usize::try_from(x).map_err(|_| Error::invalid(op, format!("negative size {x}"))))
+        .collect()
+}
+
+/// `x` converted to `dtype` (no-op when it already is).
+pub(crate) fn cast_to(r: &mut HostRun, x: Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x);
+    }
+    r.one(&Op::Cast { to: dtype }, &[x])
+}
+
+/// A tensor of `dims` filled with `value` as `dtype` (integer dtypes take `value as i64`).
+pub(crate) fn filled(dims: &[usize], dtype: DType, value: f64) -> Result<Tensor> {
+    filled_with(dims, dtype, value as f32, value as i64)
+}
+
+/// A tensor of `dims` filled with `f` (float dtypes) or `i` (integer and BOOL dtypes).
+pub(crate) fn filled_with(dims: &[usize], dtype: DType, f: f32, i: i64) -> Result<Tensor> {
+    let n: usize = dims.iter().product();
+    if dtype.is_float() {
+        return Tensor::from_f32_as(dims, &vec![f; n], dtype);
+    }
+    let v = i;
+    let one: Vec<u8> = match dtype {
+        DType::I64 => v.to_le_bytes().to_vec(),
+        DType::I32 => (v as i32).to_le_bytes().to_vec(),
+        DType::I8 | DType::U8 => vec![v as u8],
+        DType::Bool => vec![u8::from(v != 0)],
+        d => return Err(Error::invalid("fill", format!("{d} is not a scalar dtype"))),
+    };
+    let bytes: Vec<u8> = one.iter().copied().cycle().take(n * one.len()).collect();
+    Tensor::from_bytes(dims, dtype, &bytes)
+}

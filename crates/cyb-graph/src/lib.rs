@@ -1,0 +1,29 @@
+//! cyb-graph: the graph path. A model as a DAG of [`cyb_ops::Op`] nodes over named values with
+//! symbolic dimensions, plus the few host-side nodes that need tensor *values* to know what to
+//! compute (shape arithmetic, ONNX-style dynamic reshape/slice/expand), see [`HostOp`].
+//!
+//! What lives here: the text form (the `~~~graph` section of a `.model`, docs/graph-format.md),
+//! shape and dtype inference, dead-node elimination, constant folding, the memory plan, and the
+//! executor that runs nodes through [`cyb_backend::Dispatcher`] — the same dispatcher and
+//! backends the curated model code uses.
+//!
+//! This crate must not know about file formats (ONNX import lives in cyb-format) or models.
+
+mod exec;
+mod graph;
+mod host_linalg;
+mod host_op;
+mod host_run;
+mod infer;
+mod passes;
+mod plan;
+mod text;
+mod text_value;
+
+pub use exec::{Executor, RunStats};
+pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
+pub use host_op::{HostOp, SoftmaxKind};
+pub use infer::infer_types;
+pub use passes::{eliminate_dead_nodes, fold_constants};
+pub use plan::{MemoryPlan, SlotAssignment};
+pub use text::{parse_graph, write_graph, INLINE_CONSTANT_LIMIT};

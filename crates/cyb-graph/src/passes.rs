@@ -1,0 +1,126 @@
+//! Graph-to-graph passes: dead-node elimination and constant folding.
+
+use crate::exec::run_node;
+use crate::graph::{node_err, Graph, NodeOp, ValueId};
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_tensor::{Result, Tensor};
+use std::collections::{BTreeMap, HashSet};
+
+/// Nodes whose outputs are larger than this stay in the graph instead of becoming constants.
+const FOLD_LIMIT_BYTES: usize = 64 << 20;
+
+/// Removes nodes whose outputs reach no graph output, then values nothing refers to.
+/// Returns how many nodes were removed.
+pub fn eliminate_dead_nodes(g: &mut Graph) -> usize {
+    let mut live: HashSet<ValueId> = g.outputs.iter().copied().collect();
+    let mut keep = vec![false; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate().rev() {
+        if n.outputs.iter().any(|o| live.contains(o)) {
+            keep[i] = true;
+            live.extend(n.inputs.iter().flatten().copied());
+        }
+    }
+    let before = g.nodes.len();
+    let mut k = keep.iter();
+    g.nodes.retain(|_| k.next().copied().unwrap_or(false));
+    compact(g);
+    before - g.nodes.len()
+}
+
+/// Drops values that are neither inputs, outputs, constants in use, nor node inputs/outputs, and
+/// renumbers the rest in their original order.
+fn compact(g: &mut Graph) {
+    let mut used = vec![false; g.values.len()];
+    for &i in g.inputs.iter().chain(&g.outputs) {
+        used[i] = true;
+    }
+    for n in &g.nodes {
+        for &i in n.inputs.iter().flatten().chain(&n.outputs) {
+            used[i] = true;
+        }
+    }
+    let mut map = vec![usize::MAX; g.values.len()];
+    let mut values = Vec::new();
+    for (i, v) in g.values.iter().enumerate() {
+        if used[i] {
+            map[i] = values.len();
+            values.push(v.clone());
+        }
+    }
+    g.values = values;
+    let m = |i: &mut ValueId| *i = map[*i];
+    g.inputs.iter_mut().for_each(m);
+    g.outputs.iter_mut().for_each(m);
+    for n in &mut g.nodes {
+        n.inputs.iter_mut().flatten().for_each(m);
+        n.outputs.iter_mut().for_each(m);
+    }
+    let consts = std::mem::take(&mut g.constants);
+    g.constants = consts
+        .into_iter()
+        .filter(|(i, _)| used[*i])
+        .map(|(i, t)| (map[i], t))
+        .collect::<BTreeMap<_, _>>();
+}
+
+/// Evaluates, on the CPU reference, every node whose inputs are all constants (and shape
+/// queries whose input dims are known), replacing it by constants; then removes what became
+/// dead. Returns how many nodes were folded.
+pub fn fold_constants(g: &mut Graph) -> Result<usize> {
+    let d = Dispatcher::reference();
+    let mut ctx = ExecContext::default();
+    let mut folded = 0;
+    let mut remaining = Vec::with_capacity(g.nodes.len());
+    for node in std::mem::take(&mut g.nodes) {
+        let inputs: Option<Vec<Option<Tensor>>> = node
+            .inputs
+            .iter()
+            .map(|i| match i {
+                None => Some(None),
+                Some(id) => g
+                    .constants
+                    .get(id)
+                    .cloned()
+                    .map(Some)
+                    .or_else(|| shape_stand_in(g, &node.op, *id)),
+            })
+            .collect();
+        let Some(inputs) = inputs else {
+            remaining.push(node);
+            continue;
+        };
+        let outs = run_node(&node, &inputs, &d, &mut ctx).map_err(|e| node_err(&node, e))?;
+        let size: usize = outs.iter().map(Tensor::byte_len).sum();
+        if size > FOLD_LIMIT_BYTES {
+            remaining.push(node);
+            continue;
+        }
+        for (&id, t) in node.outputs.iter().zip(outs) {
+            g.values[id].ty = Some(crate::ValueType::fixed(t.dtype(), t.dims()));
+            g.constants.insert(id, t);
+        }
+        folded += 1;
+    }
+    g.nodes = remaining;
+    // Graph outputs that became constants stay constants; nothing else changes.
+    eliminate_dead_nodes(g);
+    Ok(folded)
+}
+
+/// For `Shape`/`Size` of a value whose dims are known, a zero-filled stand-in of those dims: the
+/// node reads only the dims, so the fold is exact.
+fn shape_stand_in(g: &Graph, op: &NodeOp, id: ValueId) -> Option<Option<Tensor>> {
+    let NodeOp::Host(h) = op else { return None };
+    if !h.needs_only_shape() {
+        return None;
+    }
+    let ty = g.values.get(id)?.ty.as_ref()?;
+    let dims = ty.fixed_dims()?;
+    // A zero-sized stand-in would be as good, but the shape must be the real one; keep it small
+    // by sharing one zeroed buffer of the right byte size only when it is modest.
+    let bytes = ty.dtype.bytes_for(dims.iter().product())?;
+    if bytes > FOLD_LIMIT_BYTES {
+        return None;
+    }
+    Tensor::zeros(&dims, ty.dtype).ok().map(Some)
+}

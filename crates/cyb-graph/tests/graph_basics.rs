@@ -1,0 +1,239 @@
+//! The graph on its own: text round trip, inference, folding, dead nodes, plan, executor.
+
+use cyb_backend::Dispatcher;
+use cyb_graph::{
+    eliminate_dead_nodes, fold_constants, infer_types, parse_graph, write_graph, Dim, Executor,
+    Graph, HostOp, MemoryPlan, NodeOp, ValueType,
+};
+use cyb_ops::{BinaryFn, Op, PadSpec, PoolKind, ReduceFn, UnaryFn};
+use cyb_tensor::{DType, Tensor};
+use std::collections::HashMap;
+
+fn sym(dtype: DType, dims: &[&str]) -> ValueType {
+    ValueType {
+        dtype,
+        dims: Some(
+            dims.iter()
+                .map(|d| d.parse().map(Dim::Fixed).unwrap_or(Dim::Sym(d.to_string())))
+                .collect(),
+        ),
+    }
+}
+
+/// x[N, 4] -> relu(x · w + b) -> reshape to [N, 2, 2]; plus a dead branch.
+fn sample() -> Graph {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(sym(DType::F32, &["N", "4"])));
+    g.inputs.push(x);
+    let w = g.add_constant(
+        "w",
+        Tensor::from_f32(
+            &[4, 4],
+            &(0..16).map(|i| i as f32 * 0.1 - 0.5).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    );
+    let b = g.add_constant(
+        "b/bias.0",
+        Tensor::from_f32(&[4], &[0.1, -0.2, 0.3, -0.4]).unwrap(),
+    );
+    let shape = g.add_constant("shape", Tensor::from_i64(&[3], &[0, 2, 2]).unwrap());
+    let mm = g.add_node(
+        "mm",
+        NodeOp::Host(HostOp::MatMul),
+        vec![Some(x), Some(w)],
+        &["mm_out"],
+    )[0];
+    let add = g.add_node(
+        "add",
+        NodeOp::Op(Op::Binary { f: BinaryFn::Add }),
+        vec![Some(mm), Some(b)],
+        &["add:out"],
+    )[0];
+    let act = g.add_node(
+        "act",
+        NodeOp::Op(Op::Unary {
+            f: UnaryFn::LeakyRelu { alpha: 0.1 },
+        }),
+        vec![Some(add)],
+        &["act"],
+    )[0];
+    let y = g.add_node(
+        "reshape",
+        NodeOp::Host(HostOp::Reshape { allowzero: false }),
+        vec![Some(act), Some(shape)],
+        &["y"],
+    )[0];
+    g.add_node(
+        "dead",
+        NodeOp::Op(Op::Unary { f: UnaryFn::Exp }),
+        vec![Some(act)],
+        &["unused"],
+    );
+    g.add_node(
+        "pool",
+        NodeOp::Op(Op::Pool {
+            kind: PoolKind::Avg {
+                count_include_pad: false,
+            },
+            kernel: vec![2],
+            strides: vec![1],
+            dilations: vec![1],
+            pads: PadSpec::SameUpper,
+            ceil_mode: false,
+        }),
+        vec![Some(y)],
+        &["pooled"],
+    );
+    let s = g.add_node(
+        "sum",
+        NodeOp::Op(Op::Reduce {
+            f: ReduceFn::Sum,
+            axes: vec![-1],
+            keepdims: false,
+        }),
+        vec![Some(y)],
+        &["s"],
+    )[0];
+    g.outputs.push(y);
+    g.outputs.push(s);
+    g
+}
+
+#[test]
+fn text_round_trips_exactly() {
+    let mut g = sample();
+    infer_types(&mut g).unwrap();
+    let text = write_graph(&g).unwrap();
+    let consts = g.constants.clone();
+    let names: HashMap<String, Tensor> = consts
+        .iter()
+        .map(|(&id, t)| (g.name_of(id).to_string(), t.clone()))
+        .collect();
+    let back = parse_graph(&text, &|n| names.get(n).cloned()).unwrap();
+    assert_eq!(back, g, "{text}");
+    assert_eq!(write_graph(&back).unwrap(), text);
+    assert!(text.contains("\"add:out\""), "{text}");
+    assert!(text.contains("LeakyRelu{alpha:0.1}"), "{text}");
+}
+
+#[test]
+fn parse_errors_name_the_line() {
+    let e = parse_graph("graph {\n  value x: F32[2]\n  input y\n}\n", &|_| None).unwrap_err();
+    assert!(e.to_string().contains("line 3"), "{e}");
+    let e = parse_graph(
+        "graph {\n  value x: F32[2]\n  node n: x = op Nope(x)\n}\n",
+        &|_| None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("line 3"), "{e}");
+    assert!(parse_graph("graph {\n", &|_| None).is_err());
+}
+
+#[test]
+fn inference_keeps_symbols_and_names_bad_nodes() {
+    let mut g = sample();
+    infer_types(&mut g).unwrap();
+    let add = g.value_id("add:out").unwrap();
+    // The host matmul's output type is unknown before running, so add's is too.
+    assert_eq!(g.values[add].ty, None);
+    let mut g2 = Graph::default();
+    let a = g2.add_value("a", Some(sym(DType::F32, &["N", "3"])));
+    let b = g2.add_value("b", Some(sym(DType::F32, &["3"])));
+    g2.inputs = vec![a, b];
+    let c = g2.add_node(
+        "c",
+        NodeOp::Op(Op::Binary { f: BinaryFn::Mul }),
+        vec![Some(a), Some(b)],
+        &["c"],
+    )[0];
+    let d = g2.add_node(
+        "d",
+        NodeOp::Op(Op::Concat { axis: 0 }),
+        vec![Some(c), Some(c)],
+        &["d"],
+    )[0];
+    g2.outputs = vec![d];
+    infer_types(&mut g2).unwrap();
+    assert_eq!(g2.values[c].ty, Some(sym(DType::F32, &["N", "3"])));
+    let dd = g2.values[d].ty.clone().unwrap().dims.unwrap();
+    assert!(
+        matches!(&dd[0], Dim::Sym(s) if s.starts_with("_u")),
+        "{dd:?}"
+    );
+    assert_eq!(dd[1], Dim::Fixed(3));
+    // A fixed mismatch is an error naming the node.
+    g2.values[b].ty = Some(sym(DType::F32, &["5"]));
+    let e = infer_types(&mut g2).unwrap_err().to_string();
+    assert!(e.contains("node c"), "{e}");
+}
+
+#[test]
+fn executor_matches_hand_computation_and_frees_by_lifetime() {
+    let mut g = sample();
+    let removed = eliminate_dead_nodes(&mut g);
+    assert_eq!(removed, 2, "the dead exp and the unused pool go");
+    assert!(g.value_id("unused").is_none());
+    let d = Dispatcher::reference();
+    let ex = Executor::new(&g, &d).unwrap();
+    let xs: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+    let inputs = HashMap::from([("x".to_string(), Tensor::from_f32(&[2, 4], &xs).unwrap())]);
+    let (outs, stats) = ex.run(&inputs).unwrap();
+    assert_eq!(outs[0].0, "y");
+    assert_eq!(outs[0].1.dims(), &[2, 2, 2]);
+    let w: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.5).collect();
+    let b = [0.1f32, -0.2, 0.3, -0.4];
+    let y = outs[0].1.to_f32_vec().unwrap();
+    for r in 0..2 {
+        for j in 0..4 {
+            let mut acc = 0f32;
+            for p in 0..4 {
+                acc += xs[r * 4 + p] * w[p * 4 + j];
+            }
+            let v = acc + b[j];
+            let want = if v >= 0.0 { v } else { 0.1 * v };
+            assert!((y[r * 4 + j] - want).abs() < 1e-5);
+        }
+    }
+    let s = outs[1].1.to_f32_vec().unwrap();
+    assert!((s[0] - (y[0] + y[1])).abs() < 1e-5);
+    assert_eq!(stats.nodes, g.nodes.len());
+    // mm_out dies after add, add:out after act: fewer slots than values.
+    let plan = MemoryPlan::new(&g);
+    assert!(plan.slots < g.nodes.len(), "{plan:?}");
+    // Wrong input shape is named.
+    let bad = HashMap::from([(
+        "x".to_string(),
+        Tensor::from_f32(&[2, 3], &[0.0; 6]).unwrap(),
+    )]);
+    let e = ex.run(&bad).unwrap_err().to_string();
+    assert!(e.contains("graph input x"), "{e}");
+}
+
+#[test]
+fn folding_replaces_constant_subgraphs() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(sym(DType::F32, &["2", "3"])));
+    g.inputs.push(x);
+    let shp = g.add_node(
+        "shape",
+        NodeOp::Host(HostOp::Shape {
+            start: 0,
+            end: None,
+        }),
+        vec![Some(x)],
+        &["shp"],
+    )[0];
+    let y = g.add_node(
+        "reshape",
+        NodeOp::Host(HostOp::Reshape { allowzero: false }),
+        vec![Some(x), Some(shp)],
+        &["y"],
+    )[0];
+    g.outputs.push(y);
+    let n = fold_constants(&mut g).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(g.nodes.len(), 1);
+    let shp = g.value_id("shp").unwrap();
+    assert_eq!(g.constants[&shp].to_i64_vec().unwrap(), vec![2, 3]);
+}

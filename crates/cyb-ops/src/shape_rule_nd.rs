@@ -1,0 +1,514 @@
+//! Shape and dtype rules of the graph-level ops (`Unary` .. `ConvTranspose` in `Op`).
+
+use crate::shape_rule::{broadcast_dims, resolve_axis};
+use crate::{BinaryFn, Op, PadSpec, UnaryFn};
+use cyb_tensor::{DType, Error, Result, Shape, TensorInfo};
+
+pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
+    let name = op.name();
+    let dims = |i: usize| inputs[i].shape.dims();
+    let out = match op {
+        Op::Unary { f } => {
+            arity(name, inputs, 1, 1)?;
+            let d = inputs[0].dtype;
+            let ok = match f {
+                UnaryFn::Not => d == DType::Bool,
+                UnaryFn::Abs | UnaryFn::Neg | UnaryFn::Sign => scalar(d) && d != DType::Bool,
+                _ => d.is_float(),
+            };
+            if !ok {
+                return Err(Error::invalid(name, format!("{f:?} does not take {d}")));
+            }
+            let to = match f {
+                UnaryFn::IsNaN | UnaryFn::IsInf { .. } => DType::Bool,
+                _ => d,
+            };
+            vec![info(name, dims(0).to_vec(), to)?]
+        }
+        Op::Binary { f } => {
+            arity(name, inputs, 2, 2)?;
+            let (a, b) = (inputs[0].dtype, inputs[1].dtype);
+            let ok = match f {
+                BinaryFn::And | BinaryFn::Or | BinaryFn::Xor => a == DType::Bool && b == a,
+                BinaryFn::Pow => scalar(a) && scalar(b) && a != DType::Bool && b != DType::Bool,
+                BinaryFn::ShiftLeft | BinaryFn::ShiftRight => a.is_integer() && b == a,
+                BinaryFn::Equal => scalar(a) && b == a,
+                _ => scalar(a) && b == a && a != DType::Bool,
+            };
+            if !ok {
+                return Err(Error::invalid(
+                    name,
+                    format!("{f:?} does not take {a} and {b}"),
+                ));
+            }
+            let to = if f.is_comparison() { DType::Bool } else { a };
+            vec![info(name, broadcast_dims(name, dims(0), dims(1))?, to)?]
+        }
+        Op::Where => {
+            arity(name, inputs, 3, 3)?;
+            if inputs[0].dtype != DType::Bool {
+                return Err(Error::invalid(name, "condition must be BOOL"));
+            }
+            let d = inputs[1].dtype;
+            if !scalar(d) || inputs[2].dtype != d {
+                return Err(Error::invalid(
+                    name,
+                    format!("branches are {d} and {}", inputs[2].dtype),
+                ));
+            }
+            let ab = broadcast_dims(name, dims(1), dims(2))?;
+            vec![info(name, broadcast_dims(name, dims(0), &ab)?, d)?]
+        }
+        Op::Reduce { axes, keepdims, .. } => {
+            let x = scalar_one(name, inputs)?;
+            let mask = axis_mask(name, x.shape.rank(), axes)?;
+            vec![info(
+                name,
+                reduced(x.shape.dims(), &mask, *keepdims),
+                x.dtype,
+            )?]
+        }
+        Op::ArgReduce { axis, keepdims, .. } => {
+            let x = scalar_one(name, inputs)?;
+            let a = resolve_axis(name, x.shape.rank(), *axis)?;
+            if x.shape.dims()[a] == 0 {
+                return Err(Error::invalid(name, "arg reduction over an empty axis"));
+            }
+            let mut mask = vec![false; x.shape.rank()];
+            mask[a] = true;
+            vec![info(
+                name,
+                reduced(x.shape.dims(), &mask, *keepdims),
+                DType::I64,
+            )?]
+        }
+        Op::Gather { axis } => {
+            arity(name, inputs, 2, 2)?;
+            ids(name, &inputs[1])?;
+            let x = &inputs[0];
+            check_scalar(name, x.dtype)?;
+            let a = resolve_axis(name, x.shape.rank(), *axis)?;
+            let xd = x.shape.dims();
+            let mut d = xd[..a].to_vec();
+            d.extend_from_slice(dims(1));
+            d.extend_from_slice(&xd[a + 1..]);
+            vec![info(name, d, x.dtype)?]
+        }
+        Op::GatherElements { axis } => {
+            arity(name, inputs, 2, 2)?;
+            ids(name, &inputs[1])?;
+            let x = &inputs[0];
+            check_scalar(name, x.dtype)?;
+            let a = resolve_axis(name, x.shape.rank(), *axis)?;
+            let (xd, id) = (x.shape.dims(), dims(1));
+            if xd.len() != id.len()
+                || xd
+                    .iter()
+                    .zip(id)
+                    .enumerate()
+                    .any(|(i, (x, n))| i != a && n > x)
+            {
+                return Err(Error::shape(name, xd, id));
+            }
+            vec![info(name, id.to_vec(), x.dtype)?]
+        }
+        Op::Expand { dims: to } => {
+            let x = scalar_one(name, inputs)?;
+            vec![info(
+                name,
+                broadcast_dims(name, x.shape.dims(), to)?,
+                x.dtype,
+            )?]
+        }
+        Op::Tile { repeats } => {
+            let x = scalar_one(name, inputs)?;
+            if repeats.len() != x.shape.rank() {
+                return Err(Error::invalid(
+                    name,
+                    "one repeat count per dimension expected",
+                ));
+            }
+            let d = x
+                .shape
+                .dims()
+                .iter()
+                .zip(repeats)
+                .map(|(a, b)| mul(name, *a, *b));
+            vec![info(name, d.collect::<Result<_>>()?, x.dtype)?]
+        }
+        Op::SliceNd {
+            starts,
+            ends,
+            axes,
+            steps,
+        } => {
+            let x = scalar_one(name, inputs)?;
+            let n = starts.len();
+            if ends.len() != n || axes.len() != n || steps.len() != n {
+                return Err(Error::invalid(
+                    name,
+                    "starts, ends, axes and steps differ in length",
+                ));
+            }
+            let mut d = x.shape.dims().to_vec();
+            let mut seen = vec![false; d.len()];
+            for i in 0..n {
+                let a = resolve_axis(name, d.len(), axes[i])?;
+                if std::mem::replace(&mut seen[a], true) {
+                    return Err(Error::invalid(name, format!("axis {a} repeated")));
+                }
+                if steps[i] == 0 {
+                    return Err(Error::invalid(name, "step 0"));
+                }
+                d[a] = slice_steps(d[a], starts[i], ends[i], steps[i]).1;
+            }
+            vec![info(name, d, x.dtype)?]
+        }
+        Op::Pad { pads, .. } => {
+            let x = scalar_one(name, inputs)?;
+            let r = x.shape.rank();
+            if pads.len() != 2 * r {
+                return Err(Error::invalid(
+                    name,
+                    format!("{} pads for rank {r}", pads.len()),
+                ));
+            }
+            let mut d = Vec::with_capacity(r);
+            for (i, &n) in x.shape.dims().iter().enumerate() {
+                let v = n as i128 + pads[i] as i128 + pads[i + r] as i128;
+                if v < 0 || v > isize::MAX as i128 {
+                    return Err(Error::invalid(name, format!("dimension {i} padded to {v}")));
+                }
+                d.push(v as usize);
+            }
+            vec![info(name, d, x.dtype)?]
+        }
+        Op::Conv {
+            strides,
+            dilations,
+            pads,
+            group,
+        } => {
+            arity(name, inputs, 2, 3)?;
+            floats(name, inputs)?;
+            let (x, w) = (dims(0), dims(1));
+            let k = x.len().saturating_sub(2);
+            if k == 0 || w.len() != x.len() || *group == 0 {
+                return Err(Error::shape(name, x, w));
+            }
+            let (c, m) = (x[1], w[0]);
+            if c % group != 0 || m % group != 0 || w[1] * group != c {
+                return Err(Error::invalid(
+                    name,
+                    format!("{c} channels, weight {w:?} and group {group} do not fit"),
+                ));
+            }
+            if let Some(b) = inputs.get(2) {
+                if b.shape.dims() != [m] {
+                    return Err(Error::shape(name, &[m], b.shape.dims()));
+                }
+            }
+            let g = window_geometry(name, &x[2..], &w[2..], strides, dilations, pads, false)?;
+            let mut d = vec![x[0], m];
+            d.extend(g.out);
+            vec![info(name, d, DType::F32)?]
+        }
+        Op::Pool {
+            kernel,
+            strides,
+            dilations,
+            pads,
+            ceil_mode,
+            ..
+        } => {
+            arity(name, inputs, 1, 1)?;
+            floats(name, inputs)?;
+            let x = dims(0);
+            if x.len() < 3 {
+                return Err(Error::invalid(name, "input must be [n, c, spatial..]"));
+            }
+            let g = window_geometry(name, &x[2..], kernel, strides, dilations, pads, *ceil_mode)?;
+            let mut d = x[..2].to_vec();
+            d.extend(g.out);
+            vec![info(name, d, DType::F32)?]
+        }
+        Op::LogSoftmax { axis } => {
+            arity(name, inputs, 1, 1)?;
+            floats(name, inputs)?;
+            resolve_axis(name, inputs[0].shape.rank(), *axis)?;
+            vec![info(name, dims(0).to_vec(), DType::F32)?]
+        }
+        Op::BatchNorm { .. } => {
+            arity(name, inputs, 5, 5)?;
+            floats(name, inputs)?;
+            let x = dims(0);
+            let c = *x
+                .get(1)
+                .ok_or_else(|| Error::invalid(name, "input rank < 2"))?;
+            for i in 1..5 {
+                if dims(i) != [c] {
+                    return Err(Error::shape(name, &[c], dims(i)));
+                }
+            }
+            vec![info(name, x.to_vec(), DType::F32)?]
+        }
+        Op::LayerNormNd { axis, .. } => {
+            arity(name, inputs, 2, 3)?;
+            floats(name, inputs)?;
+            let x = dims(0);
+            let a = resolve_axis(name, x.len(), *axis)?;
+            for i in 1..inputs.len() {
+                let b = broadcast_dims(name, &x[a..], dims(i))?;
+                if b != x[a..] {
+                    return Err(Error::shape(name, &x[a..], dims(i)));
+                }
+            }
+            let mut stat = x.to_vec();
+            stat[a..].iter_mut().for_each(|d| *d = 1);
+            vec![
+                info(name, x.to_vec(), DType::F32)?,
+                info(name, stat.clone(), DType::F32)?,
+                info(name, stat, DType::F32)?,
+            ]
+        }
+        Op::Trilu { .. } => {
+            let x = scalar_one(name, inputs)?;
+            if x.shape.rank() < 2 {
+                return Err(Error::invalid(name, "input rank < 2"));
+            }
+            vec![info(name, x.shape.dims().to_vec(), x.dtype)?]
+        }
+        Op::ConvTranspose {
+            strides,
+            dilations,
+            pads,
+            output_padding,
+            group,
+        } => {
+            arity(name, inputs, 2, 3)?;
+            floats(name, inputs)?;
+            let (x, w) = (dims(0), dims(1));
+            let k = x.len().saturating_sub(2);
+            let lens_ok = strides.len() == k
+                && dilations.len() == k
+                && pads.len() == 2 * k
+                && output_padding.len() == k;
+            if k == 0 || w.len() != x.len() || *group == 0 || !lens_ok {
+                return Err(Error::invalid(name, format!("input {x:?}, weight {w:?}")));
+            }
+            if w[0] != x[1] || x[1] % group != 0 {
+                return Err(Error::shape(name, &[x[1]], &w[..1]));
+            }
+            let m = mul(name, w[1], *group)?;
+            let mut d = vec![x[0], m];
+            for i in 0..k {
+                let full = strides[i] as i128 * (x[i + 2] as i128 - 1)
+                    + output_padding[i] as i128
+                    + dilations[i] as i128 * (w[i + 2] as i128 - 1)
+                    + 1
+                    - pads[i] as i128
+                    - pads[i + k] as i128;
+                if full < 0 || full > u32::MAX as i128 {
+                    return Err(Error::invalid(name, format!("output size {full}")));
+                }
+                d.push(full as usize);
+            }
+            vec![info(name, d, DType::F32)?]
+        }
+        _ => return Err(Error::invalid(name, "not a graph-level op")),
+    };
+    Ok(out)
+}
+
+/// Where a sliding window runs: the output size per spatial dim and the begin padding.
+pub(crate) struct WindowGeometry {
+    pub out: Vec<usize>,
+    pub pad_begin: Vec<usize>,
+}
+
+/// Output sizes and begin pads of a window of `kernel` over `spatial`.
+pub(crate) fn window_geometry(
+    op: &str,
+    spatial: &[usize],
+    kernel: &[usize],
+    strides: &[usize],
+    dilations: &[usize],
+    pads: &PadSpec,
+    ceil_mode: bool,
+) -> Result<WindowGeometry> {
+    let k = spatial.len();
+    if kernel.len() != k || strides.len() != k || dilations.len() != k {
+        return Err(Error::invalid(
+            op,
+            format!("{k} spatial dims need {k} kernel sizes, strides and dilations"),
+        ));
+    }
+    if strides
+        .iter()
+        .chain(dilations)
+        .chain(kernel)
+        .any(|&v| v == 0)
+    {
+        return Err(Error::invalid(
+            op,
+            "kernel sizes, strides and dilations must be ≥ 1",
+        ));
+    }
+    let mut out = Vec::with_capacity(k);
+    let mut pad_begin = Vec::with_capacity(k);
+    for i in 0..k {
+        let (d, s) = (spatial[i] as i128, strides[i] as i128);
+        let span = dilations[i] as i128 * (kernel[i] as i128 - 1) + 1;
+        let (pb, pe) = match pads {
+            PadSpec::Explicit(p) => {
+                if p.len() != 2 * k {
+                    return Err(Error::invalid(
+                        op,
+                        format!("{} pads for {k} spatial dims", p.len()),
+                    ));
+                }
+                (p[i] as i128, p[i + k] as i128)
+            }
+            PadSpec::SameUpper | PadSpec::SameLower => {
+                let o = (d + s - 1) / s;
+                let total = ((o - 1) * s + span - d).max(0);
+                let small = total / 2;
+                if *pads == PadSpec::SameUpper {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                }
+            }
+        };
+        let room = d + pb + pe - span;
+        if room < 0 {
+            return Err(Error::invalid(
+                op,
+                format!("window {span} is larger than padded input {}", d + pb + pe),
+            ));
+        }
+        let mut o = if ceil_mode {
+            (room + s - 1) / s + 1
+        } else {
+            room / s + 1
+        };
+        if ceil_mode && (o - 1) * s >= d + pb {
+            o -= 1;
+        }
+        if o > u32::MAX as i128 || pb > u32::MAX as i128 {
+            return Err(Error::invalid(op, "window geometry overflows"));
+        }
+        out.push(o as usize);
+        pad_begin.push(pb as usize);
+    }
+    Ok(WindowGeometry { out, pad_begin })
+}
+
+/// numpy slicing for a step of either sign: first index and count.
+pub(crate) fn slice_steps(len: usize, start: isize, end: isize, step: isize) -> (isize, usize) {
+    let n = len as i128;
+    let (s, e, st) = (start as i128, end as i128, step as i128);
+    let fix = |v: i128| if v < 0 { v + n } else { v };
+    let (s, e) = (fix(s), fix(e));
+    let (first, count) = if st > 0 {
+        let (s, e) = (s.clamp(0, n), e.clamp(0, n));
+        (s, if e > s { (e - s + st - 1) / st } else { 0 })
+    } else {
+        let (s, e) = (s.clamp(-1, n - 1), e.clamp(-1, n - 1));
+        (
+            s,
+            if s > e {
+                (s - e + (-st) - 1) / (-st)
+            } else {
+                0
+            },
+        )
+    };
+    (first as isize, count as usize)
+}
+
+/// Which dims a reduction over `axes` (all when empty) removes.
+pub(crate) fn axis_mask(op: &str, rank: usize, axes: &[isize]) -> Result<Vec<bool>> {
+    if axes.is_empty() {
+        return Ok(vec![true; rank]);
+    }
+    let mut mask = vec![false; rank];
+    for &a in axes {
+        let a = resolve_axis(op, rank, a)?;
+        if std::mem::replace(&mut mask[a], true) {
+            return Err(Error::invalid(op, format!("axis {a} repeated")));
+        }
+    }
+    Ok(mask)
+}
+
+pub(crate) fn reduced(dims: &[usize], mask: &[bool], keepdims: bool) -> Vec<usize> {
+    dims.iter()
+        .zip(mask)
+        .filter_map(|(&d, &m)| match (m, keepdims) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+fn scalar(d: DType) -> bool {
+    !d.is_quantized()
+}
+
+fn check_scalar(op: &str, d: DType) -> Result<()> {
+    if !scalar(d) {
+        return Err(Error::invalid(op, format!("{d} is a block format")));
+    }
+    Ok(())
+}
+
+fn ids(op: &str, t: &TensorInfo) -> Result<()> {
+    if !matches!(t.dtype, DType::I32 | DType::I64) {
+        return Err(Error::invalid(
+            op,
+            format!("indices are {}; I32 or I64 expected", t.dtype),
+        ));
+    }
+    Ok(())
+}
+
+fn floats(op: &str, inputs: &[TensorInfo]) -> Result<()> {
+    if let Some(t) = inputs.iter().find(|t| !t.dtype.is_float()) {
+        return Err(Error::invalid(
+            op,
+            format!("input is {}; a float type expected", t.dtype),
+        ));
+    }
+    Ok(())
+}
+
+fn scalar_one<'a>(op: &str, inputs: &'a [TensorInfo]) -> Result<&'a TensorInfo> {
+    arity(op, inputs, 1, 1)?;
+    check_scalar(op, inputs[0].dtype)?;
+    Ok(&inputs[0])
+}
+
+fn arity(op: &str, inputs: &[TensorInfo], lo: usize, hi: usize) -> Result<()> {
+    if inputs.len() < lo || inputs.len() > hi {
+        return Err(Error::invalid(
+            op,
+            format!("takes {lo} to {hi} inputs, got {}", inputs.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn mul(op: &str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| Error::invalid(op, "dimension overflows"))
+}
+
+fn info(op: &str, dims: Vec<usize>, dtype: DType) -> Result<TensorInfo> {
+    let shape = Shape::new(dims).map_err(|e| Error::invalid(op, e.to_string()))?;
+    if dtype.bytes_for(shape.numel()).is_none() {
+        return Err(Error::invalid(op, format!("{shape} of {dtype} overflows")));
+    }
+    Ok(TensorInfo { shape, dtype })
+}
