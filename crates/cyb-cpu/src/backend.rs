@@ -2,20 +2,19 @@
 //! answers `supports == false` and falls back to the reference, on the same host memory.
 
 use crate::pool::ThreadPool;
-use crate::quant_act::{ActPrecision, QuantizedRows};
+use crate::quant_act::ActPrecision;
 use crate::{attention, matmul, ops, KernelSet};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
-use std::sync::Mutex;
 
 /// The fast CPU backend (`"cpu"`).
 pub struct CpuBackend {
     set: KernelSet,
     act: ActPrecision,
     pool: ThreadPool,
-    /// Quantized activations, reused by every matmul so decode does not allocate them.
-    scratch: Mutex<QuantizedRows>,
+    /// Quantized activations and repacked weights of the matmuls.
+    scratch: matmul::Scratch,
 }
 
 impl CpuBackend {
@@ -60,7 +59,7 @@ impl CpuBackend {
             set,
             act,
             pool: ThreadPool::new(threads.max(1)),
-            scratch: Mutex::new(QuantizedRows::default()),
+            scratch: matmul::Scratch::default(),
         })
     }
 

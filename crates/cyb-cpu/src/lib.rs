@@ -9,9 +9,13 @@
 //! This crate knows ops and tensors; it must not know about models or file formats.
 //! `unsafe` lives only in the kernel files (`*_x86.rs`) and the thread pool.
 
+mod act_quads;
 mod attention;
 mod backend;
 mod features;
+mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemm_x86;
 mod matmul;
 mod matmul_float;
 #[cfg(target_arch = "x86_64")]
@@ -30,6 +34,7 @@ mod matmul_q4_x86;
 mod ops;
 mod pool;
 mod quant_act;
+mod repack;
 
 pub use backend::{register, CpuBackend};
 pub use features::KernelSet;

@@ -7,12 +7,14 @@
 //! that stay in cache while every group of four activation rows passes over them, so during
 //! prefill each weight block is read from memory once and reused for all rows.
 
+use crate::act_quads::ActQuads;
 use crate::matmul_float::{self, FDot};
 use crate::matmul_kquant;
 use crate::matmul_q16;
 use crate::matmul_q4::{self, QDot};
 use crate::pool::{split, DisjointOut, ThreadPool};
 use crate::quant_act::{ActPrecision, QuantizedRows};
+use crate::repack::RepackCache;
 use crate::KernelSet;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,11 +70,54 @@ pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInf
         && kernel(w.dtype, set, ActPrecision::Q8).is_some()
 }
 
+/// Buffers the matmuls reuse between calls (so decode does not allocate them) and the
+/// repacked weights.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    rows: Mutex<QuantizedRows>,
+    quads: Mutex<ActQuads>,
+    repacked: RepackCache,
+}
+
+/// The repacked GEMM, when it covers this weight; `Ok(false)` leaves `y` to the other kernels.
+#[allow(unused_variables)]
+fn repacked(
+    set: KernelSet,
+    act: ActPrecision,
+    pool: &ThreadPool,
+    scratch: &Scratch,
+    a: &[f32],
+    w_t: &Tensor,
+    y: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let Some(kern) = crate::gemm::kernel(w_t.dtype(), set) else {
+            return false;
+        };
+        let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
+            return false;
+        };
+        let Some(w) = scratch.repacked.get(pool, w_t) else {
+            return false;
+        };
+        let m = a.len() / w.k;
+        let mut q = scratch.quads.lock().unwrap_or_else(PoisonError::into_inner);
+        q.quantize(pool, a, w.k, block, act == ActPrecision::Q16);
+        // SAFETY: `kern` is the kernel for this dtype, and `set` was checked available when
+        // the backend was made.
+        unsafe { crate::gemm::gemm(pool, kern, &w, &q, m, y) };
+        return true;
+    }
+    #[allow(unreachable_code)]
+    false
+}
+
 pub(crate) fn matmul(
     set: KernelSet,
     act: ActPrecision,
     pool: &ThreadPool,
-    scratch: &Mutex<QuantizedRows>,
+    scratch: &Scratch,
     a_t: &Tensor,
     w_t: &Tensor,
 ) -> Result<Tensor> {
@@ -99,6 +144,9 @@ pub(crate) fn matmul(
     let mut buf = AlignedBuf::zeroed(m * n * 4);
     if m * n > 0 && k > 0 {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+        if repacked(set, act, pool, scratch, &a, w_t, y) {
+            return Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)));
+        }
         let out = DisjointOut::new(y);
         let chunk = (WEIGHT_CHUNK_BYTES / row_bytes.max(1)).max(4);
         let threads = pool.threads();
@@ -137,7 +185,7 @@ pub(crate) fn matmul(
         };
         match kern {
             Kernel::Quant { dot: f, block, act } => {
-                let mut q = scratch.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut q = scratch.rows.lock().unwrap_or_else(PoisonError::into_inner);
                 match act {
                     ActPrecision::Q8 => q.quantize(&a, k, block),
                     ActPrecision::Q16 => q.quantize16(&a, k, block),

@@ -174,18 +174,18 @@ pub fn split(len: usize, parts: usize, t: usize) -> std::ops::Range<usize> {
 }
 
 /// An output buffer that threads write in disjoint ranges.
-pub struct DisjointOut<'a> {
-    ptr: *mut f32,
+pub struct DisjointOut<'a, T = f32> {
+    ptr: *mut T,
     len: usize,
-    _life: std::marker::PhantomData<&'a mut [f32]>,
+    _life: std::marker::PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: callers of `set` promise that no two threads write the same index; reads never happen
-// through this type.
-unsafe impl Sync for DisjointOut<'_> {}
+// SAFETY: callers of `set`/`slice` promise that no two threads touch the same index; reads
+// never happen through this type.
+unsafe impl<T: Send> Sync for DisjointOut<'_, T> {}
 
-impl<'a> DisjointOut<'a> {
-    pub fn new(out: &'a mut [f32]) -> DisjointOut<'a> {
+impl<'a, T> DisjointOut<'a, T> {
+    pub fn new(out: &'a mut [T]) -> DisjointOut<'a, T> {
         DisjointOut {
             ptr: out.as_mut_ptr(),
             len: out.len(),
@@ -197,7 +197,7 @@ impl<'a> DisjointOut<'a> {
     ///
     /// # Safety
     /// No other thread writes index `i` during the same parallel section.
-    pub unsafe fn set(&self, i: usize, v: f32) {
+    pub unsafe fn set(&self, i: usize, v: T) {
         assert!(i < self.len, "DisjointOut index {i} out of {}", self.len);
         // SAFETY: in bounds (checked), and exclusive per the caller's promise.
         unsafe { *self.ptr.add(i) = v };
@@ -208,7 +208,7 @@ impl<'a> DisjointOut<'a> {
     /// # Safety
     /// No other thread touches `range` during the same parallel section.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &mut [f32] {
+    pub unsafe fn slice(&self, range: std::ops::Range<usize>) -> &mut [T] {
         assert!(range.start <= range.end && range.end <= self.len);
         // SAFETY: in bounds (checked), and exclusive per the caller's promise.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }

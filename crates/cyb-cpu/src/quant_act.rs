@@ -8,12 +8,17 @@
 //! relies on it). The buffers are reused between calls: no allocation once they are big enough.
 //!
 //! The 16-bit layout (`ActPrecision::Q16`) keeps the same blocks with levels in
-//! `-32767..=32767`: 8-bit levels move a model's logits by a few percent, enough to flip greedy
+//! `-Q16_MAX..=Q16_MAX`: 8-bit levels move a model's logits by a few percent, enough to flip greedy
 //! answers of small models, while 16 bits are within ~1e-5 of f32. Its 32-value blocks store the
 //! exact f32 sum of the block in `s` (the offset term then adds no error); its 256-value blocks
 //! keep integer sums of 16 levels in `bsums`.
 
 use cyb_tensor::{Error, Result};
+
+/// Largest 16-bit level: every level `L` then splits into two signed bytes,
+/// `L = 256·hi + lo` with `hi = (L + 128) >> 8` and `lo` both in `-128..=127` (see
+/// [`ActQuads`]), so 16-bit activations can use the 8-bit dot-product instructions.
+pub const Q16_MAX: f32 = 32639.0;
 
 /// Width of the activation levels of quantized matmuls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,7 +79,7 @@ pub struct QuantizedRows {
 }
 
 /// Rounds to nearest (ties to even) through the float mantissa; exact for `|v| < 2^22`.
-fn nearest(v: f32) -> i32 {
+pub(crate) fn nearest(v: f32) -> i32 {
     let shifted = v + 12_582_912.0;
     (shifted.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
@@ -102,11 +107,12 @@ fn quantize_block16(x: &[f32], q: &mut [i16]) -> f32 {
         q.fill(0);
         return 0.0;
     }
-    let id = 32767.0 / amax;
+    let id = Q16_MAX / amax;
+    let max = Q16_MAX as i32;
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = nearest(v * id).clamp(-32767, 32767) as i16;
+        *o = nearest(v * id).clamp(-max, max) as i16;
     }
-    amax / 32767.0
+    amax / Q16_MAX
 }
 
 impl QuantizedRows {

@@ -1,0 +1,134 @@
+//! Activations for the repacked GEMM (`gemm.rs`): each row quantized once to signed bytes that
+//! the kernels broadcast four at a time (`vpdpbusd`'s signed operand).
+//!
+//! 8-bit (`split == false`): levels `L` in `-127..=127` in `lo`. 16-bit (`split == true`, the
+//! default precision): levels `L` in `-Q16_MAX..=Q16_MAX`, stored as two byte planes with
+//! `L = 256·hi + lo` (`hi = (L + 128) >> 8`, both in `-128..=127`), so a 16-bit dot product is
+//! two 8-bit ones, combined exactly in i32. Scales are per `block` values (32 for the legacy
+//! formats, 256 for the K-quants); the integer sums of `L` per 16 and per 32 values carry the
+//! weight formats' zero points and mins. Rows are independent, so the pool quantizes them in
+//! parallel without changing any value.
+
+use crate::pool::{split, DisjointOut, ThreadPool};
+use crate::quant_act::{nearest, Q16_MAX};
+
+#[derive(Default)]
+pub struct ActQuads {
+    pub k: usize,
+    /// Values per scale (32 or 256).
+    pub block: usize,
+    /// 16-bit levels split into `hi`/`lo` planes.
+    pub split: bool,
+    /// `m · k` low bytes (the whole level when not split), row-major.
+    pub lo: Vec<i8>,
+    /// `m · k` high bytes (split only).
+    pub hi: Vec<i8>,
+    /// `m · k / block` scales.
+    pub d: Vec<f32>,
+    /// `Σ L` of each run of 16 values (`m · k / 16`).
+    pub sum16: Vec<i32>,
+    /// `Σ L` of each run of 32 values (`m · k / 32`).
+    pub sum32: Vec<i32>,
+}
+
+/// One thread's rows of every plane.
+struct RowOut<'a> {
+    lo: &'a mut [i8],
+    hi: &'a mut [i8],
+    d: &'a mut [f32],
+    sum16: &'a mut [i32],
+    sum32: &'a mut [i32],
+}
+
+fn quantize_rows(x: &[f32], block: usize, split: bool, o: RowOut) {
+    let max = if split { Q16_MAX } else { 127.0 };
+    let mut levels = [0i32; 256];
+    for (bi, xb) in x.chunks_exact(block).enumerate() {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let lv = &mut levels[..block];
+        if amax == 0.0 || !amax.is_finite() {
+            lv.fill(0);
+            o.d[bi] = 0.0;
+        } else {
+            let id = max / amax;
+            let imax = max as i32;
+            for (l, &v) in lv.iter_mut().zip(xb) {
+                *l = nearest(v * id).clamp(-imax, imax);
+            }
+            o.d[bi] = amax / max;
+        }
+        let at = bi * block;
+        for (i, &l) in lv.iter().enumerate() {
+            if split {
+                let h = (l + 128) >> 8;
+                o.hi[at + i] = h as i8;
+                o.lo[at + i] = (l - 256 * h) as i8;
+            } else {
+                o.lo[at + i] = l as i8;
+            }
+        }
+        for (g, run) in lv.chunks_exact(16).enumerate() {
+            o.sum16[at / 16 + g] = run.iter().sum();
+        }
+        for (g, run) in lv.chunks_exact(32).enumerate() {
+            o.sum32[at / 32 + g] = run.iter().sum();
+        }
+    }
+}
+
+impl ActQuads {
+    /// Quantizes `a` (`m` rows of `k`, `k` a multiple of `block` and of 32), rows split over
+    /// the pool's threads.
+    pub fn quantize(
+        &mut self,
+        pool: &ThreadPool,
+        a: &[f32],
+        k: usize,
+        block: usize,
+        split16: bool,
+    ) {
+        let m = a.len().checked_div(k).unwrap_or(0);
+        self.k = k;
+        self.block = block;
+        self.split = split16;
+        self.lo.resize(m * k, 0);
+        if split16 {
+            self.hi.resize(m * k, 0);
+        }
+        self.d.resize(m * k / block, 0.0);
+        self.sum16.resize(m * k / 16, 0);
+        self.sum32.resize(m * k / 32, 0);
+        let threads = pool.threads();
+        let lo = DisjointOut::new(&mut self.lo[..m * k]);
+        let hi = DisjointOut::new(if split16 {
+            &mut self.hi[..m * k]
+        } else {
+            &mut []
+        });
+        let d = DisjointOut::new(&mut self.d[..m * k / block]);
+        let s16 = DisjointOut::new(&mut self.sum16[..m * k / 16]);
+        let s32 = DisjointOut::new(&mut self.sum32[..m * k / 32]);
+        pool.run(&|t| {
+            let rows = split(m, threads, t);
+            if rows.is_empty() {
+                return;
+            }
+            let (r0, r1) = (rows.start, rows.end);
+            // SAFETY: each thread takes the planes' ranges of its own rows only.
+            let o = unsafe {
+                RowOut {
+                    lo: lo.slice(r0 * k..r1 * k),
+                    hi: if split16 {
+                        hi.slice(r0 * k..r1 * k)
+                    } else {
+                        &mut []
+                    },
+                    d: d.slice(r0 * k / block..r1 * k / block),
+                    sum16: s16.slice(r0 * k / 16..r1 * k / 16),
+                    sum32: s32.slice(r0 * k / 32..r1 * k / 32),
+                }
+            };
+            quantize_rows(&a[r0 * k..r1 * k], block, split16, o);
+        });
+    }
+}

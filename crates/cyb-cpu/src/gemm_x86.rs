@@ -1,0 +1,316 @@
+//! AVX-512 VNNI kernels of the repacked GEMM (`gemm.rs`, layouts in `repack.rs`): one 16-row
+//! weight group against `R` activation rows. Each 64-byte weight vector (four levels of 16
+//! rows, unsigned) meets four broadcast activation bytes (signed) in one `vpdpbusd`, so a
+//! loaded vector serves all `R` rows; zero points, mins and the 16-bit split are exact i32
+//! arithmetic per scale unit, then one float multiply-add per unit and row.
+//!
+//! Every row's result comes from the same sequence of operations whatever `R` is, so tiling
+//! and threads never change results.
+
+// Kernels index several parallel arrays (rows, units) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
+use crate::act_quads::ActQuads;
+use std::arch::x86_64::*;
+
+/// Activation rows per kernel call.
+pub const ROWS: usize = 4;
+
+/// Results: `out[r][lane]` is activation row `r0 + r` against weight row `16g + lane`.
+pub type Out = [[f32; 16]; ROWS];
+
+// SAFETY (whole file): every `#[target_feature]` fn runs only when `KernelSet::Avx512` is
+// available; pointer reads stay inside the slices whose lengths each kernel asserts first.
+
+/// Four activation bytes broadcast to every lane.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn quad(p: *const i8) -> __m512i {
+    // SAFETY: the caller guarantees four readable bytes at p.
+    _mm512_set1_epi32(unsafe { std::ptr::read_unaligned(p as *const i32) })
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes at p.
+    unsafe { _mm512_loadu_si512(p as *const __m512i) }
+}
+
+/// Sixteen f16 scales at p as f32 lanes.
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn scales_f16(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 32 readable bytes at p.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p as *const __m256i) })
+}
+
+/// Sixteen unsigned (`SIGNED == false`) or signed bytes at p as f32 lanes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes at p.
+    let v = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    _mm512_cvtepi32_ps(if SIGNED {
+        _mm512_cvtepi8_epi32(v)
+    } else {
+        _mm512_cvtepu8_epi32(v)
+    })
+}
+
+/// The level planes of one activation row: `lo` and (split) `hi` at value offset `at`.
+struct Planes {
+    lo: *const i8,
+    hi: *const i8,
+}
+
+/// Adds `Σ w·a` over the quad at value offset `off` to the row's accumulators (split: `hi`
+/// products go to `acc[1]`).
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+unsafe fn dot<const SPLIT: bool>(acc: &mut [__m512i; 2], w: __m512i, p: &Planes, off: usize) {
+    // SAFETY: the caller guarantees the quad lies inside both planes.
+    unsafe {
+        acc[0] = _mm512_dpbusd_epi32(acc[0], w, quad(p.lo.add(off)));
+        if SPLIT {
+            acc[1] = _mm512_dpbusd_epi32(acc[1], w, quad(p.hi.add(off)));
+        }
+    }
+}
+
+/// `lo + 256·hi` (exact: every caller's sums stay below 2^31).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn combine<const SPLIT: bool>(acc: [__m512i; 2]) -> __m512i {
+    if SPLIT {
+        _mm512_add_epi32(acc[0], _mm512_slli_epi32(acc[1], 8))
+    } else {
+        acc[0]
+    }
+}
+
+/// Checks the activation planes hold rows `r0..r0 + R` of `a.k` values.
+fn check_act<const R: usize, const SPLIT: bool>(a: &ActQuads, r0: usize) {
+    let k = a.k;
+    assert!(a.lo.len() >= (r0 + R) * k && (!SPLIT || a.hi.len() >= (r0 + R) * k));
+    assert!(a.d.len() >= (r0 + R) * k / a.block);
+    assert!(a.sum16.len() >= (r0 + R) * k / 16 && a.sum32.len() >= (r0 + R) * k / 32);
+}
+
+fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
+    let at = row * a.k;
+    Planes {
+        lo: a.lo[at..].as_ptr(),
+        hi: if SPLIT {
+            a.hi[at..].as_ptr()
+        } else {
+            a.lo[at..].as_ptr()
+        },
+    }
+}
+
+/// Q4_0 (`Q8 == false`, zero point 8) and Q8_0 (`Q8 == true`, zero point 128).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+unsafe fn legacy<const Q8: bool, const R: usize, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    out: &mut Out,
+) {
+    let nb = a.k / 32;
+    let ub = if Q8 { 544 } else { 288 };
+    assert!(g.len() >= nb * ub && a.block == 32);
+    check_act::<R, SPLIT>(a, r0);
+    let zero_point = if Q8 { 128 } else { 8 };
+    let m4 = _mm512_set1_epi8(0x0f);
+    let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
+        unsafe {
+            let u = g.as_ptr().add(b * ub);
+            let mut isum = [[_mm512_setzero_si512(); 2]; R];
+            for r in 0..R {
+                let s = *a.sum32.get_unchecked((r0 + r) * nb + b);
+                isum[r][0] = _mm512_set1_epi32(-zero_point * s);
+            }
+            if Q8 {
+                for v in 0..8 {
+                    let w = load(u.add(32 + 64 * v));
+                    for r in 0..R {
+                        dot::<SPLIT>(&mut isum[r], w, &p[r], b * 32 + 4 * v);
+                    }
+                }
+            } else {
+                for v in 0..4 {
+                    let raw = load(u.add(32 + 64 * v));
+                    let lo = _mm512_and_si512(raw, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    for r in 0..R {
+                        dot::<SPLIT>(&mut isum[r], lo, &p[r], b * 32 + 4 * v);
+                        dot::<SPLIT>(&mut isum[r], hi, &p[r], b * 32 + 16 + 4 * v);
+                    }
+                }
+            }
+            let dw = scales_f16(u);
+            for r in 0..R {
+                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nb + b));
+                let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
+                acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, da), acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}
+
+/// Q4_K: `x = d·sc_j·q - dmin·m_j` per 32-value sub-block `j`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+unsafe fn q4_k<const R: usize, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    out: &mut Out,
+) {
+    let (k, nsb) = (a.k, a.k / 256);
+    assert!(g.len() >= nsb * 2368 && a.block == 256);
+    check_act::<R, SPLIT>(a, r0);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
+    let mut acc = [_mm512_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
+        unsafe {
+            let u = g.as_ptr().add(sb * 2368);
+            let mut scaled = [_mm512_setzero_ps(); R];
+            let mut mins = [_mm512_setzero_ps(); R];
+            for j in 0..8 {
+                let mut isum = [[_mm512_setzero_si512(); 2]; R];
+                for h in 0..4 {
+                    let raw = load(u.add(320 + 256 * j + 64 * h));
+                    let lo = _mm512_and_si512(raw, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    let off = sb * 256 + 32 * j + 8 * h;
+                    for r in 0..R {
+                        dot::<SPLIT>(&mut isum[r], lo, &p[r], off);
+                        dot::<SPLIT>(&mut isum[r], hi, &p[r], off + 4);
+                    }
+                }
+                let sc = scales_u8::<false>(u.add(64 + 16 * j));
+                let mn = scales_u8::<false>(u.add(192 + 16 * j));
+                for r in 0..R {
+                    let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
+                    scaled[r] = _mm512_fmadd_ps(s, sc, scaled[r]);
+                    let bs = *a.sum32.get_unchecked((r0 + r) * k / 32 + sb * 8 + j) as f32;
+                    mins[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(bs), mins[r]);
+                }
+            }
+            let (d, dmin) = (scales_f16(u), scales_f16(u.add(32)));
+            for r in 0..R {
+                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                let v = _mm512_fmsub_ps(d, scaled[r], _mm512_mul_ps(dmin, mins[r]));
+                acc[r] = _mm512_fmadd_ps(v, da, acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}
+
+/// Q6_K: `x = d·sc_g·(q - 32)` per 16-value group `g`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+unsafe fn q6_k<const R: usize, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    out: &mut Out,
+) {
+    let (k, nsb) = (a.k, a.k / 256);
+    assert!(g.len() >= nsb * 3360 && a.block == 256);
+    check_act::<R, SPLIT>(a, r0);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m30 = _mm512_set1_epi8(0x30);
+    let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
+    let mut acc = [_mm512_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
+        unsafe {
+            let u = g.as_ptr().add(sb * 3360);
+            let mut scaled = [_mm512_setzero_ps(); R];
+            for grp in 0..16 {
+                let n0 = load(u.add(288 + 128 * grp));
+                let n1 = load(u.add(352 + 128 * grp));
+                let top = load(u.add(2336 + 64 * grp));
+                let w = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(n0, m4),
+                        _mm512_and_si512(_mm512_slli_epi16(top, 4), m30),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                        _mm512_and_si512(_mm512_slli_epi16(top, 2), m30),
+                    ),
+                    _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(top, m30)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                        _mm512_and_si512(_mm512_srli_epi16(top, 2), m30),
+                    ),
+                ];
+                let sc = scales_u8::<true>(u.add(32 + 16 * grp));
+                let off = sb * 256 + 16 * grp;
+                for r in 0..R {
+                    let s = *a.sum16.get_unchecked((r0 + r) * k / 16 + sb * 16 + grp);
+                    let mut isum = [_mm512_set1_epi32(-32 * s), _mm512_setzero_si512()];
+                    for (q, &wv) in w.iter().enumerate() {
+                        dot::<SPLIT>(&mut isum, wv, &p[r], off + 4 * q);
+                    }
+                    let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum));
+                    scaled[r] = _mm512_fmadd_ps(s, sc, scaled[r]);
+                }
+            }
+            let d = scales_f16(u);
+            for r in 0..R {
+                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(scaled[r], d), da, acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}
+
+/// One group's kernel: group bytes, activations, first row, rows (1..=ROWS), results.
+pub type GroupKernel = unsafe fn(&[u8], &ActQuads, usize, usize, &mut Out);
+
+macro_rules! entry {
+    ($name:ident, $kern:ident $(, $q8:literal)?) => {
+        /// # Safety
+        /// The CPU must have the `Avx512` kernel set's features.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+            // SAFETY: same features as this fn; the kernels check their bounds.
+            unsafe {
+                match (a.split, nr) {
+                    (false, 1) => $kern::<$($q8,)? 1, false>(g, a, r0, out),
+                    (false, 2) => $kern::<$($q8,)? 2, false>(g, a, r0, out),
+                    (false, 3) => $kern::<$($q8,)? 3, false>(g, a, r0, out),
+                    (false, _) => $kern::<$($q8,)? 4, false>(g, a, r0, out),
+                    (true, 1) => $kern::<$($q8,)? 1, true>(g, a, r0, out),
+                    (true, 2) => $kern::<$($q8,)? 2, true>(g, a, r0, out),
+                    (true, 3) => $kern::<$($q8,)? 3, true>(g, a, r0, out),
+                    (true, _) => $kern::<$($q8,)? 4, true>(g, a, r0, out),
+                }
+            }
+        }
+    };
+}
+entry!(q4_0_group, legacy, false);
+entry!(q8_0_group, legacy, true);
+entry!(q4_k_group, q4_k);
+entry!(q6_k_group, q6_k);

@@ -1,0 +1,189 @@
+//! Weights repacked once, for the VNNI GEMM (`gemm.rs`): 16 weight rows interleaved so that one
+//! 64-byte load holds four consecutive levels of each of the 16 rows, the layout `vpdpbusd`
+//! needs to compute 16 outputs at once against four broadcast activation bytes.
+//!
+//! A weight of `n` rows becomes `ceil(n / 16)` groups (the last padded with zero rows), each a
+//! run of units (one per 32-value block or 256-value super-block, in `k` order). Byte offsets
+//! inside a unit; `(r, i)` is byte `4r + i` of a 64-byte vector (row `r`, level `i` of a quad):
+//!
+//! - Q4_0 (288 B): `d` f16 ×16 | 4 vectors: vector `v` holds levels `4v + i` in its low
+//!   nibbles and `16 + 4v + i` in its high nibbles (the block's own nibble order). Zero point 8.
+//! - Q8_0 (544 B): `d` f16 ×16 | 8 vectors of levels `4v + i` plus 128 (unsigned, zero point
+//!   128).
+//! - Q4_K (2368 B): `d` ×16 | `dmin` ×16 | 6-bit scales `[j][r]` (128 B) | mins `[j][r]`
+//!   (128 B) | per 32-value sub-block `j`, four vectors: vector `h` holds levels
+//!   `32j + 8h + i` (low nibble) and `32j + 8h + 4 + i` (high nibble).
+//! - Q6_K (3360 B): `d` ×16 | signed scales `[g][r]` (256 B) | per 16-value group `g` two
+//!   vectors of the levels' low four bits (vector `h`: `16g + 8h + i` low nibble,
+//!   `16g + 8h + 4 + i` high nibble) | per group one vector of their top two bits (bits
+//!   `2s..2s + 2` of byte `(r, i)` belong to level `16g + 4s + i`). Zero point 32.
+//!
+//! Repacked Q4_0/Q4_K/Q6_K are the size of the original; Q8_0 too. Repacking is built lazily on
+//! first use and cached per weight, keyed by the weight's shared owner (a file mapping), whose
+//! bytes never change while it is alive.
+
+use crate::matmul_kquant::{scale_min_k4, unpack};
+use crate::pool::{split, DisjointOut, ThreadPool};
+use cyb_tensor::{AlignedBuf, DType, Storage, Tensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// Weight rows per group.
+pub const GROUP: usize = 16;
+
+/// Values per unit and bytes per unit of one group, for the formats that have a layout.
+pub fn unit(dtype: DType) -> Option<(usize, usize)> {
+    match dtype {
+        DType::Q4_0 => Some((32, 288)),
+        DType::Q8_0 => Some((32, 544)),
+        DType::Q4_K => Some((256, 2368)),
+        DType::Q6_K => Some((256, 3360)),
+        _ => None,
+    }
+}
+
+/// A repacked weight of `n` rows of `k` values.
+pub struct Repacked {
+    pub n: usize,
+    pub k: usize,
+    /// Bytes of one group (all of its units).
+    pub group_bytes: usize,
+    pub data: AlignedBuf,
+}
+
+impl Repacked {
+    pub fn groups(&self) -> usize {
+        self.n.div_ceil(GROUP)
+    }
+
+    /// The bytes of group `g`.
+    pub fn group(&self, g: usize) -> &[u8] {
+        &self.data.as_bytes()[g * self.group_bytes..(g + 1) * self.group_bytes]
+    }
+}
+
+/// Writes unit `u` of row `r` (its original block `b`) into `out` (the unit's bytes).
+fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
+    match dtype {
+        DType::Q4_0 => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            for v in 0..4 {
+                let at = 32 + 64 * v + 4 * r;
+                out[at..at + 4].copy_from_slice(&b[2 + 4 * v..6 + 4 * v]);
+            }
+        }
+        DType::Q8_0 => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            for v in 0..8 {
+                for i in 0..4 {
+                    out[32 + 64 * v + 4 * r + i] = b[2 + 4 * v + i] ^ 0x80;
+                }
+            }
+        }
+        DType::Q4_K => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            out[32 + 2 * r..34 + 2 * r].copy_from_slice(&b[2..4]);
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, &b[4..16]);
+                out[64 + 16 * j + r] = s;
+                out[192 + 16 * j + r] = m;
+            }
+            let q = unpack(dtype, b).q;
+            for j in 0..8 {
+                for h in 0..4 {
+                    for i in 0..4 {
+                        let v = 32 * j + 8 * h + i;
+                        out[320 + 256 * j + 64 * h + 4 * r + i] = q[v] | (q[v + 4] << 4);
+                    }
+                }
+            }
+        }
+        _ => {
+            // Q6_K
+            out[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
+            for g in 0..16 {
+                out[32 + 16 * g + r] = b[192 + g];
+            }
+            let q = unpack(dtype, b).q;
+            for g in 0..16 {
+                for i in 0..4 {
+                    for h in 0..2 {
+                        let v = 16 * g + 8 * h + i;
+                        out[288 + 128 * g + 64 * h + 4 * r + i] =
+                            (q[v] & 0x0f) | ((q[v + 4] & 0x0f) << 4);
+                    }
+                    let top = |s: usize| (q[16 * g + 4 * s + i] >> 4) << (2 * s);
+                    out[2336 + 64 * g + 4 * r + i] = top(0) | top(1) | top(2) | top(3);
+                }
+            }
+        }
+    }
+}
+
+/// Repacks `w` (`n` rows of `row_bytes`, each `k` values of `dtype`), groups split over the
+/// pool. `None` when `dtype` has no layout or the sizes do not fit.
+pub fn repack(pool: &ThreadPool, dtype: DType, w: &[u8], n: usize, k: usize) -> Option<Repacked> {
+    let (uv, ub) = unit(dtype)?;
+    let row_bytes = dtype.bytes_for(k)?;
+    if k == 0 || !k.is_multiple_of(uv) || w.len() < n.checked_mul(row_bytes)? {
+        return None;
+    }
+    let units = k / uv;
+    let bb = dtype.block_bytes();
+    let group_bytes = units * ub;
+    let groups = n.div_ceil(GROUP);
+    let mut data = AlignedBuf::zeroed(groups.checked_mul(group_bytes)?);
+    let out = DisjointOut::new(data.as_bytes_mut());
+    let threads = pool.threads();
+    pool.run(&|t| {
+        for g in split(groups, threads, t) {
+            // SAFETY: group g belongs to this thread only.
+            let dst = unsafe { out.slice(g * group_bytes..(g + 1) * group_bytes) };
+            for r in 0..GROUP.min(n - g * GROUP) {
+                let row = &w[(g * GROUP + r) * row_bytes..][..row_bytes];
+                for (u, b) in row.chunks_exact(bb).enumerate() {
+                    pack_unit(dtype, b, r, &mut dst[u * ub..(u + 1) * ub]);
+                }
+            }
+        }
+    });
+    Some(Repacked {
+        n,
+        k,
+        group_bytes,
+        data,
+    })
+}
+
+type Owner = Weak<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Repacked weights by (address, length, dtype) of their bytes, valid while their owner lives.
+#[derive(Default)]
+pub struct RepackCache {
+    map: Mutex<HashMap<(usize, usize, DType), (Owner, Arc<Repacked>)>>,
+}
+
+impl RepackCache {
+    /// The repacked form of the rank-2 weight `w` (`[n, k]`), built on first use. `None` for
+    /// weights that are not in shared (immutable) storage or whose format has no layout.
+    pub fn get(&self, pool: &ThreadPool, w: &Tensor) -> Option<Arc<Repacked>> {
+        let Storage::Shared { owner, .. } = w.storage() else {
+            return None;
+        };
+        unit(w.dtype())?;
+        let data = w.host_bytes()?;
+        let [n, k] = *w.dims() else { return None };
+        let key = (data.as_ptr() as usize, data.len(), w.dtype());
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((o, r)) = map.get(&key) {
+            // A live owner means the address still names the same bytes.
+            if o.strong_count() > 0 {
+                return Some(r.clone());
+            }
+        }
+        map.retain(|_, (o, _)| o.strong_count() > 0);
+        let r = Arc::new(repack(pool, w.dtype(), data, n, k)?);
+        map.insert(key, (Arc::downgrade(owner), r.clone()));
+        Some(r)
+    }
+}
