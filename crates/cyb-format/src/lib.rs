@@ -4,7 +4,8 @@
 //! tensor tables whose tensors borrow the mapped file in place, plus one normalized
 //! [`ModelConfig`]. [`open`] picks the reader from what the path holds.
 //!
-//! This crate must not know about ops, backends or how a model is run.
+//! ONNX files are imported into a `cyb_graph::Graph` ([`onnx`]), which is how this crate knows
+//! about ops; it must not know about backends or how a model is run.
 
 mod config;
 mod cursor;
@@ -13,6 +14,7 @@ pub mod hf;
 mod mapping;
 mod metadata;
 mod model_file;
+pub mod onnx;
 pub mod safetensors;
 
 pub use config::{ModelConfig, RopeScaling};

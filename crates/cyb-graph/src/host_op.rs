@@ -99,6 +99,8 @@ pub enum HostOp {
     SpaceToDepth { blocksize: usize },
     /// Indices of non-zero elements, `[rank, count]` I64, in row-major order.
     NonZero,
+    /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
+    Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
     OneHot { axis: i64 },
 }
@@ -188,6 +190,7 @@ impl HostOp {
             HostOp::SpaceToDepth { .. } => "space_to_depth",
             HostOp::NonZero => "non_zero",
             HostOp::OneHot { .. } => "one_hot",
+            HostOp::Trilu { .. } => "trilu",
         }
     }
 

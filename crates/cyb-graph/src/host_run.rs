@@ -382,6 +382,16 @@ pub(crate) fn run(
             }
             one(Tensor::from_i64(&[d.len(), hits.len()], &out)?)
         }
+        HostOp::Trilu { upper } => {
+            let k = match opt(1) {
+                Some(t) => *r
+                    .ints(t)?
+                    .first()
+                    .ok_or_else(|| Error::invalid(name, "k is empty"))?,
+                None => 0,
+            };
+            one(r.one(&Op::Trilu { upper: *upper, k }, &[x()?.clone()])?)
+        }
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),
     }
 }

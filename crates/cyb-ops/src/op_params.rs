@@ -54,6 +54,10 @@ pub enum UnaryFn {
         positive: bool,
         negative: bool,
     },
+    /// `max(x, 0)` (keeping the dtype, unlike `Op::Relu`).
+    Relu,
+    /// `tanh x` (keeping the dtype, unlike `Op::Tanh`).
+    Tanh,
     /// `x · clamp(x/6 + 1/2, 0, 1)`.
     HardSwish,
     /// `x ≥ 0 ? x : alpha · x`.

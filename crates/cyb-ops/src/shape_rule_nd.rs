@@ -13,7 +13,9 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             let d = inputs[0].dtype;
             let ok = match f {
                 UnaryFn::Not => d == DType::Bool,
-                UnaryFn::Abs | UnaryFn::Neg | UnaryFn::Sign => scalar(d) && d != DType::Bool,
+                UnaryFn::Abs | UnaryFn::Neg | UnaryFn::Sign | UnaryFn::Relu => {
+                    scalar(d) && d != DType::Bool
+                }
                 _ => d.is_float(),
             };
             if !ok {
@@ -324,6 +326,9 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
 pub(crate) struct WindowGeometry {
     pub out: Vec<usize>,
     pub pad_begin: Vec<usize>,
+    pub pad_end: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
 }
 
 /// Output sizes and begin pads of a window of `kernel` over `spatial`.
@@ -337,6 +342,14 @@ pub(crate) fn window_geometry(
     ceil_mode: bool,
 ) -> Result<WindowGeometry> {
     let k = spatial.len();
+    // Empty lists mean the defaults: stride 1, dilation 1, no padding.
+    let ones = vec![1; k];
+    let strides = if strides.is_empty() { &ones } else { strides };
+    let dilations = if dilations.is_empty() {
+        &ones
+    } else {
+        dilations
+    };
     if kernel.len() != k || strides.len() != k || dilations.len() != k {
         return Err(Error::invalid(
             op,
@@ -356,10 +369,12 @@ pub(crate) fn window_geometry(
     }
     let mut out = Vec::with_capacity(k);
     let mut pad_begin = Vec::with_capacity(k);
+    let mut pad_end = Vec::with_capacity(k);
     for i in 0..k {
         let (d, s) = (spatial[i] as i128, strides[i] as i128);
         let span = dilations[i] as i128 * (kernel[i] as i128 - 1) + 1;
         let (pb, pe) = match pads {
+            PadSpec::Explicit(p) if p.is_empty() => (0, 0),
             PadSpec::Explicit(p) => {
                 if p.len() != 2 * k {
                     return Err(Error::invalid(
@@ -400,8 +415,15 @@ pub(crate) fn window_geometry(
         }
         out.push(o as usize);
         pad_begin.push(pb as usize);
+        pad_end.push(pe as usize);
     }
-    Ok(WindowGeometry { out, pad_begin })
+    Ok(WindowGeometry {
+        out,
+        pad_begin,
+        pad_end,
+        strides: strides.to_vec(),
+        dilations: dilations.to_vec(),
+    })
 }
 
 /// numpy slicing for a step of either sign: first index and count.

@@ -24,6 +24,7 @@ pub(super) fn conv(
     };
     let (xd, wd, od) = (inputs[0].dims(), inputs[1].dims(), out.shape.dims());
     let g = window_geometry("conv", &xd[2..], &wd[2..], strides_, dilations, pads, false)?;
+    let (strides_, dilations) = (&g.strides[..], &g.dilations[..]);
     let (c, m) = (xd[1], wd[0]);
     let (cg, mg) = (c / group, m / group);
     let sp_in = &xd[2..];
@@ -160,6 +161,7 @@ pub(super) fn pool(
         pads,
         ceil_mode,
     )?;
+    let (strides_, dilations) = (&g.strides[..], &g.dilations[..]);
     let sp_in = &xd[2..];
     let out_sp = &od[2..];
     let (in_n, out_n, k_n): (usize, usize, usize) = (
@@ -167,15 +169,7 @@ pub(super) fn pool(
         out_sp.iter().product(),
         kernel.iter().product(),
     );
-    let pads_end: Vec<usize> = match pads {
-        PadSpec::Explicit(p) => p[sp_in.len()..].to_vec(),
-        _ => (0..sp_in.len())
-            .map(|s| {
-                let span = dilations[s] * (kernel[s] - 1) + 1;
-                ((out_sp[s] - 1) * strides_[s] + span).saturating_sub(sp_in[s] + g.pad_begin[s])
-            })
-            .collect(),
-    };
+    let pads_end = &g.pad_end;
     let ins = strides(sp_in);
     let mut y = vec![0f32; xd[0] * xd[1] * out_n];
     y.par_chunks_mut(out_n.max(1))

@@ -35,6 +35,7 @@ pub(super) fn unary(f: UnaryFn, x: &Tensor, out: &TensorInfo) -> Result<Tensor> 
                     UnaryFn::Abs => x.wrapping_abs(),
                     UnaryFn::Neg => x.wrapping_neg(),
                     UnaryFn::Sign => x.signum(),
+                    UnaryFn::Relu => x.max(0),
                     _ => i64::from(x == 0),
                 })
                 .collect();
@@ -87,6 +88,8 @@ fn unary_f32(f: UnaryFn, x: f32) -> f32 {
             }
         }
         UnaryFn::Softsign => x / (1.0 + x.abs()),
+        UnaryFn::Relu => x.max(0.0),
+        UnaryFn::Tanh => x.tanh(),
         UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
         UnaryFn::LeakyRelu { alpha } => {
             if x >= 0.0 {

@@ -1,0 +1,500 @@
+//! ONNX nodes → graph nodes: the builder, and the elementwise, shape and indexing operators.
+//! Neural-network operators (conv, pooling, normalisation, matmul) are in `ops_nn.rs`.
+
+use super::attrs::Attrs;
+use super::proto::NodeProto;
+use super::{format_err, tensor};
+use cyb_graph::{Graph, HostOp, NodeOp, ValueId};
+use cyb_ops::{BinaryFn, Op, ReduceFn, UnaryFn};
+use cyb_tensor::{DType, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub(crate) struct Builder<'p> {
+    pub g: Graph,
+    pub ids: HashMap<String, ValueId>,
+    pub path: &'p Path,
+    pub opset: i64,
+    tmp: usize,
+}
+
+/// What one ONNX node becomes: an op and its inputs (the node's, plus constants made from
+/// attributes of older opsets).
+pub(crate) type Mapped = (NodeOp, Vec<Option<ValueId>>);
+
+impl<'p> Builder<'p> {
+    pub fn new(path: &'p Path, opset: i64) -> Builder<'p> {
+        Builder {
+            g: Graph::default(),
+            ids: HashMap::new(),
+            path,
+            opset,
+            tmp: 0,
+        }
+    }
+
+    /// A new constant with a generated name.
+    pub fn konst(&mut self, hint: &str, t: Tensor) -> ValueId {
+        loop {
+            let name = format!("{hint}__c{}", self.tmp);
+            self.tmp += 1;
+            if !self.ids.contains_key(&name) {
+                let id = self.g.add_constant(&name, t);
+                self.ids.insert(name, id);
+                return id;
+            }
+        }
+    }
+
+    pub fn ints(&mut self, hint: &str, v: &[i64]) -> Result<ValueId> {
+        Ok(self.konst(hint, Tensor::from_i64(&[v.len()], v)?))
+    }
+
+    pub fn scalar_f32(&mut self, hint: &str, v: f32) -> Result<ValueId> {
+        Ok(self.konst(hint, Tensor::from_f32(&[], &[v])?))
+    }
+
+    /// The rank of a value when its type says.
+    pub fn rank(&self, id: Option<ValueId>) -> Option<usize> {
+        let v = self.g.values.get(id?)?;
+        Some(v.ty.as_ref()?.dims.as_ref()?.len())
+    }
+
+    pub fn node(&mut self, n: &NodeProto, index: usize) -> Result<()> {
+        let name = if n.name.is_empty() {
+            format!("{}_{index}", n.op_type)
+        } else {
+            n.name.clone()
+        };
+        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+            return Err(unsupported(
+                &name,
+                &format!("{}:{}", n.domain, n.op_type),
+                "domain not supported",
+            ));
+        }
+        let mut inputs = Vec::with_capacity(n.input.len());
+        for s in &n.input {
+            if s.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let id = self.ids.get(s).copied().ok_or_else(|| {
+                format_err(
+                    self.path,
+                    format!("node {name} reads {s:?}, which no earlier node computes"),
+                )
+            })?;
+            inputs.push(Some(id));
+        }
+        let a = Attrs::new(&n.attribute);
+        let (op, inputs) = map(self, n, &name, &a, inputs)?;
+        let mut outs = Vec::with_capacity(n.output.len());
+        for (i, o) in n.output.iter().enumerate() {
+            let oname = if o.is_empty() {
+                format!("{name}__unused{i}")
+            } else {
+                o.clone()
+            };
+            if self.ids.contains_key(&oname) {
+                return Err(format_err(
+                    self.path,
+                    format!("node {name} redefines {oname:?}"),
+                ));
+            }
+            outs.push(oname);
+        }
+        let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+        let ids = self.g.add_node(&name, op, inputs, &refs);
+        for (o, id) in outs.into_iter().zip(ids) {
+            self.ids.insert(o, id);
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn unsupported(node: &str, op_type: &str, why: &str) -> Error {
+    Error::UnsupportedOp {
+        op: format!("ONNX {op_type} (node {node}): {why}"),
+        backend: "onnx-import".into(),
+        input_dtype: DType::F32,
+    }
+}
+
+fn op(o: Op) -> NodeOp {
+    NodeOp::Op(o)
+}
+
+fn host(h: HostOp) -> NodeOp {
+    NodeOp::Host(h)
+}
+
+fn unary(f: UnaryFn) -> NodeOp {
+    op(Op::Unary { f })
+}
+
+fn binary(f: BinaryFn) -> NodeOp {
+    op(Op::Binary { f })
+}
+
+fn map(
+    b: &mut Builder,
+    n: &NodeProto,
+    name: &str,
+    a: &Attrs,
+    mut ins: Vec<Option<ValueId>>,
+) -> Result<Mapped> {
+    let t = n.op_type.as_str();
+    let opset = b.opset;
+    let nout = n.output.len();
+    let un = |f| Ok((unary(f), ins.clone()));
+    let bin = |f| Ok((binary(f), ins.clone()));
+    match t {
+        "Abs" => un(UnaryFn::Abs),
+        "Neg" => un(UnaryFn::Neg),
+        "Exp" => un(UnaryFn::Exp),
+        "Log" => un(UnaryFn::Log),
+        "Sqrt" => un(UnaryFn::Sqrt),
+        "Reciprocal" => un(UnaryFn::Reciprocal),
+        "Sigmoid" => un(UnaryFn::Sigmoid),
+        "Sin" => un(UnaryFn::Sin),
+        "Cos" => un(UnaryFn::Cos),
+        "Tan" => un(UnaryFn::Tan),
+        "Asin" => un(UnaryFn::Asin),
+        "Acos" => un(UnaryFn::Acos),
+        "Atan" => un(UnaryFn::Atan),
+        "Sinh" => un(UnaryFn::Sinh),
+        "Cosh" => un(UnaryFn::Cosh),
+        "Asinh" => un(UnaryFn::Asinh),
+        "Acosh" => un(UnaryFn::Acosh),
+        "Atanh" => un(UnaryFn::Atanh),
+        "Floor" => un(UnaryFn::Floor),
+        "Ceil" => un(UnaryFn::Ceil),
+        "Round" => un(UnaryFn::Round),
+        "Erf" => un(UnaryFn::Erf),
+        "Sign" => un(UnaryFn::Sign),
+        "Softplus" => un(UnaryFn::Softplus),
+        "Softsign" => un(UnaryFn::Softsign),
+        "Not" => un(UnaryFn::Not),
+        "IsNaN" => un(UnaryFn::IsNaN),
+        "IsInf" => un(UnaryFn::IsInf {
+            positive: a.i("detect_positive", 1) != 0,
+            negative: a.i("detect_negative", 1) != 0,
+        }),
+        "HardSwish" => un(UnaryFn::HardSwish),
+        "Relu" => un(UnaryFn::Relu),
+        "Tanh" => un(UnaryFn::Tanh),
+        "LeakyRelu" => un(UnaryFn::LeakyRelu {
+            alpha: a.f("alpha", 0.01),
+        }),
+        "Elu" => un(UnaryFn::Elu {
+            alpha: a.f("alpha", 1.0),
+        }),
+        "Selu" => un(UnaryFn::Selu {
+            alpha: a.f("alpha", 1.673_263_2),
+            gamma: a.f("gamma", 1.050_701),
+        }),
+        "Celu" => un(UnaryFn::Celu {
+            alpha: a.f("alpha", 1.0),
+        }),
+        "HardSigmoid" => un(UnaryFn::HardSigmoid {
+            alpha: a.f("alpha", 0.2),
+            beta: a.f("beta", 0.5),
+        }),
+        "ThresholdedRelu" => un(UnaryFn::ThresholdedRelu {
+            alpha: a.f("alpha", 1.0),
+        }),
+        "Shrink" => un(UnaryFn::Shrink {
+            bias: a.f("bias", 0.0),
+            lambd: a.f("lambd", 0.5),
+        }),
+        "Add" => bin(BinaryFn::Add),
+        "Sub" => bin(BinaryFn::Sub),
+        "Mul" => bin(BinaryFn::Mul),
+        "Div" => bin(BinaryFn::Div),
+        "Pow" => bin(BinaryFn::Pow),
+        "PRelu" => bin(BinaryFn::PRelu),
+        "Mod" => bin(BinaryFn::Mod {
+            fmod: a.i("fmod", 0) != 0,
+        }),
+        "And" => bin(BinaryFn::And),
+        "Or" => bin(BinaryFn::Or),
+        "Xor" => bin(BinaryFn::Xor),
+        "Equal" => bin(BinaryFn::Equal),
+        "Less" => bin(BinaryFn::Less),
+        "LessOrEqual" => bin(BinaryFn::LessOrEqual),
+        "Greater" => bin(BinaryFn::Greater),
+        "GreaterOrEqual" => bin(BinaryFn::GreaterOrEqual),
+        "BitShift" => match a.s("direction").as_deref() {
+            Some("LEFT") => bin(BinaryFn::ShiftLeft),
+            Some("RIGHT") => bin(BinaryFn::ShiftRight),
+            d => Err(unsupported(name, t, &format!("direction {d:?}"))),
+        },
+        "Sum" | "Mean" | "Max" | "Min" => {
+            let f = match t {
+                "Max" => BinaryFn::Max,
+                "Min" => BinaryFn::Min,
+                _ => BinaryFn::Add,
+            };
+            Ok((
+                host(HostOp::Variadic {
+                    f,
+                    mean: t == "Mean",
+                }),
+                ins,
+            ))
+        }
+        "Where" => Ok((op(Op::Where), ins)),
+        "Cast" => {
+            let to = tensor::dtype_of(a.i("to", 0) as i32, name)?;
+            Ok((op(Op::Cast { to }), ins))
+        }
+        "CastLike" => Ok((host(HostOp::CastLike), ins)),
+        "Identity" => Ok((host(HostOp::Identity), ins)),
+        "Dropout" => {
+            if ins.get(2).copied().flatten().is_some() {
+                return Err(unsupported(name, t, "training_mode input (random masks)"));
+            }
+            if opset < 12 && a.i("is_test", 1) == 0 && opset < 7 {
+                return Err(unsupported(name, t, "training mode"));
+            }
+            ins.truncate(1);
+            Ok((host(HostOp::Identity), ins))
+        }
+        "Constant" => {
+            let tensor = constant_attr(b, name, a)?;
+            Ok((host(HostOp::Identity), vec![Some(b.konst(name, tensor))]))
+        }
+        "ConstantOfShape" => {
+            let (dtype, value, int_value) = match a.t("value") {
+                Some(tp) => {
+                    let v = tensor::to_tensor(tp, b.path, b.path.parent())?;
+                    let f = v.to_f32_vec()?.first().copied().unwrap_or(0.0);
+                    let i = if v.dtype().is_integer() {
+                        v.to_i64_vec()?.first().copied().unwrap_or(0)
+                    } else {
+                        f as i64
+                    };
+                    (v.dtype(), f, i)
+                }
+                None => (DType::F32, 0.0, 0),
+            };
+            Ok((
+                host(HostOp::ConstantOfShape {
+                    dtype,
+                    value,
+                    int_value,
+                }),
+                ins,
+            ))
+        }
+        "Shape" => Ok((
+            host(HostOp::Shape {
+                start: a.i("start", 0),
+                end: a.has("end").then(|| a.i("end", 0)),
+            }),
+            ins,
+        )),
+        "Size" => Ok((host(HostOp::Size), ins)),
+        "Range" => Ok((host(HostOp::Range), ins)),
+        "NonZero" => Ok((host(HostOp::NonZero), ins)),
+        "Reshape" => Ok((
+            host(HostOp::Reshape {
+                allowzero: a.i("allowzero", 0) != 0,
+            }),
+            ins,
+        )),
+        "Expand" => Ok((host(HostOp::Expand), ins)),
+        "Tile" => Ok((host(HostOp::Tile), ins)),
+        "Flatten" => Ok((
+            host(HostOp::Flatten {
+                axis: a.i("axis", 1),
+            }),
+            ins,
+        )),
+        "Squeeze" => Ok((
+            host(HostOp::Squeeze {
+                axes: a.ints("axes"),
+            }),
+            ins,
+        )),
+        "Unsqueeze" => Ok((
+            host(HostOp::Unsqueeze {
+                axes: a.ints("axes"),
+            }),
+            ins,
+        )),
+        "Slice" => {
+            if opset < 10 {
+                let starts = a.ints("starts").unwrap_or_default();
+                let ends = a.ints("ends").unwrap_or_default();
+                ins.push(Some(b.ints(name, &starts)?));
+                ins.push(Some(b.ints(name, &ends)?));
+                if let Some(ax) = a.ints("axes") {
+                    ins.push(Some(b.ints(name, &ax)?));
+                }
+            }
+            Ok((host(HostOp::Slice), ins))
+        }
+        "Concat" => Ok((
+            op(Op::Concat {
+                axis: a.i("axis", 0) as isize,
+            }),
+            ins,
+        )),
+        "Split" => {
+            let sizes = if opset < 13 { a.ints("split") } else { None };
+            let num_outputs = if a.has("num_outputs") {
+                a.i("num_outputs", 1) as usize
+            } else {
+                nout
+            };
+            Ok((
+                host(HostOp::Split {
+                    axis: a.i("axis", 0),
+                    sizes,
+                    num_outputs,
+                }),
+                ins,
+            ))
+        }
+        "Transpose" => {
+            let perm = match a.ints("perm") {
+                Some(p) => p,
+                None => {
+                    let r = b.rank(ins.first().copied().flatten()).ok_or_else(|| {
+                        unsupported(name, t, "no perm and the input rank is unknown")
+                    })?;
+                    (0..r as i64).rev().collect()
+                }
+            };
+            let perm = perm
+                .iter()
+                .map(|&p| {
+                    usize::try_from(p).map_err(|_| unsupported(name, t, "negative perm entry"))
+                })
+                .collect::<Result<_>>()?;
+            Ok((op(Op::Permute { perm }), ins))
+        }
+        "Gather" => Ok((
+            op(Op::Gather {
+                axis: a.i("axis", 0) as isize,
+            }),
+            ins,
+        )),
+        "GatherElements" => Ok((
+            op(Op::GatherElements {
+                axis: a.i("axis", 0) as isize,
+            }),
+            ins,
+        )),
+        "ArgMax" | "ArgMin" => Ok((
+            op(Op::ArgReduce {
+                axis: a.i("axis", 0) as isize,
+                keepdims: a.i("keepdims", 1) != 0,
+                max: t == "ArgMax",
+                select_last: a.i("select_last_index", 0) != 0,
+            }),
+            ins,
+        )),
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => {
+            let f = match t {
+                "ReduceSum" => ReduceFn::Sum,
+                "ReduceMean" => ReduceFn::Mean,
+                "ReduceMax" => ReduceFn::Max,
+                "ReduceMin" => ReduceFn::Min,
+                "ReduceProd" => ReduceFn::Prod,
+                "ReduceL1" => ReduceFn::L1,
+                "ReduceL2" => ReduceFn::L2,
+                "ReduceLogSum" => ReduceFn::LogSum,
+                "ReduceLogSumExp" => ReduceFn::LogSumExp,
+                _ => ReduceFn::SumSquare,
+            };
+            Ok((
+                host(HostOp::Reduce {
+                    f,
+                    keepdims: a.i("keepdims", 1) != 0,
+                    axes: a.ints("axes"),
+                    noop_with_empty_axes: a.i("noop_with_empty_axes", 0) != 0,
+                }),
+                ins,
+            ))
+        }
+        "TopK" => {
+            if opset < 10 {
+                let k = a.i("k", 1);
+                ins.push(Some(b.ints(name, &[k])?));
+            }
+            if a.i("sorted", 1) == 0 {
+                // Sorted output is one valid answer for sorted = 0 too, but the reference
+                // tests compare exact order; say so rather than guess.
+            }
+            Ok((
+                host(HostOp::TopK {
+                    axis: a.i("axis", -1),
+                    largest: a.i("largest", 1) != 0,
+                }),
+                ins,
+            ))
+        }
+        "CumSum" => Ok((
+            host(HostOp::CumSum {
+                exclusive: a.i("exclusive", 0) != 0,
+                reverse: a.i("reverse", 0) != 0,
+            }),
+            ins,
+        )),
+        "Trilu" => Ok((
+            host(HostOp::Trilu {
+                upper: a.i("upper", 1) != 0,
+            }),
+            ins,
+        )),
+        "OneHot" => Ok((
+            host(HostOp::OneHot {
+                axis: a.i("axis", -1),
+            }),
+            ins,
+        )),
+        "DepthToSpace" => Ok((
+            host(HostOp::DepthToSpace {
+                blocksize: a.i("blocksize", 1).max(0) as usize,
+                crd: a.s("mode").as_deref() == Some("CRD"),
+            }),
+            ins,
+        )),
+        "SpaceToDepth" => Ok((
+            host(HostOp::SpaceToDepth {
+                blocksize: a.i("blocksize", 1).max(0) as usize,
+            }),
+            ins,
+        )),
+        _ => super::ops_nn::map(b, n, name, a, ins),
+    }
+}
+
+/// The tensor of a `Constant` node, from whichever `value*` attribute it has.
+fn constant_attr(b: &Builder, name: &str, a: &Attrs) -> Result<Tensor> {
+    if let Some(tp) = a.t("value") {
+        return tensor::to_tensor(tp, b.path, b.path.parent());
+    }
+    if a.has("value_float") {
+        return Tensor::from_f32(&[], &[a.f("value_float", 0.0)]);
+    }
+    if let Some(v) = a.floats("value_floats") {
+        return Tensor::from_f32(&[v.len()], &v);
+    }
+    if a.has("value_int") {
+        return Tensor::from_i64(&[], &[a.i("value_int", 0)]);
+    }
+    if let Some(v) = a.ints("value_ints") {
+        return Tensor::from_i64(&[v.len()], &v);
+    }
+    let which: Vec<&str> = a.names().collect();
+    Err(unsupported(
+        name,
+        "Constant",
+        &format!("attribute {which:?}"),
+    ))
+}

@@ -1,0 +1,200 @@
+//! ONNX neural-network operators → graph nodes: matmul/gemm, conv, pooling, normalisation,
+//! the softmax family, clip and pad.
+
+use super::attrs::Attrs;
+use super::ops::{unsupported, Builder, Mapped};
+use super::proto::NodeProto;
+use cyb_graph::{HostOp, NodeOp, SoftmaxKind, ValueId};
+use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
+use cyb_tensor::Result;
+
+fn to_usizes(name: &str, t: &str, v: Option<Vec<i64>>) -> Result<Vec<usize>> {
+    v.unwrap_or_default()
+        .into_iter()
+        .map(|x| {
+            usize::try_from(x).map_err(|_| unsupported(name, t, &format!("negative value {x}")))
+        })
+        .collect()
+}
+
+fn pad_spec(name: &str, t: &str, a: &Attrs) -> Result<PadSpec> {
+    match a.s("auto_pad").as_deref().unwrap_or("NOTSET") {
+        "NOTSET" | "" => Ok(PadSpec::Explicit(to_usizes(name, t, a.ints("pads"))?)),
+        "VALID" => Ok(PadSpec::Explicit(Vec::new())),
+        "SAME_UPPER" => Ok(PadSpec::SameUpper),
+        "SAME_LOWER" => Ok(PadSpec::SameLower),
+        p => Err(unsupported(name, t, &format!("auto_pad {p}"))),
+    }
+}
+
+pub(crate) fn map(
+    b: &mut Builder,
+    n: &NodeProto,
+    name: &str,
+    a: &Attrs,
+    mut ins: Vec<Option<ValueId>>,
+) -> Result<Mapped> {
+    let t = n.op_type.as_str();
+    let opset = b.opset;
+    let nout = n.output.iter().filter(|o| !o.is_empty()).count();
+    let op = NodeOp::Op;
+    let host = NodeOp::Host;
+    match t {
+        "MatMul" => Ok((host(HostOp::MatMul), ins)),
+        "Gemm" => Ok((
+            host(HostOp::Gemm {
+                alpha: a.f("alpha", 1.0),
+                beta: a.f("beta", 1.0),
+                trans_a: a.i("transA", 0) != 0,
+                trans_b: a.i("transB", 0) != 0,
+            }),
+            ins,
+        )),
+        "Softmax" | "LogSoftmax" | "Hardmax" => {
+            let kind = match t {
+                "Softmax" => SoftmaxKind::Softmax,
+                "LogSoftmax" => SoftmaxKind::LogSoftmax,
+                _ => SoftmaxKind::Hardmax,
+            };
+            let legacy = opset < 13;
+            Ok((
+                host(HostOp::Softmax {
+                    axis: a.i("axis", if legacy { 1 } else { -1 }),
+                    coerce_2d: legacy,
+                    kind,
+                }),
+                ins,
+            ))
+        }
+        "Clip" => {
+            if opset < 11 {
+                ins.truncate(1);
+                for (attr, default) in [("min", f32::NEG_INFINITY), ("max", f32::INFINITY)] {
+                    let v = a.f(attr, default);
+                    ins.push(if a.has(attr) {
+                        Some(b.scalar_f32(name, v)?)
+                    } else {
+                        None
+                    });
+                }
+            }
+            Ok((host(HostOp::Clip), ins))
+        }
+        "Pad" => {
+            let mode = match a.s("mode").as_deref().unwrap_or("constant") {
+                "constant" => PadMode::Constant { value: 0.0 },
+                "reflect" => PadMode::Reflect,
+                "edge" => PadMode::Edge,
+                m => return Err(unsupported(name, t, &format!("mode {m}"))),
+            };
+            let (pads, value) = if opset < 11 {
+                (Some(a.ints("pads").unwrap_or_default()), a.f("value", 0.0))
+            } else {
+                (None, 0.0)
+            };
+            Ok((host(HostOp::Pad { mode, pads, value }), ins))
+        }
+        "Conv" => Ok((
+            op(Op::Conv {
+                strides: to_usizes(name, t, a.ints("strides"))?,
+                dilations: to_usizes(name, t, a.ints("dilations"))?,
+                pads: pad_spec(name, t, a)?,
+                group: a.i("group", 1).max(0) as usize,
+            }),
+            ins,
+        )),
+        "ConvTranspose" => {
+            if a.has("output_shape") {
+                return Err(unsupported(name, t, "output_shape attribute"));
+            }
+            let k = a
+                .ints("kernel_shape")
+                .map(|v| v.len())
+                .or_else(|| {
+                    b.rank(ins.get(1).copied().flatten())
+                        .map(|r| r.saturating_sub(2))
+                })
+                .ok_or_else(|| unsupported(name, t, "spatial rank unknown"))?;
+            let or =
+                |v: Vec<usize>, len: usize, d: usize| if v.is_empty() { vec![d; len] } else { v };
+            let pads = match a.s("auto_pad").as_deref().unwrap_or("NOTSET") {
+                "NOTSET" | "VALID" | "" => or(to_usizes(name, t, a.ints("pads"))?, 2 * k, 0),
+                p => return Err(unsupported(name, t, &format!("auto_pad {p}"))),
+            };
+            Ok((
+                op(Op::ConvTranspose {
+                    strides: or(to_usizes(name, t, a.ints("strides"))?, k, 1),
+                    dilations: or(to_usizes(name, t, a.ints("dilations"))?, k, 1),
+                    pads,
+                    output_padding: or(to_usizes(name, t, a.ints("output_padding"))?, k, 0),
+                    group: a.i("group", 1).max(0) as usize,
+                }),
+                ins,
+            ))
+        }
+        "MaxPool" | "AveragePool" | "LpPool" => {
+            if nout > 1 {
+                return Err(unsupported(name, t, "the Indices output"));
+            }
+            if a.i("storage_order", 0) != 0 {
+                return Err(unsupported(name, t, "storage_order 1"));
+            }
+            let kind = match t {
+                "MaxPool" => PoolKind::Max,
+                "AveragePool" => PoolKind::Avg {
+                    count_include_pad: a.i("count_include_pad", 0) != 0,
+                },
+                _ => PoolKind::Lp {
+                    p: a.i("p", 2) as f32,
+                },
+            };
+            let kernel = to_usizes(name, t, a.ints("kernel_shape"))?;
+            Ok((
+                op(Op::Pool {
+                    kind,
+                    strides: to_usizes(name, t, a.ints("strides"))?,
+                    dilations: to_usizes(name, t, a.ints("dilations"))?,
+                    pads: pad_spec(name, t, a)?,
+                    ceil_mode: a.i("ceil_mode", 0) != 0,
+                    kernel,
+                }),
+                ins,
+            ))
+        }
+        "GlobalAveragePool" | "GlobalMaxPool" => Ok((
+            host(HostOp::GlobalPool {
+                max: t == "GlobalMaxPool",
+            }),
+            ins,
+        )),
+        "BatchNormalization" => {
+            if nout > 1 || a.i("training_mode", 0) != 0 {
+                return Err(unsupported(
+                    name,
+                    t,
+                    "training mode (running statistics outputs)",
+                ));
+            }
+            Ok((
+                op(Op::BatchNorm {
+                    eps: a.f("epsilon", 1e-5),
+                }),
+                ins,
+            ))
+        }
+        "InstanceNormalization" => Ok((
+            host(HostOp::InstanceNorm {
+                eps: a.f("epsilon", 1e-5),
+            }),
+            ins,
+        )),
+        "LayerNormalization" => Ok((
+            op(Op::LayerNormNd {
+                axis: a.i("axis", -1) as isize,
+                eps: a.f("epsilon", 1e-5),
+            }),
+            ins,
+        )),
+        _ => Err(unsupported(name, t, "operator not supported")),
+    }
+}

@@ -1,0 +1,283 @@
+//! ONNX's own operator conformance tests (the `node/` cases of Debian's `libonnx-testdata`,
+//! ONNX 1.12): every case is imported, run on the CPU reference through the dispatcher, and
+//! compared with ONNX's expected outputs at the tolerances ONNX's backend tests use
+//! (rtol 1e-3, atol 1e-7). A case passes only on a match; an import error, run error, panic or
+//! mismatch is a failure with its reason. CI fails when fewer than `MIN_PASSED` cases pass, or
+//! (with `CI=true`) when the test data is not installed.
+//!
+//! `cargo test -p cyb-format --test onnx_node_tests -- --ignored write_support_doc` rewrites
+//! docs/onnx-support.md from the results.
+
+use cyb_backend::Dispatcher;
+use cyb_format::onnx::{decode_model, load_onnx, read_tensor_pb};
+use cyb_graph::Executor;
+use cyb_tensor::Tensor;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Cases that pass today; the suite fails if a change makes fewer pass.
+const MIN_PASSED: usize = 568;
+
+const RTOL: f64 = 1e-3;
+const ATOL: f64 = 1e-7;
+
+fn data_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("ONNX_NODE_TESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/share/libonnx-testdata/data/node"));
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "ONNX node tests not found at {} (apt-get install libonnx-testdata)",
+        dir.display()
+    );
+    eprintln!(
+        "skipping: {} is missing (apt-get install libonnx-testdata)",
+        dir.display()
+    );
+    None
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Pass,
+    Fail(String),
+}
+
+struct Case {
+    name: String,
+    op: String,
+    outcome: Outcome,
+}
+
+fn sorted_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    let idx = n.strip_prefix(prefix)?.strip_suffix(".pb")?.parse().ok()?;
+                    Some((idx, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.dims() != want.dims() {
+        return Err(format!(
+            "shape {:?}, expected {:?}",
+            got.dims(),
+            want.dims()
+        ));
+    }
+    if want.dtype().is_float() {
+        let (g, w) = (
+            got.to_f32_vec().map_err(|e| e.to_string())?,
+            want.to_f32_vec().map_err(|e| e.to_string())?,
+        );
+        for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+            let (a, b) = (a as f64, b as f64);
+            let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= ATOL + RTOL * b.abs();
+            if !ok {
+                return Err(format!("element {i}: {a}, expected {b}"));
+            }
+        }
+    } else {
+        let g = got
+            .to_i64_vec()
+            .map_err(|e| format!("output is {}: {e}", got.dtype()))?;
+        let w = want.to_i64_vec().map_err(|e| e.to_string())?;
+        if let Some(i) = (0..w.len()).find(|&i| g[i] != w[i]) {
+            return Err(format!("element {i}: {}, expected {}", g[i], w[i]));
+        }
+    }
+    Ok(())
+}
+
+fn run_case(dir: &Path) -> Outcome {
+    let model = dir.join("model.onnx");
+    let g = match load_onnx(&model) {
+        Ok(g) => g,
+        Err(e) => return Outcome::Fail(format!("import: {e}")),
+    };
+    let d = Dispatcher::reference();
+    let ex = match Executor::new(&g, &d) {
+        Ok(x) => x,
+        Err(e) => return Outcome::Fail(format!("plan: {e}")),
+    };
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    sets.sort();
+    if sets.is_empty() {
+        return Outcome::Fail("no test_data_set".into());
+    }
+    for set in sets {
+        let mut inputs = HashMap::new();
+        for (i, p) in sorted_files(&set, "input_").iter().enumerate() {
+            match read_tensor_pb(p) {
+                Ok((name, t)) => {
+                    let name = if name.is_empty() {
+                        g.inputs
+                            .get(i)
+                            .map(|&id| g.name_of(id).to_string())
+                            .unwrap_or_default()
+                    } else {
+                        name
+                    };
+                    inputs.insert(name, t);
+                }
+                Err(e) => return Outcome::Fail(format!("input data: {e}")),
+            }
+        }
+        let outs = match ex.run(&inputs) {
+            Ok((o, _)) => o,
+            Err(e) => return Outcome::Fail(format!("run: {e}")),
+        };
+        let want = sorted_files(&set, "output_");
+        if want.len() != outs.len() {
+            return Outcome::Fail(format!("{} outputs, expected {}", outs.len(), want.len()));
+        }
+        for (p, (name, got)) in want.iter().zip(&outs) {
+            let w = match read_tensor_pb(p) {
+                Ok((_, t)) => t,
+                Err(e) => return Outcome::Fail(format!("expected data: {e}")),
+            };
+            if let Err(e) = compare(got, &w) {
+                return Outcome::Fail(format!("mismatch in {name}: {e}"));
+            }
+        }
+    }
+    Outcome::Pass
+}
+
+fn op_label(dir: &Path) -> String {
+    match decode_model(&dir.join("model.onnx")) {
+        Ok(m) => {
+            let mut ops: Vec<String> = m
+                .graph
+                .map(|g| g.node.into_iter().map(|n| n.op_type).collect())
+                .unwrap_or_default();
+            ops.sort();
+            ops.dedup();
+            if ops.len() == 1 {
+                ops.remove(0)
+            } else {
+                format!("(function expansion) {}", ops.join("+"))
+            }
+        }
+        Err(_) => "(unreadable model)".into(),
+    }
+}
+
+fn run_all(dir: &Path) -> Vec<Case> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("model.onnx").is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let outcome = std::panic::catch_unwind(|| run_case(p))
+                .unwrap_or_else(|_| Outcome::Fail("panic (a bug: please report)".into()));
+            Case {
+                name: p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                op: op_label(p),
+                outcome,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn node_tests_pass_count_does_not_drop() {
+    let Some(dir) = data_dir() else { return };
+    let cases = run_all(&dir);
+    let passed = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Pass))
+        .count();
+    let panics: Vec<&Case> = cases
+        .iter()
+        .filter(|c| matches!(&c.outcome, Outcome::Fail(r) if r.starts_with("panic")))
+        .collect();
+    eprintln!("ONNX node tests: {passed} of {} cases pass", cases.len());
+    assert!(
+        panics.is_empty(),
+        "panics in {:?}",
+        panics.iter().map(|c| &c.name).collect::<Vec<_>>()
+    );
+    assert!(
+        passed >= MIN_PASSED,
+        "{passed} cases pass, fewer than the {MIN_PASSED} recorded"
+    );
+}
+
+#[test]
+#[ignore = "writes docs/onnx-support.md"]
+fn write_support_doc() {
+    let Some(dir) = data_dir() else { return };
+    let cases = run_all(&dir);
+    let mut by_op: BTreeMap<&str, Vec<&Case>> = BTreeMap::new();
+    for c in &cases {
+        by_op.entry(c.op.as_str()).or_default().push(c);
+    }
+    let passed = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Pass))
+        .count();
+    let mut s = String::new();
+    s.push_str("# ONNX operator support\n\n");
+    s.push_str("Generated by `cargo test -p cyb-format --test onnx_node_tests -- --ignored write_support_doc`\n");
+    s.push_str("from ONNX's node tests (Debian `libonnx-testdata`, ONNX 1.12, `data/node`), run on the CPU\n");
+    s.push_str(
+        "reference and compared at rtol 1e-3, atol 1e-7. Every failure is an explicit error or a\n",
+    );
+    s.push_str("reported mismatch; CI fails if the pass count drops.\n\n");
+    s.push_str(&format!("**{passed} of {} cases pass.**\n\n", cases.len()));
+    s.push_str("| op | passed | failed | reason for failures (first) |\n|---|---|---|---|\n");
+    for (op, cs) in &by_op {
+        let p = cs
+            .iter()
+            .filter(|c| matches!(c.outcome, Outcome::Pass))
+            .count();
+        let first = cs.iter().find_map(|c| match &c.outcome {
+            Outcome::Fail(r) => Some(format!("{}: {}", c.name, r)),
+            Outcome::Pass => None,
+        });
+        let reason = first
+            .map(|r| r.replace('|', "\\|").replace('\n', " "))
+            .unwrap_or_default();
+        let reason: String = reason.chars().take(160).collect();
+        s.push_str(&format!("| {op} | {p} | {} | {reason} |\n", cs.len() - p));
+    }
+    s.push_str("\n## Failing cases\n\n");
+    for c in &cases {
+        if let Outcome::Fail(r) = &c.outcome {
+            let r: String = r.replace('\n', " ").chars().take(200).collect();
+            s.push_str(&format!("- `{}`: {r}\n", c.name));
+        }
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/onnx-support.md");
+    std::fs::write(&out, s).expect("write docs/onnx-support.md");
+    eprintln!("wrote {} ({passed} of {} pass)", out.display(), cases.len());
+}
