@@ -6,7 +6,7 @@ SmolLM2-135M and Llama-3.2-1B without downloading them. Architecture "llama"; we
 N(0, 0.02) rounded through f16 (norm weights 1), the same values in every dtype.
 
     /root/venv/bin/python tools/bench/make_bench_models.py [--shapes smollm2-135m,llama-3.2-1b]
-        [--dtypes f16,q8_0,q4_0,q4_k_m] [--out DIR] [--force]
+        [--dtypes f16,q8_0,q4_0,q4_k_m] [--out DIR] [--force] [--smollm2-gguf FILE]
 
 Output: ${CYB_CACHE:-~/.cache/cyb-llm}/bench/<shape>-<dtype>.gguf (never in git). A file
 that exists is kept (pass --force to remake it).
@@ -219,9 +219,9 @@ def quantize(w: np.ndarray, t: QT, ours: OurQuantizer, use_ours: bool) -> np.nda
     return out
 
 
-def add_tokenizer(wr: gguf.GGUFWriter, s: Shape) -> None:
+def add_tokenizer(wr: gguf.GGUFWriter, s: Shape, smollm2: Path | None) -> None:
     if s.name == "smollm2-135m":
-        src = cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        src = smollm2 or cache_dir() / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
         if not src.exists():
             sys.exit(f"{src} is missing; run `cyb-llm run` once to fetch SmolLM2, then retry")
         reader = gguf.GGUFReader(src)
@@ -279,7 +279,7 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "cyb-llm"
 
 
-def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer) -> None:
+def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | None) -> None:
     tensors = tensor_list(s)
     types = [tensor_type(s, dtype, n, sh) for n, sh in tensors]
     tmp_path = out.with_suffix(".gguf.partial")
@@ -298,7 +298,7 @@ def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer) -> None:
     wr.add_vocab_size(s.vocab)
     wr.add_rope_dimension_count(s.head_dim)
     wr.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    add_tokenizer(wr, s)
+    add_tokenizer(wr, s, smollm2)
     for (name, shape), t in zip(tensors, types):
         if t in (QT.F32, QT.F16):
             np_dtype = np.float32 if t == QT.F32 else np.float16
@@ -323,6 +323,8 @@ def main() -> None:
     ap.add_argument("--dtypes", default=",".join(FILE_TYPES))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--smollm2-gguf", type=Path, default=None,
+                    help="a GGUF holding SmolLM2's tokenizer.* fields (default: the cached model)")
     args = ap.parse_args()
     out_dir = args.out or cache_dir() / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -336,7 +338,7 @@ def main() -> None:
                     print(f"{out} exists, kept", file=sys.stderr)
                     continue
                 print(f"making {out}", file=sys.stderr)
-                make(s, dtype, out, ours)
+                make(s, dtype, out, ours, args.smollm2_gguf)
                 print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
 
 

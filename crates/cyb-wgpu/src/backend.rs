@@ -28,6 +28,15 @@ pub struct WgpuBackend {
 
 pub(crate) struct State {
     encoder: Option<wgpu::CommandEncoder>,
+    /// The compute pass every kernel launch of the current submission is recorded into (one
+    /// pass, not one per launch); ended before a copy or a submission.
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// Kernel parameters of the launches recorded since the last submission, in one uniform
+    /// buffer written once just before the submission (not one small write per launch).
+    params: Option<ParamArena>,
+    /// The last rope cos/sin table staged this step, reused while the next one is equal (q and
+    /// k of every layer share it).
+    pub(crate) rope_table: Option<(Vec<f32>, Arc<GpuBuf>)>,
     frame: FrameAllocator<Arc<GpuBuf>>,
     /// Weights kept on the device across steps, keyed by the address of their bytes inside a
     /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
@@ -40,6 +49,19 @@ pub(crate) struct State {
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
+/// Bytes of one parameter block (32 u32 words).
+const PARAM_BYTES: u64 = 128;
+/// Parameter blocks per arena buffer.
+const ARENA_SLOTS: u64 = 512;
+
+/// A uniform buffer of parameter blocks, filled on the host as launches are recorded.
+pub(crate) struct ParamArena {
+    buf: Arc<GpuBuf>,
+    data: Vec<u8>,
+    /// Distance between blocks: the device's uniform offset alignment (≥ 128).
+    stride: u64,
+}
+
 impl WgpuBackend {
     /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
     pub fn new() -> Result<WgpuBackend> {
@@ -48,6 +70,9 @@ impl WgpuBackend {
             kernels: Kernels::default(),
             state: Mutex::new(State {
                 encoder: None,
+                pass: None,
+                params: None,
+                rope_table: None,
                 frame: FrameAllocator::new(),
                 resident: HashMap::new(),
                 in_step: false,
@@ -171,13 +196,14 @@ impl WgpuBackend {
         for (w, p) in words.iter_mut().zip(params) {
             *w = *p;
         }
-        let ubuf = self.frame_buf(st, 128, BufferUsage::Uniform)?;
-        self.ctx
-            .queue
-            .write_buffer(&ubuf.buffer, 0, bytemuck::cast_slice(&words));
+        let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
-            resource: ubuf.buffer.as_entire_binding(),
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &ubuf.buffer,
+                offset,
+                size: std::num::NonZeroU64::new(PARAM_BYTES),
+            }),
         }];
         for (i, b) in buffers.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry {
@@ -197,21 +223,68 @@ impl WgpuBackend {
         let x = groups.min(max);
         let y = groups.div_ceil(x);
         let device = &self.ctx.device;
-        let enc = st.encoder.get_or_insert_with(|| {
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-        });
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
+        let State { encoder, pass, .. } = st;
+        let pass = match pass {
+            Some(p) => p,
+            None => {
+                let enc = encoder.get_or_insert_with(|| {
+                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+                });
+                let p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                });
+                pass.insert(p.forget_lifetime())
+            }
+        };
         pass.set_pipeline(&kernel.pipeline);
         pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
         Ok(())
     }
 
+    /// A parameter block holding `words` in the current arena (a new arena when it is full);
+    /// returns the arena's buffer and the block's offset.
+    fn param_slot(&self, st: &mut State, words: &[u8]) -> Result<(Arc<GpuBuf>, u64)> {
+        let full = st
+            .params
+            .as_ref()
+            .is_none_or(|a| a.data.len() as u64 + a.stride > a.stride * ARENA_SLOTS);
+        if full {
+            self.write_params(st);
+            let stride =
+                u64::from(self.ctx.limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
+            let buf = self.frame_buf(st, (stride * ARENA_SLOTS) as usize, BufferUsage::Uniform)?;
+            st.params = Some(ParamArena {
+                buf,
+                data: Vec::with_capacity((stride * ARENA_SLOTS) as usize),
+                stride,
+            });
+        }
+        let arena = st
+            .params
+            .as_mut()
+            .ok_or_else(|| Error::invalid("wgpu", "internal: no parameter arena"))?;
+        let offset = arena.data.len() as u64;
+        arena.data.extend_from_slice(words);
+        arena.data.resize((offset + arena.stride) as usize, 0);
+        Ok((arena.buf.clone(), offset))
+    }
+
+    /// Writes the current arena's blocks to its buffer (before the launches that read them
+    /// are submitted) and retires it.
+    fn write_params(&self, st: &mut State) {
+        if let Some(a) = st.params.take() {
+            if !a.data.is_empty() {
+                self.ctx.queue.write_buffer(&a.buf.buffer, 0, &a.data);
+            }
+        }
+    }
+
     /// Submits what was recorded.
     fn flush(&self, st: &mut State) {
+        st.pass = None;
+        self.write_params(st);
         if let Some(enc) = st.encoder.take() {
             self.ctx.queue.submit([enc.finish()]);
         }
@@ -227,6 +300,8 @@ impl WgpuBackend {
         let staging = self.frame_buf(&mut st, view.len, BufferUsage::Staging)?;
         let size = padded(view.len);
         let device = &self.ctx.device;
+        // A copy is recorded on the encoder itself, outside any compute pass.
+        st.pass = None;
         let enc = st.encoder.get_or_insert_with(|| {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
         });
@@ -423,6 +498,7 @@ impl Backend for WgpuBackend {
         }
         st.in_step = true;
         self.flush(&mut st);
+        st.rope_table = None;
         st.frame.reset();
         Ok(())
     }

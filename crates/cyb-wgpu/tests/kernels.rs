@@ -71,8 +71,8 @@ fn matmul_every_weight_format() {
             1 => 37,
             b => 3 * b,
         };
-        for m in [1, 7] {
-            let n = 13;
+        // 70 rows take the tiled prefill kernel (tiles of 64 cut in both directions).
+        for (m, n) in [(1, 13), (7, 13), (70, 67)] {
             let w = Tensor::from_f32_as(&[n, k], &random(n * k, 7 + k as u64), dt).unwrap();
             check(&op, &[f32t(&[m, k], 3), w.clone()], 1e-5);
             // Batched activations share the weight.

@@ -68,7 +68,14 @@ pub(crate) fn rope(
     let dims = inputs[0].dims();
     let r = dims.len();
     let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
-    let tbuf = gpu.stage(st, bytemuck::cast_slice(&table))?;
+    let tbuf = match &st.rope_table {
+        Some((t, b)) if *t == table => b.clone(),
+        _ => {
+            let b = gpu.stage(st, bytemuck::cast_slice(&table))?;
+            st.rope_table = Some((table, b.clone()));
+            b
+        }
+    };
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
     let n = out.shape.numel();
     let params = [

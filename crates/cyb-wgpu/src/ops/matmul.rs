@@ -5,6 +5,9 @@ use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{weight_format, Family, KernelKey};
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
 
+/// From this many activation rows on, the tiled kernel is used.
+const TILED_MIN_ROWS: usize = 16;
+
 fn fits_binding(gpu: &WgpuBackend, w: &TensorInfo) -> bool {
     w.dtype
         .bytes_for(w.shape.numel())
@@ -38,12 +41,17 @@ pub(crate) fn matmul(
         .dtype()
         .bytes_for(k)
         .ok_or_else(|| Error::invalid("matmul", format!("{} rows of {k}", w.dtype())))?;
-    let rows = if m == 1 { 1 } else { 4 };
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
-    let groups = n * m.div_ceil(rows as usize);
+    // Many rows (prefill): 64 × 64 output tiles; a few: one workgroup per weight row.
+    let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
+        ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
+    } else {
+        let rows = if m == 1 { 1 } else { 4 };
+        ("main", rows, n * m.div_ceil(rows as usize))
+    };
     let key = KernelKey {
         family: Family::MatMul,
-        entry: "main",
+        entry,
         weights: Some(w.dtype()),
         rows,
     };

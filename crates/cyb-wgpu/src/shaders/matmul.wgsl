@@ -49,3 +49,71 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         }
     }
 }
+
+// Prefill: a tiled product. One workgroup of 256 threads computes a 64 × 64 tile of Y (64
+// activation rows × 64 weight rows), each thread a 4 × 4 block. Per step of 32 along k, the
+// threads stage 64 × 32 activations and 64 × 32 dequantized weights in workgroup memory, so
+// each weight element is read from the buffer once per 64 activation rows (not once per row).
+// Params as `main`; 5 is the number of tiles.
+
+const TS: u32 = 64u;
+const TK: u32 = 32u;
+// Row stride of the staged tiles: one more than the tile so that a column walk of 32 threads
+// touches 32 different banks.
+const TP: u32 = 65u;
+var<workgroup> As: array<f32, 2080>;
+var<workgroup> Ws: array<f32, 2080>;
+
+@compute @workgroup_size(256)
+fn tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+         @builtin(local_invocation_index) t: u32) {
+    let m = pu(0u);
+    let n = pu(1u);
+    let k = pu(2u);
+    let row_bytes = pu(4u);
+    let id = flat_wg(wg, nw);
+    if (id >= pu(5u)) { return; }
+    let tiles_n = (n + TS - 1u) / TS;
+    let i0 = (id / tiles_n) * TS;
+    let j0 = (id % tiles_n) * TS;
+    let tx = t % 16u;
+    let ty = t / 16u;
+    var acc: array<f32, 16>;
+    for (var q = 0u; q < 16u; q++) { acc[q] = 0.0; }
+    for (var k0 = 0u; k0 < k; k0 += TK) {
+        for (var q = 0u; q < 8u; q++) {
+            let idx = q * 256u + t;
+            let r = idx / TK;
+            let kk = idx % TK;
+            let col = k0 + kk;
+            var av = 0.0;
+            if (i0 + r < m && col < k) { av = A[(i0 + r) * k + col]; }
+            As[kk * TP + r] = av;
+            var wv = 0.0;
+            if (j0 + r < n && col < k) {
+                wv = deq((j0 + r) * row_bytes + (col / BLOCK) * BYTES, col % BLOCK);
+            }
+            Ws[kk * TP + r] = wv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk++) {
+            var a: array<f32, 4>;
+            var w: array<f32, 4>;
+            for (var q = 0u; q < 4u; q++) {
+                a[q] = As[kk * TP + ty * 4u + q];
+                w[q] = Ws[kk * TP + tx * 4u + q];
+            }
+            for (var r = 0u; r < 4u; r++) {
+                for (var c = 0u; c < 4u; c++) { acc[r * 4u + c] += a[r] * w[c]; }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r++) {
+        let i = i0 + ty * 4u + r;
+        for (var c = 0u; c < 4u; c++) {
+            let j = j0 + tx * 4u + c;
+            if (i < m && j < n) { Y[i * n + j] = acc[r * 4u + c]; }
+        }
+    }
+}
