@@ -3,6 +3,8 @@
 //! ordinary [`Op`]s and run them through the dispatcher; when the inputs are constants, constant
 //! folding removes them before the graph runs. ONNX's dynamic-shape operators map onto these.
 
+pub use crate::host_loss::LossReduction;
+pub use crate::host_resize::ResizeSpec;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -99,6 +101,20 @@ pub enum HostOp {
     SpaceToDepth { blocksize: usize },
     /// Indices of non-zero elements, `[rank, count]` I64, in row-major order.
     NonZero,
+    /// Negative log-likelihood loss: inputs `log_probs [n, c, d..]`, `target [n, d..]`,
+    /// `weight? [c]`.
+    NllLoss {
+        reduction: LossReduction,
+        ignore_index: Option<i64>,
+    },
+    /// Softmax cross-entropy loss: inputs `scores [n, c, d..]`, `labels`, `weight?`; outputs
+    /// the loss and (optionally) the log probabilities.
+    SoftmaxCrossEntropy {
+        reduction: LossReduction,
+        ignore_index: Option<i64>,
+    },
+    /// ONNX `Resize` / `Upsample` (see [`ResizeSpec`]): inputs `x, roi?, scales?, sizes?`.
+    Resize(ResizeSpec),
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -191,6 +207,9 @@ impl HostOp {
             HostOp::NonZero => "non_zero",
             HostOp::OneHot { .. } => "one_hot",
             HostOp::Trilu { .. } => "trilu",
+            HostOp::NllLoss { .. } => "nll_loss",
+            HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
+            HostOp::Resize(_) => "resize",
         }
     }
 

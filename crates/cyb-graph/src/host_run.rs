@@ -392,6 +392,28 @@ pub(crate) fn run(
             };
             one(r.one(&Op::Trilu { upper: *upper, k }, &[x()?.clone()])?)
         }
+        HostOp::NllLoss {
+            reduction,
+            ignore_index,
+        } => {
+            let (x, t) = (x()?, req(name, inputs, 1)?);
+            one(crate::host_loss::nll(
+                r,
+                x,
+                t,
+                opt(2),
+                *reduction,
+                *ignore_index,
+            )?)
+        }
+        HostOp::SoftmaxCrossEntropy {
+            reduction,
+            ignore_index,
+        } => {
+            let (x, t) = (x()?, req(name, inputs, 1)?);
+            crate::host_loss::softmax_cross_entropy(r, x, t, opt(2), *reduction, *ignore_index)
+        }
+        HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),
     }
 }

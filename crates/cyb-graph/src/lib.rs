@@ -12,7 +12,9 @@
 mod exec;
 mod graph;
 mod host_linalg;
+mod host_loss;
 mod host_op;
+mod host_resize;
 mod host_run;
 mod infer;
 mod passes;
@@ -22,7 +24,8 @@ mod text_value;
 
 pub use exec::{Executor, RunStats};
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
-pub use host_op::{HostOp, SoftmaxKind};
+pub use host_op::{HostOp, LossReduction, ResizeSpec, SoftmaxKind};
+pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use infer::infer_types;
 pub use passes::{eliminate_dead_nodes, fold_constants};
 pub use plan::{MemoryPlan, SlotAssignment};

@@ -21,8 +21,9 @@ use std::path::Path;
 
 pub use proto::{ModelProto, TensorProto};
 
-/// The lowest and highest default-domain opset import accepts.
-pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=21;
+/// The lowest and highest default-domain opset import accepts. Below opset 7 only the operators
+/// whose meaning has not changed since (see `ops::SAME_SINCE_OPSET_1`) are accepted.
+pub const OPSETS: std::ops::RangeInclusive<i64> = 1..=21;
 
 /// Reads `path` into a graph exactly as the file describes it (no folding).
 pub fn read_onnx(path: &Path) -> Result<Graph> {
@@ -88,7 +89,7 @@ fn build(model: &ModelProto, path: &Path) -> Result<Graph> {
             opset = Some(o.version);
         }
     }
-    // IR version 2 files have no opset_import; they are opset 1, which we do not support.
+    // IR version 2 files have no opset_import; they are opset 1.
     let opset = opset.unwrap_or(1);
     if !OPSETS.contains(&opset) {
         return Err(Error::UnsupportedOp {

@@ -73,6 +73,16 @@ impl<'p> Builder<'p> {
                 "domain not supported",
             ));
         }
+        if self.opset < 7 && !SAME_SINCE_OPSET_1.contains(&n.op_type.as_str()) {
+            return Err(unsupported(
+                &name,
+                &n.op_type,
+                &format!(
+                    "opset {} (before 7 only ops unchanged since opset 1 are read)",
+                    self.opset
+                ),
+            ));
+        }
         let mut inputs = Vec::with_capacity(n.input.len());
         for s in &n.input {
             if s.is_empty() {
@@ -112,6 +122,61 @@ impl<'p> Builder<'p> {
         Ok(())
     }
 }
+
+/// Operators whose inputs, attributes and math are the same at every opset up to 6 as in the
+/// mapping below (only their type lists grew), so old models using them import safely.
+pub(crate) const SAME_SINCE_OPSET_1: &[&str] = &[
+    "Not",
+    "And",
+    "Or",
+    "Xor",
+    "Softplus",
+    "Softsign",
+    "Elu",
+    "Selu",
+    "HardSigmoid",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "InstanceNormalization",
+    "Identity",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Sigmoid",
+    "Relu",
+    "Tanh",
+    "Floor",
+    "Ceil",
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+    "ArgMax",
+    "ArgMin",
+    "Transpose",
+    "Shape",
+    "Size",
+    "Sin",
+    "Cos",
+    "Tan",
+    "Asin",
+    "Acos",
+    "Atan",
+    "Hardmax",
+    "LogSoftmax",
+    "Softmax",
+];
 
 pub(crate) fn unsupported(node: &str, op_type: &str, why: &str) -> Error {
     Error::UnsupportedOp {

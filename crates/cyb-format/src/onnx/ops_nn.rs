@@ -4,7 +4,8 @@
 use super::attrs::Attrs;
 use super::ops::{unsupported, Builder, Mapped};
 use super::proto::NodeProto;
-use cyb_graph::{HostOp, NodeOp, SoftmaxKind, ValueId};
+use cyb_graph::{CoordMode, NearestMode, ResizeMode};
+use cyb_graph::{HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId};
 use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
 use cyb_tensor::Result;
 
@@ -195,6 +196,107 @@ pub(crate) fn map(
             }),
             ins,
         )),
+        "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => {
+            let reduction = match a.s("reduction").as_deref().unwrap_or("mean") {
+                "none" => LossReduction::None,
+                "sum" => LossReduction::Sum,
+                "mean" => LossReduction::Mean,
+                r => return Err(unsupported(name, t, &format!("reduction {r}"))),
+            };
+            let ignore_index = a.has("ignore_index").then(|| a.i("ignore_index", 0));
+            let h = if t == "NegativeLogLikelihoodLoss" {
+                HostOp::NllLoss {
+                    reduction,
+                    ignore_index,
+                }
+            } else {
+                HostOp::SoftmaxCrossEntropy {
+                    reduction,
+                    ignore_index,
+                }
+            };
+            Ok((host(h), ins))
+        }
+        "Resize" | "Upsample" => resize(name, t, opset, a, ins),
         _ => Err(unsupported(name, t, "operator not supported")),
     }
+}
+
+fn resize(name: &str, t: &str, opset: i64, a: &Attrs, ins: Vec<Option<ValueId>>) -> Result<Mapped> {
+    let mode = match a.s("mode").as_deref().unwrap_or("nearest") {
+        "nearest" => ResizeMode::Nearest,
+        "linear" | "bilinear" | "trilinear" => ResizeMode::Linear,
+        "cubic" => ResizeMode::Cubic,
+        m => return Err(unsupported(name, t, &format!("mode {m}"))),
+    };
+    if a.i("antialias", 0) != 0 {
+        return Err(unsupported(name, t, "antialias"));
+    }
+    if a.s("keep_aspect_ratio_policy")
+        .is_some_and(|p| p != "stretch")
+    {
+        return Err(unsupported(
+            name,
+            t,
+            "keep_aspect_ratio_policy other than stretch",
+        ));
+    }
+    // Upsample and opset-10 Resize: asymmetric coordinates, nearest rounds down.
+    let legacy = t == "Upsample" || opset < 11;
+    let coord = if legacy {
+        CoordMode::Asymmetric
+    } else {
+        match a
+            .s("coordinate_transformation_mode")
+            .as_deref()
+            .unwrap_or("half_pixel")
+        {
+            "half_pixel" => CoordMode::HalfPixel,
+            "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+            "align_corners" => CoordMode::AlignCorners,
+            "asymmetric" => CoordMode::Asymmetric,
+            "tf_crop_and_resize" => CoordMode::TfCropAndResize,
+            m => {
+                return Err(unsupported(
+                    name,
+                    t,
+                    &format!("coordinate_transformation_mode {m}"),
+                ))
+            }
+        }
+    };
+    let nearest = if legacy {
+        NearestMode::Floor
+    } else {
+        match a
+            .s("nearest_mode")
+            .as_deref()
+            .unwrap_or("round_prefer_floor")
+        {
+            "round_prefer_floor" => NearestMode::RoundPreferFloor,
+            "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+            "floor" => NearestMode::Floor,
+            "ceil" => NearestMode::Ceil,
+            m => return Err(unsupported(name, t, &format!("nearest_mode {m}"))),
+        }
+    };
+    let (roi_at, scales_at, sizes_at) = if legacy {
+        (None, (t == "Resize" || opset >= 9).then_some(1), None)
+    } else {
+        (Some(1), Some(2), Some(3))
+    };
+    let spec = ResizeSpec {
+        mode,
+        coord,
+        nearest,
+        cubic_a: a.f("cubic_coeff_a", -0.75),
+        exclude_outside: a.i("exclude_outside", 0) != 0,
+        extrapolation_value: a.f("extrapolation_value", 0.0),
+        axes: a.ints("axes"),
+        scales: a.floats("scales"),
+        roi_at,
+        scales_at,
+        sizes_at,
+    };
+    Ok((NodeOp::Host(HostOp::Resize(spec)), ins))
 }
