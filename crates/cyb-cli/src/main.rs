@@ -3,6 +3,8 @@
 mod backends;
 mod bench;
 mod chat;
+mod classify;
+mod embed;
 mod inspect;
 mod npy;
 mod perplexity;
@@ -42,6 +44,10 @@ enum Command {
     Backends(backends::BackendsArgs),
     /// Prompt (pp) and generation (tg) tokens/s, measured like llama-bench.
     Bench(bench::BenchArgs),
+    /// Embed texts with an encoder model; prints a JSON array, one vector per text.
+    Embed(embed::EmbedArgs),
+    /// Label probabilities of texts from a sequence-classification model (JSON).
+    Classify(classify::ClassifyArgs),
     /// OpenAI-compatible HTTP server (chat and text completions, streaming, several models).
     Serve(serve::ServeArgs),
 }
@@ -63,6 +69,8 @@ fn main() -> ExitCode {
         Command::Backends(args) => backends::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Embed(args) => embed::run(args),
+        Command::Classify(args) => classify::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,7 +23,7 @@ impl Model {
         }
         Ok(BenchSession {
             model: self.clone(),
-            cache: self.net().new_cache(ctx)?,
+            cache: self.net()?.new_cache(ctx)?,
         })
     }
 }
@@ -66,7 +66,7 @@ impl BenchSession {
                 format!("token id {bad} is outside the vocabulary of {vocab}"),
             ));
         }
-        self.model.net().forward(tokens, &mut self.cache)?;
+        self.model.net()?.forward(tokens, &mut self.cache)?;
         Ok(())
     }
 }

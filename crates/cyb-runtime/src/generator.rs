@@ -74,7 +74,7 @@ struct Session {
 
 impl Generator {
     pub(crate) fn new(model: Model, ctx: usize) -> Result<Generator> {
-        let cache = model.net().new_cache(ctx)?;
+        let cache = model.net()?.new_cache(ctx)?;
         Ok(Generator {
             model,
             state: Session {
@@ -133,7 +133,7 @@ impl Generator {
         state.cache.truncate(common);
         state.tokens.truncate(common);
         let fresh = &prompt[common..];
-        let logits = self.model.net().forward(fresh, &mut state.cache)?;
+        let logits = self.model.net()?.forward(fresh, &mut state.cache)?;
         state.tokens.extend_from_slice(fresh);
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let metrics = GenerationMetrics {
@@ -234,7 +234,7 @@ impl<'g> Generation<'g> {
                     return Ok(None);
                 }
                 let t0 = Instant::now();
-                let l = self.model.net().forward(&[t], &mut self.state.cache)?;
+                let l = self.model.net()?.forward(&[t], &mut self.state.cache)?;
                 self.state.tokens.push(t);
                 self.metrics.decode_ms += t0.elapsed().as_secs_f64() * 1e3;
                 l

@@ -10,6 +10,8 @@
 mod bench;
 pub mod chat_template;
 mod default_model;
+mod embed;
+mod embed_load;
 mod generator;
 mod logprobs;
 mod model;
@@ -20,7 +22,9 @@ pub mod tokenizer;
 
 pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use cyb_models::Pooling;
 pub use default_model::{cache_dir, default_model_path, ensure_default_model};
+pub use embed::{EmbedInput, EmbedOptions, Embeddings, LabelScore};
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;

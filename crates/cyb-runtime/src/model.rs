@@ -10,6 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What computes: a text generator (decoder) or an encoder that embeds and classifies.
+pub(crate) enum Net {
+    Decoder(Box<LlamaModel>),
+    Encoder(Box<crate::embed::Encoder>),
+}
+
 /// A loaded model. Cheap to clone.
 #[derive(Clone)]
 pub struct Model {
@@ -19,7 +25,7 @@ pub struct Model {
 struct Inner {
     path: PathBuf,
     config: ModelConfig,
-    net: LlamaModel,
+    net: Net,
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     load_ms: f64,
@@ -29,11 +35,33 @@ impl Model {
     pub(crate) fn load(path: &Path, dispatcher: Arc<Dispatcher>) -> Result<Model> {
         let t0 = Instant::now();
         let file = cyb_format::open(path)?;
+        if cyb_models::BertConfig::is_bert_file(&file) {
+            return crate::embed_load::load_encoder(path, &file, dispatcher, t0);
+        }
         let config = file.config()?;
         let net = LlamaModel::load(&file, dispatcher)?;
         let tokenizer = Tokenizer::from_model_file(&file)?;
         let template = ChatTemplate::from_model_file(&file)?;
-        Ok(Model {
+        Ok(Model::from_parts(
+            path,
+            config,
+            Net::Decoder(Box::new(net)),
+            tokenizer,
+            template,
+            t0,
+        ))
+    }
+
+    /// Assembles a loaded model (the encoder loader builds its parts elsewhere).
+    pub(crate) fn from_parts(
+        path: &Path,
+        config: ModelConfig,
+        net: Net,
+        tokenizer: Tokenizer,
+        template: Option<ChatTemplate>,
+        t0: Instant,
+    ) -> Model {
+        Model {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 config,
@@ -42,7 +70,7 @@ impl Model {
                 template,
                 load_ms: t0.elapsed().as_secs_f64() * 1e3,
             }),
-        })
+        }
     }
 
     /// Opens the file only to describe it (no weights checked); see `cyb_format::open`.
@@ -66,8 +94,34 @@ impl Model {
         self.inner.template.as_ref()
     }
 
-    pub(crate) fn net(&self) -> &LlamaModel {
-        &self.inner.net
+    /// The decoder; an encoder model is an error that says what it can do instead.
+    pub(crate) fn net(&self) -> Result<&LlamaModel> {
+        match &self.inner.net {
+            Net::Decoder(n) => Ok(n),
+            Net::Encoder(_) => Err(Error::invalid(
+                "generate",
+                format!(
+                    "{} is an encoder ({}): it embeds and classifies text but cannot generate \
+                     it (use `cyb-llm embed` / `classify` or /v1/embeddings)",
+                    self.inner.path.display(),
+                    self.inner.config.architecture
+                ),
+            )),
+        }
+    }
+
+    /// The encoder, when this is one (`None` for a text generator).
+    pub(crate) fn encoder(&self) -> Option<&crate::embed::Encoder> {
+        match &self.inner.net {
+            Net::Encoder(e) => Some(e),
+            Net::Decoder(_) => None,
+        }
+    }
+
+    /// True for an encoder (BERT-style) model: [`embed`](Model::embed) and
+    /// [`classify`](Model::classify) work, generation does not.
+    pub fn is_encoder(&self) -> bool {
+        matches!(self.inner.net, Net::Encoder(_))
     }
 
     /// Milliseconds spent in `Runtime::load`.

@@ -53,7 +53,7 @@ impl Model {
         };
         let vocab = self.config().vocab_size;
         let first = ctx / 2;
-        let mut cache = self.net().new_cache(ctx)?;
+        let mut cache = self.net()?.new_cache(ctx)?;
         let (mut nll, mut count) = (0f64, 0usize);
         let mut running = Vec::with_capacity(chunks);
         for c in 0..chunks {
@@ -62,7 +62,7 @@ impl Model {
                 chunk[0] = b;
             }
             cache.clear();
-            let logits = self.net().forward_all(&chunk, &mut cache)?;
+            let logits = self.net()?.forward_all(&chunk, &mut cache)?;
             if logits.len() != ctx * vocab {
                 return Err(Error::shape("perplexity", &[ctx, vocab], &[logits.len()]));
             }

@@ -60,8 +60,14 @@ pub(super) fn from_tokenizer_json(path: &Path) -> Result<Tokenizer> {
 }
 
 fn load(path: &Path) -> Result<tokenizers::Tokenizer> {
-    tokenizers::Tokenizer::from_file(path)
-        .map_err(|e| tok_err(format!("{}: cannot load: {e}", path.display())))
+    let mut t = tokenizers::Tokenizer::from_file(path)
+        .map_err(|e| tok_err(format!("{}: cannot load: {e}", path.display())))?;
+    // Some files (sentence-transformers exports) pin padding and truncation to a fixed length;
+    // `encode` must return the text's own tokens, so callers pad and truncate explicitly.
+    t.with_padding(None);
+    t.with_truncation(None)
+        .map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+    Ok(t)
 }
 
 /// Ids may be sparse (added tokens past the model's vocabulary), so size is the largest id + 1.

@@ -1,0 +1,41 @@
+//! `cyb-llm classify MODEL "text"...`: label probabilities of each text from a
+//! sequence-classification model, as a JSON array (one object per text, in order) on stdout.
+
+use crate::session_args::EngineArgs;
+use cyb_tensor::{Error, Result};
+use serde_json::json;
+
+#[derive(clap::Args)]
+pub struct ClassifyArgs {
+    /// A model saved as *ForSequenceClassification (its config.json names the labels).
+    pub model: String,
+    /// Texts to classify.
+    #[arg(required = true)]
+    pub texts: Vec<String>,
+    /// Cut texts longer than the model takes instead of refusing them.
+    #[arg(long)]
+    pub truncate: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+pub fn run(args: ClassifyArgs) -> Result<()> {
+    let model = args.engine.load(Some(&args.model))?;
+    let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
+    let results = model.classify_batch(&texts, args.truncate)?;
+    let out: Vec<_> = texts
+        .iter()
+        .zip(results)
+        .map(|(t, scores)| {
+            let labels: Vec<_> = scores
+                .iter()
+                .map(|s| json!({"label": s.label, "score": s.score}))
+                .collect();
+            json!({"text": t, "label": scores.first().map(|s| s.label.clone()), "scores": labels})
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&out)
+        .map_err(|e| Error::invalid("classify", format!("cannot write JSON: {e}")))?;
+    println!("{json}");
+    Ok(())
+}

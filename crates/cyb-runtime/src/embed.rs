@@ -1,0 +1,236 @@
+//! Encoders: `Model::embed` (one vector per text, pooled and normalized as the checkpoint's
+//! sentence-transformers settings say unless the caller overrides them) and
+//! `Model::classify` (label probabilities from a sequence-classification head).
+//!
+//! Texts are tokenized with the model's special tokens, sorted by length and run in padded
+//! batches (the attention mask makes padding invisible, so batching never changes a vector);
+//! results come back in input order. A text longer than the model takes is refused unless
+//! truncation was asked for; an empty text is refused.
+
+use crate::embed_load::SentenceSettings;
+use crate::{Model, Tokenizer};
+use cyb_models::{BertModel, Pooling};
+use cyb_tensor::{Error, Result};
+
+/// Texts per forward pass.
+const BATCH: usize = 32;
+
+/// The encoder half of a [`Model`].
+pub(crate) struct Encoder {
+    net: BertModel,
+    settings: SentenceSettings,
+    /// The longest token sequence accepted (special tokens included).
+    max_tokens: usize,
+    /// Special tokens the tokenizer appends after the text (`[SEP]`, `</s>`), kept when
+    /// truncating.
+    suffix_specials: usize,
+}
+
+impl Encoder {
+    pub(crate) fn new(
+        net: BertModel,
+        tokenizer: &Tokenizer,
+        settings: SentenceSettings,
+    ) -> Result<Encoder> {
+        let limit = net.config().max_tokens();
+        let max_tokens = settings.max_seq_length.map_or(limit, |m| m.min(limit));
+        let with = tokenizer.encode("a", true)?;
+        let without = tokenizer.encode("a", false)?;
+        let suffix_specials = (0..with.len())
+            .find(|&i| !without.is_empty() && with[i..].starts_with(&without))
+            .map_or(0, |i| with.len() - i - without.len());
+        Ok(Encoder {
+            net,
+            settings,
+            max_tokens,
+            suffix_specials,
+        })
+    }
+}
+
+/// One input to [`Model::embed_with`]: text, or token ids used as given (no special tokens
+/// added).
+#[derive(Clone, Debug, PartialEq)]
+pub enum EmbedInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// Choices of [`Model::embed_with`]; `None` keeps the model's own setting.
+#[derive(Clone, Debug, Default)]
+pub struct EmbedOptions {
+    pub pooling: Option<Pooling>,
+    pub normalize: Option<bool>,
+    /// Cut inputs longer than the model takes (keeping the closing special token) instead of
+    /// refusing them.
+    pub truncate: bool,
+}
+
+/// Vectors in input order and the number of tokens they were computed from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    pub tokens: usize,
+}
+
+/// One class and its probability.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabelScore {
+    pub label: String,
+    pub score: f32,
+}
+
+impl Model {
+    fn encoder_or_err(&self, what: &str) -> Result<&Encoder> {
+        self.encoder().ok_or_else(|| {
+            Error::invalid(
+                what,
+                format!(
+                    "{} is a text generator ({}), not an encoder: {what} needs a BERT-style \
+                     model",
+                    self.path().display(),
+                    self.config().architecture
+                ),
+            )
+        })
+    }
+
+    /// The model's pooling, whether it normalizes, and the longest input in tokens; `None`
+    /// for a text generator.
+    pub fn embedding_defaults(&self) -> Option<(Pooling, bool, usize)> {
+        self.encoder()
+            .map(|e| (e.settings.pooling, e.settings.normalize, e.max_tokens))
+    }
+
+    /// Length of the vectors [`embed`](Model::embed) returns (0 for a text generator).
+    pub fn embedding_size(&self) -> usize {
+        self.encoder().map_or(0, |e| e.net.config().hidden_size)
+    }
+
+    /// One vector per text, in order, with the model's pooling and normalization.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let inputs: Vec<EmbedInput> = texts
+            .iter()
+            .map(|t| EmbedInput::Text(t.to_string()))
+            .collect();
+        Ok(self.embed_with(&inputs, &EmbedOptions::default())?.vectors)
+    }
+
+    /// One vector per input, in order.
+    pub fn embed_with(&self, inputs: &[EmbedInput], opts: &EmbedOptions) -> Result<Embeddings> {
+        let enc = self.encoder_or_err("embed")?;
+        let seqs = self.token_sequences(enc, inputs, opts.truncate, "embed")?;
+        let pooling = opts.pooling.unwrap_or(enc.settings.pooling);
+        let normalize = opts.normalize.unwrap_or(enc.settings.normalize);
+        let tokens = seqs.iter().map(Vec::len).sum();
+        let mut vectors = vec![Vec::new(); seqs.len()];
+        for chunk in by_length(&seqs).chunks(BATCH) {
+            let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
+            let out = enc.net.hidden_states(&batch)?;
+            for (&i, v) in chunk.iter().zip(out.pool(pooling, normalize)) {
+                vectors[i] = v;
+            }
+        }
+        Ok(Embeddings { vectors, tokens })
+    }
+
+    /// Class probabilities (softmax of the sequence-classification logits) of `text`, most
+    /// likely first, named by the checkpoint's `id2label`.
+    pub fn classify(&self, text: &str) -> Result<Vec<LabelScore>> {
+        let mut all = self.classify_batch(&[text], false)?;
+        all.pop()
+            .ok_or_else(|| Error::invalid("classify", "no result"))
+    }
+
+    /// [`classify`](Model::classify) for several texts, in order.
+    pub fn classify_batch(&self, texts: &[&str], truncate: bool) -> Result<Vec<Vec<LabelScore>>> {
+        let enc = self.encoder_or_err("classify")?;
+        let inputs: Vec<EmbedInput> = texts
+            .iter()
+            .map(|t| EmbedInput::Text(t.to_string()))
+            .collect();
+        let seqs = self.token_sequences(enc, &inputs, truncate, "classify")?;
+        let labels = &enc.net.config().labels;
+        let mut out = vec![Vec::new(); seqs.len()];
+        for chunk in by_length(&seqs).chunks(BATCH) {
+            let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
+            let logits = enc.net.sequence_logits(&batch)?;
+            for (&i, l) in chunk.iter().zip(logits) {
+                let mut scores: Vec<LabelScore> = softmax(&l)
+                    .into_iter()
+                    .zip(labels)
+                    .map(|(score, label)| LabelScore {
+                        label: label.clone(),
+                        score,
+                    })
+                    .collect();
+                scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+                out[i] = scores;
+            }
+        }
+        Ok(out)
+    }
+
+    fn token_sequences(
+        &self,
+        enc: &Encoder,
+        inputs: &[EmbedInput],
+        truncate: bool,
+        what: &str,
+    ) -> Result<Vec<Vec<u32>>> {
+        if inputs.is_empty() {
+            return Err(Error::invalid(what, "no input given"));
+        }
+        let max = enc.max_tokens;
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let mut ids = match input {
+                    EmbedInput::Text(t) if t.trim().is_empty() => {
+                        return Err(Error::invalid(what, format!("input {i} is empty")));
+                    }
+                    EmbedInput::Text(t) => self.tokenizer().encode(t, true)?,
+                    EmbedInput::Tokens(ids) if ids.is_empty() => {
+                        return Err(Error::invalid(what, format!("input {i} has no tokens")));
+                    }
+                    EmbedInput::Tokens(ids) => {
+                        self.tokenizer().check_ids(ids)?;
+                        ids.clone()
+                    }
+                };
+                if ids.len() > max {
+                    if !truncate {
+                        return Err(Error::invalid(
+                            what,
+                            format!(
+                                "input {i} is {} tokens long; this model takes at most {max} \
+                                 (ask for truncation to cut it: --truncate, \"truncate\": true)",
+                                ids.len()
+                            ),
+                        ));
+                    }
+                    let keep = enc.suffix_specials.min(max.saturating_sub(1));
+                    let tail = ids.split_off(ids.len() - keep);
+                    ids.truncate(max - keep);
+                    ids.extend(tail);
+                }
+                Ok(ids)
+            })
+            .collect()
+    }
+}
+
+/// Indices of `seqs` from shortest to longest, so each batch pads little.
+fn by_length(seqs: &[Vec<u32>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..seqs.len()).collect();
+    order.sort_by_key(|&i| seqs[i].len());
+    order
+}
+
+fn softmax(x: &[f32]) -> Vec<f32> {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = x.iter().map(|v| (v - m).exp()).collect();
+    let s: f32 = e.iter().sum();
+    e.into_iter().map(|v| v / s).collect()
+}
