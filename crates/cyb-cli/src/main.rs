@@ -5,6 +5,8 @@ mod bench;
 mod chat;
 mod classify;
 mod embed;
+mod graph;
+mod infer;
 mod inspect;
 mod npy;
 mod perplexity;
@@ -48,6 +50,10 @@ enum Command {
     Embed(embed::EmbedArgs),
     /// Label probabilities of texts from a sequence-classification model (JSON).
     Classify(classify::ClassifyArgs),
+    /// Print an ONNX model's graph in the text form of docs/graph-format.md.
+    Graph(graph::GraphArgs),
+    /// Run an ONNX model on .npy inputs; writes one .npy per graph output.
+    Infer(infer::InferArgs),
     /// OpenAI-compatible HTTP server (chat and text completions, streaming, several models).
     Serve(serve::ServeArgs),
 }
@@ -69,6 +75,8 @@ fn main() -> ExitCode {
         Command::Backends(args) => backends::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Graph(args) => graph::run(args),
+        Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
     };

@@ -1,0 +1,176 @@
+//! `cyb-llm infer MODEL.onnx --input name=file.npy ... --output DIR`: runs a graph on `.npy`
+//! inputs through the chosen backend chain and writes one `.npy` per graph output, named after
+//! the output (characters other than `[A-Za-z0-9_.-]` become `_`).
+
+use clap::Args;
+use cyb_runtime::{Runtime, RuntimeOptions};
+use cyb_tensor::{DType, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct InferArgs {
+    /// An ONNX model file.
+    pub model: PathBuf,
+    /// A graph input: `NAME=FILE.npy` (repeat for each input).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Directory for the outputs (created if missing).
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Preferred backend (`cyb-llm backends` lists them); the CPU reference is the fallback.
+    #[arg(long)]
+    pub backend: Option<String>,
+}
+
+pub fn run(args: InferArgs) -> Result<()> {
+    let graph = cyb_format::onnx::load_onnx(&args.model)?;
+    let mut inputs = HashMap::new();
+    for spec in &args.inputs {
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::invalid("infer", format!("--input {spec:?} is not NAME=FILE")))?;
+        inputs.insert(name.to_string(), read_npy(Path::new(file))?);
+    }
+    let rt = Runtime::new(RuntimeOptions {
+        backend: args.backend.clone(),
+        ..Default::default()
+    })?;
+    let ex = cyb_graph::Executor::new(&graph, rt.dispatcher())?;
+    let (outs, _) = ex.run(&inputs)?;
+    std::fs::create_dir_all(&args.output).map_err(|source| Error::Io {
+        path: args.output.clone(),
+        source,
+    })?;
+    for (name, t) in outs {
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = args.output.join(format!("{safe}.npy"));
+        write_npy(&path, &t)?;
+        println!("{name}: {} {:?} -> {}", t.dtype(), t.dims(), path.display());
+    }
+    Ok(())
+}
+
+/// numpy's type string for a dtype written as is (BF16 is written as f32).
+fn descr(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::I64 => "<i8",
+        DType::I32 => "<i4",
+        DType::I8 => "|i1",
+        DType::U8 => "|u1",
+        DType::Bool => "|b1",
+        _ => return None,
+    })
+}
+
+/// Writes a host tensor as `.npy` v1.0 in its own dtype.
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    let t = match descr(t.dtype()) {
+        Some(_) => t.clone(),
+        None => Tensor::from_f32(t.dims(), &t.to_f32_vec()?)?,
+    };
+    let d = descr(t.dtype()).unwrap_or("<f4");
+    let dims: Vec<String> = t.dims().iter().map(usize::to_string).collect();
+    let tuple = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut dict = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {tuple}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let len = u16::try_from(dict.len()).map_err(|_| Error::invalid("npy", "header too long"))?;
+    let bytes = t
+        .host_bytes()
+        .ok_or_else(|| Error::invalid("npy", "tensor is not on the host"))?;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::create(path).map_err(io)?;
+    f.write_all(b"\x93NUMPY\x01\x00").map_err(io)?;
+    f.write_all(&len.to_le_bytes()).map_err(io)?;
+    f.write_all(dict.as_bytes()).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.flush().map_err(io)
+}
+
+/// Reads a C-order little-endian `.npy` (v1–v3) of f32, f16, i64, i32, i8, u8 or bool.
+pub fn read_npy(path: &Path) -> Result<Tensor> {
+    let data = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |offset: usize, reason: &str| Error::Format {
+        file: path.to_path_buf(),
+        offset: offset as u64,
+        reason: reason.to_string(),
+    };
+    if data.get(..6) != Some(b"\x93NUMPY") {
+        return Err(bad(0, "not a .npy file"));
+    }
+    let major = *data.get(6).ok_or_else(|| bad(6, "truncated"))?;
+    let (hlen, start) = match major {
+        1 => {
+            let b = data.get(8..10).ok_or_else(|| bad(8, "truncated"))?;
+            (u16::from_le_bytes([b[0], b[1]]) as usize, 10usize)
+        }
+        2 | 3 => {
+            let b = data.get(8..12).ok_or_else(|| bad(8, "truncated"))?;
+            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
+        }
+        _ => return Err(bad(6, "unknown .npy version")),
+    };
+    let end = start
+        .checked_add(hlen)
+        .ok_or_else(|| bad(start, "header length overflows"))?;
+    let header = data
+        .get(start..end)
+        .ok_or_else(|| bad(start, "truncated header"))?;
+    let header = std::str::from_utf8(header).map_err(|_| bad(start, "header is not text"))?;
+    let field = |key: &str| -> Option<&str> {
+        let i = header.find(&format!("'{key}'"))? + key.len() + 2;
+        let rest = header[i..].trim_start().strip_prefix(':')?.trim_start();
+        Some(rest)
+    };
+    let descr = field("descr")
+        .and_then(|r| r.strip_prefix('\''))
+        .and_then(|r| r.split('\'').next())
+        .ok_or_else(|| bad(start, "no descr"))?;
+    if field("fortran_order").is_some_and(|r| r.starts_with("True")) {
+        return Err(bad(start, "Fortran-order arrays are not supported"));
+    }
+    let shape_txt = field("shape")
+        .and_then(|r| r.strip_prefix('('))
+        .and_then(|r| r.split(')').next())
+        .ok_or_else(|| bad(start, "no shape"))?;
+    let dims: Vec<usize> = shape_txt
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| bad(start, "bad shape")))
+        .collect::<Result<_>>()?;
+    let dtype = match descr {
+        "<f4" => DType::F32,
+        "<f2" => DType::F16,
+        "<i8" => DType::I64,
+        "<i4" => DType::I32,
+        "|i1" => DType::I8,
+        "|u1" => DType::U8,
+        "|b1" => DType::Bool,
+        d => return Err(bad(start, &format!("dtype {d} is not supported"))),
+    };
+    Tensor::from_bytes(&dims, dtype, &data[end..]).map_err(|e| bad(end, &e.to_string()))
+}
