@@ -1,7 +1,8 @@
 //! cyb-server: an OpenAI-compatible HTTP server over cyb-runtime (`cyb-llm serve`).
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (SSE streaming or not),
-//! `POST /v1/embeddings` (a 400 until an encoder can be loaded), `GET /v1/models`,
+//! `POST /v1/embeddings` (encoder models; the generation endpoints need a text generator and
+//! answer 400 for an encoder, and the other way round), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). Each request generates in its own session
 //! over the model's shared weights, on a blocking thread; at most `parallel` run at once and
 //! `queue` more wait, the rest get 429. Idle sessions keep their KV cache and are reused by
@@ -13,6 +14,7 @@ mod admission;
 mod chat;
 mod completions;
 mod config;
+mod embeddings;
 mod error;
 mod metrics;
 mod pool;
@@ -59,6 +61,42 @@ impl AppState {
                 .cloned()
                 .ok_or_else(|| ApiError::model_not_found(id)),
         }
+    }
+}
+
+impl AppState {
+    /// The named model, which must generate text (chat and text completions).
+    pub fn find_generator(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let slot = self.find_model(id)?;
+        if slot.model.is_encoder() {
+            return Err(ApiError::invalid(
+                "model",
+                format!(
+                    "model {} is an embedding (encoder) model: it answers /v1/embeddings, not \
+                     text generation",
+                    slot.id
+                ),
+            )
+            .with_code("model_not_supported"));
+        }
+        Ok(slot)
+    }
+
+    /// The named model, which must be an encoder (embeddings).
+    pub fn find_encoder(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let slot = self.find_model(id)?;
+        if !slot.model.is_encoder() {
+            return Err(ApiError::invalid(
+                "model",
+                format!(
+                    "model {} is not an embedding model: it generates text; /v1/embeddings \
+                     needs an encoder model such as all-MiniLM-L6-v2",
+                    slot.id
+                ),
+            )
+            .with_code("model_not_supported"));
+        }
+        Ok(slot)
     }
 }
 

@@ -5,7 +5,7 @@ use crate::config::{ServedModel, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pool::ModelSlot;
-use crate::{chat, completions, unix_now, AppState};
+use crate::{chat, completions, embeddings, unix_now, AppState};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
@@ -43,7 +43,7 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
     Ok(Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/models", get(models_list))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -146,25 +146,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         text,
     )
         .into_response()
-}
-
-/// Embeddings need an encoder model, which cannot be loaded yet: say so for the named model.
-async fn embeddings(
-    State(state): State<Arc<AppState>>,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = crate::sse::body_bytes(body)?;
-    let req: serde_json::Value = crate::request::parse_body(&body)?;
-    let id = req.get("model").and_then(|m| m.as_str());
-    let slot = state.find_model(id)?;
-    Err(ApiError::invalid(
-        "model",
-        format!(
-            "model {} is not an embedding model; this server cannot load encoder models yet",
-            slot.id
-        ),
-    )
-    .with_code("model_not_supported"))
 }
 
 async fn not_found(uri: Uri) -> ApiError {
