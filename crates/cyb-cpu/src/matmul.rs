@@ -79,7 +79,7 @@ pub(crate) struct Scratch {
     repacked: RepackCache,
 }
 
-/// The repacked GEMM, when it covers this weight; `Ok(false)` leaves `y` to the other kernels.
+/// The AVX-512 float GEMM or the repacked quantized GEMM, when one covers this weight; `Ok(false)` leaves `y` to the other kernels.
 #[allow(unused_variables)]
 fn repacked(
     set: KernelSet,
@@ -92,6 +92,18 @@ fn repacked(
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
+        if let Some(tile) = crate::gemm::float_kernel(w_t.dtype(), set) {
+            let (Some(w), Some(row_bytes)) =
+                (w_t.host_bytes(), w_t.dtype().bytes_for(w_t.dims()[1]))
+            else {
+                return false;
+            };
+            let (n, k) = (w_t.dims()[0], w_t.dims()[1]);
+            // SAFETY: `tile` is the kernel for this dtype, and `set` was checked available
+            // when the backend was made.
+            unsafe { crate::gemm::gemm_float(pool, tile, w, row_bytes, n, a, k, y) };
+            return true;
+        }
         let Some(kern) = crate::gemm::kernel(w_t.dtype(), set) else {
             return false;
         };

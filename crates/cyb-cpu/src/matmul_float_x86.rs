@@ -108,3 +108,140 @@ macro_rules! float_kernel {
 float_kernel!(f32_avx2, f32_avx2_rows, 4, 0, load_f32);
 float_kernel!(f16_avx2, f16_avx2_rows, 2, 1, load_f16);
 float_kernel!(bf16_avx2, bf16_avx2_rows, 2, 2, load_bf16);
+
+/// Activation rows and weight rows of one AVX-512 float tile.
+pub const TILE_R: usize = 6;
+pub const TILE_C: usize = 4;
+
+/// `out[c][r]`: weight row `c` against activation row `r0 + r`.
+pub type TileOut = [[f32; TILE_R]; TILE_C];
+
+/// Up to `TILE_C` weight rows (`row_bytes` apart in `w`) against up to `TILE_R` activation rows
+/// (from `r0`, `lda` apart in `a`), over their first `kk` values.
+pub type FTile = unsafe fn(
+    w: &[u8],
+    row_bytes: usize,
+    nc: usize,
+    a: &[f32],
+    lda: usize,
+    kk: usize,
+    r0: usize,
+    nr: usize,
+    out: &mut TileOut,
+);
+
+// Masked loads of 16 weights as f32 from `p`; lanes outside `mask` read nothing and are zero.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load512_f32(p: *const u8, mask: __mmask16) -> __m512 {
+    // SAFETY: the caller guarantees the unmasked lanes are readable.
+    unsafe { _mm512_maskz_loadu_ps(mask, p as *const f32) }
+}
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn load512_f16(p: *const u8, mask: __mmask16) -> __m512 {
+    // SAFETY: as above.
+    _mm512_cvtph_ps(unsafe { _mm256_maskz_loadu_epi16(mask, p as *const i16) })
+}
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn load512_bf16(p: *const u8, mask: __mmask16) -> __m512 {
+    // SAFETY: as above.
+    let h = unsafe { _mm256_maskz_loadu_epi16(mask, p as *const i16) };
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+}
+
+macro_rules! float512_kernel {
+    ($entry:ident, $tile:ident, $size:expr, $load:ident) => {
+        /// `C` weight rows × `R` activation rows; every pair is one 16-lane sum over `k` in
+        /// steps of 16 (the tail masked), reduced at the end, whatever `C` and `R` are.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        unsafe fn $tile<const C: usize, const R: usize>(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[f32],
+            lda: usize,
+            k: usize,
+            r0: usize,
+            out: &mut TileOut,
+        ) {
+            assert!(w.len() >= (C - 1) * row_bytes + k * $size);
+            assert!(R == 0 || a.len() >= (r0 + R - 1) * lda + k);
+            let mut acc = [[_mm512_setzero_ps(); R]; C];
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut i = 0;
+            while i < k {
+                let mask: __mmask16 = if k - i >= 16 {
+                    0xffff
+                } else {
+                    ((1u32 << (k - i)) - 1) as u16
+                };
+                // SAFETY: the mask keeps every lane below k, inside the asserted lengths.
+                unsafe {
+                    let wv: [__m512; C] =
+                        std::array::from_fn(|c| $load(wp.add(c * row_bytes + i * $size), mask));
+                    for r in 0..R {
+                        let x = _mm512_maskz_loadu_ps(mask, ap.add((r0 + r) * lda + i));
+                        for c in 0..C {
+                            acc[c][r] = _mm512_fmadd_ps(x, wv[c], acc[c][r]);
+                        }
+                    }
+                }
+                i += 16;
+            }
+            for c in 0..C {
+                for r in 0..R {
+                    out[c][r] = _mm512_reduce_add_ps(acc[c][r]);
+                }
+            }
+        }
+
+        /// # Safety
+        /// The CPU must have the `Avx512` kernel set's features.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $entry(
+            w: &[u8],
+            row_bytes: usize,
+            nc: usize,
+            a: &[f32],
+            lda: usize,
+            k: usize,
+            r0: usize,
+            nr: usize,
+            out: &mut TileOut,
+        ) {
+            // SAFETY: same features as this fn; the tiles check their own bounds.
+            unsafe {
+                if nc == TILE_C {
+                    match nr {
+                        1 => $tile::<TILE_C, 1>(w, row_bytes, a, lda, k, r0, out),
+                        2 => $tile::<TILE_C, 2>(w, row_bytes, a, lda, k, r0, out),
+                        3 => $tile::<TILE_C, 3>(w, row_bytes, a, lda, k, r0, out),
+                        4 => $tile::<TILE_C, 4>(w, row_bytes, a, lda, k, r0, out),
+                        5 => $tile::<TILE_C, 5>(w, row_bytes, a, lda, k, r0, out),
+                        _ => $tile::<TILE_C, TILE_R>(w, row_bytes, a, lda, k, r0, out),
+                    }
+                    return;
+                }
+                for c in 0..nc.min(TILE_C) {
+                    let mut one: TileOut = [[0.0; TILE_R]; TILE_C];
+                    let wc = &w[c * row_bytes..];
+                    match nr {
+                        1 => $tile::<1, 1>(wc, row_bytes, a, lda, k, r0, &mut one),
+                        2 => $tile::<1, 2>(wc, row_bytes, a, lda, k, r0, &mut one),
+                        3 => $tile::<1, 3>(wc, row_bytes, a, lda, k, r0, &mut one),
+                        4 => $tile::<1, 4>(wc, row_bytes, a, lda, k, r0, &mut one),
+                        5 => $tile::<1, 5>(wc, row_bytes, a, lda, k, r0, &mut one),
+                        _ => $tile::<1, TILE_R>(wc, row_bytes, a, lda, k, r0, &mut one),
+                    }
+                    out[c] = one[0];
+                }
+            }
+        }
+    };
+}
+
+float512_kernel!(f32_avx512, f32_avx512_tile, 4, load512_f32);
+float512_kernel!(f16_avx512, f16_avx512_tile, 2, load512_f16);
+float512_kernel!(bf16_avx512, bf16_avx512_tile, 2, load512_bf16);

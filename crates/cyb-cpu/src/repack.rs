@@ -156,11 +156,13 @@ pub fn repack(pool: &ThreadPool, dtype: DType, w: &[u8], n: usize, k: usize) -> 
 }
 
 type Owner = Weak<dyn AsRef<[u8]> + Send + Sync>;
+/// Address and length of the original bytes, and their format.
+type Key = (usize, usize, DType);
 
 /// Repacked weights by (address, length, dtype) of their bytes, valid while their owner lives.
 #[derive(Default)]
 pub struct RepackCache {
-    map: Mutex<HashMap<(usize, usize, DType), (Owner, Arc<Repacked>)>>,
+    map: Mutex<HashMap<Key, (Owner, Arc<Repacked>)>>,
 }
 
 impl RepackCache {

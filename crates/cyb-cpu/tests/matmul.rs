@@ -154,7 +154,7 @@ fn k_quant_formats() {
 #[test]
 fn float_formats() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        check_dtype(dtype, &[1, 7, 37, 200]);
+        check_dtype(dtype, &[1, 7, 37, 200, 1100]);
     }
 }
 

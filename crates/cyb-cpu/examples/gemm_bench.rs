@@ -1,0 +1,77 @@
+//! Times one matmul `[m, k] · [n, k]ᵀ` per weight dtype on the cpu backend and prints the best
+//! of several runs in GMAC/s (the best run is the least disturbed on a shared machine).
+//!
+//! `cargo run --release -p cyb-cpu --example gemm_bench -- [M] [N] [K] [THREADS] [DTYPES]`
+//! (defaults 128 2048 2048 1 f16,q8_0,q4_0,q4_k,q6_k); `CYB_CPU_ACT` picks the activations.
+
+use cyb_backend::{Backend, ExecContext};
+use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
+use cyb_ops::Op;
+use cyb_tensor::{DType, Shape, Storage, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (m, n, k, threads) = (num(0, 128), num(1, 2048), num(2, 2048), num(3, 1));
+    let dtypes = args
+        .get(4)
+        .cloned()
+        .unwrap_or_else(|| "f16,q8_0,q4_0,q4_k,q6_k".into());
+    let backend =
+        CpuBackend::with_activations(KernelSet::detect()?, threads, ActPrecision::from_env()?)?;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut rand = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    };
+    let a = Tensor::from_f32(&[m, k], &rand(m * k))?;
+    let op = Op::MatMul {
+        rhs_transposed: true,
+    };
+    for name in dtypes.split(',') {
+        let dtype = match name {
+            "f32" => DType::F32,
+            "f16" => DType::F16,
+            "bf16" => DType::BF16,
+            "q8_0" => DType::Q8_0,
+            "q4_0" => DType::Q4_0,
+            "q4_1" => DType::Q4_1,
+            "q5_0" => DType::Q5_0,
+            "q4_k" => DType::Q4_K,
+            "q5_k" => DType::Q5_K,
+            "q6_k" => DType::Q6_K,
+            other => return Err(format!("unknown dtype {other}").into()),
+        };
+        let host = Tensor::from_f32_as(&[n, k], &rand(n * k), dtype)?;
+        let bytes = host.host_bytes().ok_or("weight not on host")?.to_vec();
+        let len = bytes.len();
+        let storage = Storage::Shared {
+            owner: Arc::new(bytes),
+            offset: 0,
+            len,
+        };
+        let w = Tensor::new(Shape::new(vec![n, k])?, dtype, storage)?;
+        let inputs = [a.clone(), w];
+        let mut best = f64::MAX;
+        for _ in 0..15 {
+            let t = Instant::now();
+            backend.execute(&op, &inputs, &mut ExecContext::default())?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let gmac = (m * n * k) as f64 / best / 1e9;
+        let gbs = len as f64 / best / 1e9;
+        println!(
+            "{name:>5} m={m} n={n} k={k} t={threads}: {:8.3} ms {gmac:7.1} GMAC/s {gbs:6.1} GB/s of weights",
+            best * 1e3
+        );
+    }
+    Ok(())
+}
