@@ -357,7 +357,7 @@ fn parse_constant(
         return Err("expected '[..]', 'hex:..' or '@'".into());
     }
     let digits = p.ident_with("").unwrap_or("");
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err("odd number of hex digits".into());
     }
     let bytes: Vec<u8> = (0..digits.len() / 2)
