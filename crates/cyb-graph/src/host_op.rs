@@ -115,6 +115,14 @@ pub enum HostOp {
     },
     /// ONNX `Resize` / `Upsample` (see [`ResizeSpec`]): inputs `x, roi?, scales?, sizes?`.
     Resize(ResizeSpec),
+    /// ONNX DynamicQuantizeLinear: `x` → `y` U8, `y_scale`, `y_zero_point`.
+    DynamicQuantizeLinear,
+    /// ONNX ConvInteger with the given `Op::Conv`: inputs `x, w, x_zero?, w_zero?` → I32.
+    ConvInteger { conv: Op },
+    /// ONNX QLinearConv: `x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias?`.
+    QLinearConv { conv: Op },
+    /// ONNX QLinearMatMul: `a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero`.
+    QLinearMatMul,
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -210,6 +218,10 @@ impl HostOp {
             HostOp::NllLoss { .. } => "nll_loss",
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
+            HostOp::DynamicQuantizeLinear => "dynamic_quantize_linear",
+            HostOp::ConvInteger { .. } => "conv_integer",
+            HostOp::QLinearConv { .. } => "qlinear_conv",
+            HostOp::QLinearMatMul => "qlinear_matmul",
         }
     }
 

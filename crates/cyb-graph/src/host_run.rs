@@ -413,6 +413,10 @@ pub(crate) fn run(
             let (x, t) = (x()?, req(name, inputs, 1)?);
             crate::host_loss::softmax_cross_entropy(r, x, t, opt(2), *reduction, *ignore_index)
         }
+        HostOp::DynamicQuantizeLinear => crate::host_quant::dynamic_quantize(r, inputs),
+        HostOp::ConvInteger { conv } => crate::host_quant::conv_integer(r, conv, inputs),
+        HostOp::QLinearConv { conv } => crate::host_quant::qlinear_conv(r, conv, inputs),
+        HostOp::QLinearMatMul => crate::host_quant::qlinear_matmul(r, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),
     }

@@ -14,6 +14,7 @@ mod graph;
 mod host_linalg;
 mod host_loss;
 mod host_op;
+mod host_quant;
 mod host_resize;
 mod host_run;
 mod infer;

@@ -325,6 +325,19 @@ pub enum Op {
         output_padding: Vec<usize>,
         group: usize,
     },
+    /// Linear quantisation: `y = saturate(round_half_even(x / scale) + zero_point)`. Inputs:
+    /// `x` float, `scale` float (one value, or 1-D with one value per index of `axis`),
+    /// optional `zero_point` U8 or I8 shaped like `scale` (absent: 0 as U8). Output: the
+    /// zero point's dtype, saturated to its range.
+    QuantizeLinear { axis: isize },
+    /// `y = (x - zero_point) · scale`, scale and zero point as for `QuantizeLinear`. Inputs: `x`
+    /// U8, I8 or I32; `scale` float; optional `zero_point` of `x`'s dtype. Output F32.
+    DequantizeLinear { axis: isize },
+    /// Integer matrix product `y = (a - a_zero) · (b - b_zero)`, exact in i32 (wrapping).
+    /// Inputs: `a` U8/I8 `[.., m, k]`, `b` U8/I8 `[.., k, n]` (leading dims broadcast; rank ≥ 2
+    /// each), optional `a_zero` (one value or `[m]`, per row), optional `b_zero` (one value or
+    /// `[n]`, per column). Output I32 `[.., m, n]`.
+    MatMulInteger,
     /// Writes the keys (or values) of `n` new tokens into a KV cache. Inputs: `cache` F32
     /// `[heads, capacity, d]`, `new` F32 `[n, heads, d]`. Output: the cache with
     /// `cache[h, start + t, :] = new[t, h, :]` for every `t < n` and every other row unchanged;
@@ -384,6 +397,9 @@ impl Op {
             Op::LayerNormNd { .. } => "layer_norm_nd",
             Op::Trilu { .. } => "trilu",
             Op::ConvTranspose { .. } => "conv_transpose",
+            Op::QuantizeLinear { .. } => "quantize_linear",
+            Op::DequantizeLinear { .. } => "dequantize_linear",
+            Op::MatMulInteger => "matmul_integer",
             Op::KvAppend { .. } => "kv_append",
         }
     }

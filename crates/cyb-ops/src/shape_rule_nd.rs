@@ -317,6 +317,67 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             }
             vec![info(name, d, DType::F32)?]
         }
+        Op::QuantizeLinear { axis } | Op::DequantizeLinear { axis } => {
+            arity(name, inputs, 2, 3)?;
+            let x = &inputs[0];
+            let quant = matches!(op, Op::QuantizeLinear { .. });
+            let ok_x = if quant {
+                x.dtype.is_float()
+            } else {
+                matches!(x.dtype, DType::U8 | DType::I8 | DType::I32)
+            };
+            if !ok_x || !inputs[1].dtype.is_float() {
+                return Err(Error::invalid(
+                    name,
+                    format!("input is {}, scale {}", x.dtype, inputs[1].dtype),
+                ));
+            }
+            let s = dims(1);
+            if s.iter().product::<usize>() != 1 {
+                let a = resolve_axis(name, x.shape.rank(), *axis)?;
+                if s != [x.shape.dims()[a]] {
+                    return Err(Error::shape(name, &[x.shape.dims()[a]], s));
+                }
+            }
+            let to = match (quant, inputs.get(2)) {
+                (true, Some(z)) if matches!(z.dtype, DType::U8 | DType::I8) => z.dtype,
+                (true, None) => DType::U8,
+                (false, Some(z)) if z.dtype == x.dtype => DType::F32,
+                (false, None) => DType::F32,
+                (_, Some(z)) => {
+                    return Err(Error::invalid(name, format!("zero point is {}", z.dtype)))
+                }
+            };
+            if let Some(z) = inputs.get(2) {
+                if z.shape.numel() != inputs[1].shape.numel() {
+                    return Err(Error::shape(name, s, z.shape.dims()));
+                }
+            }
+            vec![info(name, x.shape.dims().to_vec(), to)?]
+        }
+        Op::MatMulInteger => {
+            arity(name, inputs, 2, 4)?;
+            let (a, b) = (dims(0), dims(1));
+            let int8 = |d: DType| matches!(d, DType::U8 | DType::I8);
+            if !inputs.iter().all(|i| int8(i.dtype)) {
+                return Err(Error::invalid(name, "inputs must be U8 or I8"));
+            }
+            if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {
+                return Err(Error::shape(name, a, b));
+            }
+            let (m, n) = (a[a.len() - 2], b[b.len() - 1]);
+            for (i, len) in [(2, m), (3, n)] {
+                if let Some(z) = inputs.get(i) {
+                    let c = z.shape.numel();
+                    if c != 1 && z.shape.dims() != [len] {
+                        return Err(Error::shape(name, &[len], z.shape.dims()));
+                    }
+                }
+            }
+            let mut d = broadcast_dims(name, &a[..a.len() - 2], &b[..b.len() - 2])?;
+            d.extend([m, n]);
+            vec![info(name, d, DType::I32)?]
+        }
         _ => return Err(Error::invalid(name, "not a graph-level op")),
     };
     Ok(out)

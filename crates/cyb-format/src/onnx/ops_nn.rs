@@ -95,15 +95,34 @@ pub(crate) fn map(
             };
             Ok((host(HostOp::Pad { mode, pads, value }), ins))
         }
-        "Conv" => Ok((
-            op(Op::Conv {
+        "Conv" | "ConvInteger" | "QLinearConv" => {
+            let conv = Op::Conv {
                 strides: to_usizes(name, t, a.ints("strides"))?,
                 dilations: to_usizes(name, t, a.ints("dilations"))?,
                 pads: pad_spec(name, t, a)?,
                 group: a.i("group", 1).max(0) as usize,
+            };
+            Ok(match t {
+                "Conv" => (op(conv), ins),
+                "ConvInteger" => (host(HostOp::ConvInteger { conv }), ins),
+                _ => (host(HostOp::QLinearConv { conv }), ins),
+            })
+        }
+        "QuantizeLinear" => Ok((
+            op(Op::QuantizeLinear {
+                axis: a.i("axis", 1) as isize,
             }),
             ins,
         )),
+        "DequantizeLinear" => Ok((
+            op(Op::DequantizeLinear {
+                axis: a.i("axis", 1) as isize,
+            }),
+            ins,
+        )),
+        "DynamicQuantizeLinear" => Ok((host(HostOp::DynamicQuantizeLinear), ins)),
+        "MatMulInteger" => Ok((op(Op::MatMulInteger), ins)),
+        "QLinearMatMul" => Ok((host(HostOp::QLinearMatMul), ins)),
         "ConvTranspose" => {
             if a.has("output_shape") {
                 return Err(unsupported(name, t, "output_shape attribute"));

@@ -15,6 +15,7 @@ mod index;
 mod layout;
 mod matmul;
 mod norm;
+mod quant_linear;
 mod reduce;
 mod reduce_nd;
 mod rope;
@@ -152,6 +153,9 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         Op::LogSoftmax { axis } => one(reduce_nd::log_softmax(*axis, &inputs[0])),
         Op::BatchNorm { eps } => one(reduce_nd::batch_norm(*eps, inputs)),
         Op::LayerNormNd { axis, eps } => reduce_nd::layer_norm_nd(*axis, *eps, inputs),
+        Op::QuantizeLinear { axis } => one(quant_linear::quantize(*axis, inputs, &outs[0])),
+        Op::DequantizeLinear { axis } => one(quant_linear::dequantize(*axis, inputs)),
+        Op::MatMulInteger => one(quant_linear::matmul_integer(inputs, &outs[0])),
         Op::KvAppend { start } => one(layout::kv_append(*start, &inputs[0], &inputs[1])),
     }
 }
