@@ -242,9 +242,9 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
             let u = g.as_ptr().add(sb * 3360);
             let mut scaled = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
-                let n0 = load(u.add(288 + 128 * grp));
-                let n1 = load(u.add(352 + 128 * grp));
-                let top = load(u.add(2336 + 64 * grp));
+                let n0 = load(u.add(288 + 192 * grp));
+                let n1 = load(u.add(352 + 192 * grp));
+                let top = load(u.add(416 + 192 * grp));
                 let w = [
                     _mm512_or_si512(
                         _mm512_and_si512(n0, m4),

@@ -13,16 +13,16 @@
 //! - Q4_K (2368 B): `d` ×16 | `dmin` ×16 | 6-bit scales `[j][r]` (128 B) | mins `[j][r]`
 //!   (128 B) | per 32-value sub-block `j`, four vectors: vector `h` holds levels
 //!   `32j + 8h + i` (low nibble) and `32j + 8h + 4 + i` (high nibble).
-//! - Q6_K (3360 B): `d` ×16 | signed scales `[g][r]` (256 B) | per 16-value group `g` two
-//!   vectors of the levels' low four bits (vector `h`: `16g + 8h + i` low nibble,
-//!   `16g + 8h + 4 + i` high nibble) | per group one vector of their top two bits (bits
+//! - Q6_K (3360 B): `d` ×16 | signed scales `[g][r]` (256 B) | per 16-value group `g` (in
+//!   order, one stream) two vectors of the levels' low four bits (vector `h`: `16g + 8h + i`
+//!   low nibble, `16g + 8h + 4 + i` high nibble) and one of their top two bits (bits
 //!   `2s..2s + 2` of byte `(r, i)` belong to level `16g + 4s + i`). Zero point 32.
 //!
 //! Repacked Q4_0/Q4_K/Q6_K are the size of the original; Q8_0 too. Repacking is built lazily on
 //! first use and cached per weight, keyed by the weight's shared owner (a file mapping), whose
 //! bytes never change while it is alive.
 
-use crate::matmul_kquant::{scale_min_k4, unpack};
+use crate::matmul_kquant::scale_min_k4;
 use crate::pool::{split, DisjointOut, ThreadPool};
 use cyb_tensor::{AlignedBuf, DType, Storage, Tensor};
 use std::collections::HashMap;
@@ -62,6 +62,23 @@ impl Repacked {
     }
 }
 
+/// The 256 six-bit levels of a Q6_K block, in value order.
+fn q6_k_levels(b: &[u8]) -> [u8; 256] {
+    let (ql, qh) = (&b[0..128], &b[128..192]);
+    let mut q = [0u8; 256];
+    for half in 0..2 {
+        let (ql, qh, q) = (&ql[64 * half..], &qh[32 * half..], &mut q[128 * half..]);
+        for l in 0..32 {
+            let (a, c, h) = (ql[l], ql[l + 32], qh[l]);
+            q[l] = (a & 0x0f) | ((h & 3) << 4);
+            q[l + 32] = (c & 0x0f) | (((h >> 2) & 3) << 4);
+            q[l + 64] = (a >> 4) | (((h >> 4) & 3) << 4);
+            q[l + 96] = (c >> 4) | (((h >> 6) & 3) << 4);
+        }
+    }
+    q
+}
+
 /// Writes unit `u` of row `r` (its original block `b`) into `out` (the unit's bytes).
 fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
     match dtype {
@@ -88,12 +105,16 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
                 out[64 + 16 * j + r] = s;
                 out[192 + 16 * j + r] = m;
             }
-            let q = unpack(dtype, b).q;
+            // Sub-block j is the low (j even) or high (j odd) nibbles of qs[32·(j/2)..][..32].
+            let qs = &b[16..144];
             for j in 0..8 {
+                let (src, shift) = (&qs[32 * (j / 2)..][..32], 4 * (j % 2));
                 for h in 0..4 {
+                    let dst = &mut out[320 + 256 * j + 64 * h + 4 * r..][..4];
                     for i in 0..4 {
-                        let v = 32 * j + 8 * h + i;
-                        out[320 + 256 * j + 64 * h + 4 * r + i] = q[v] | (q[v + 4] << 4);
+                        let lo = (src[8 * h + i] >> shift) & 0x0f;
+                        let hi = (src[8 * h + 4 + i] >> shift) & 0x0f;
+                        dst[i] = lo | (hi << 4);
                     }
                 }
             }
@@ -104,16 +125,16 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
             for g in 0..16 {
                 out[32 + 16 * g + r] = b[192 + g];
             }
-            let q = unpack(dtype, b).q;
+            let q = q6_k_levels(b);
             for g in 0..16 {
                 for i in 0..4 {
                     for h in 0..2 {
                         let v = 16 * g + 8 * h + i;
-                        out[288 + 128 * g + 64 * h + 4 * r + i] =
+                        out[288 + 192 * g + 64 * h + 4 * r + i] =
                             (q[v] & 0x0f) | ((q[v + 4] & 0x0f) << 4);
                     }
                     let top = |s: usize| (q[16 * g + 4 * s + i] >> 4) << (2 * s);
-                    out[2336 + 64 * g + 4 * r + i] = top(0) | top(1) | top(2) | top(3);
+                    out[416 + 192 * g + 4 * r + i] = top(0) | top(1) | top(2) | top(3);
                 }
             }
         }
