@@ -14,5 +14,5 @@ mod shape_rule;
 mod shape_rule_nd;
 
 pub use op::{GeluApprox, Op, RopeLayout, RopeScaling};
-pub use op_params::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, UnaryFn};
+pub use op_params::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn};
 pub use shape_rule::{broadcast_dims, output_infos, resolve_axis, slice_range};

@@ -11,7 +11,7 @@
 //! - Reductions accumulate in f32 in index order, so results do not depend on thread count.
 //! - Integer index inputs are I32 or I64; index outputs are I64.
 
-use crate::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, UnaryFn};
+use crate::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::DType;
 
 /// Pairing of the rotated dimensions in rotary position embeddings.
@@ -338,6 +338,21 @@ pub enum Op {
     /// each), optional `a_zero` (one value or `[m]`, per row), optional `b_zero` (one value or
     /// `[n]`, per column). Output I32 `[.., m, n]`.
     MatMulInteger,
+    /// `y = data`, then for every position `p` of `idx`: `y[p with p[axis] = idx[p]] ⊕= upd[p]`
+    /// in row-major order of `p` (`⊕` per `reduction`). Inputs: `data` scalar dtype, `idx`
+    /// I32/I64 (negative counts from the end; out of range is an error), `upd` of `idx`'s dims
+    /// and `data`'s dtype. Output like `data`.
+    ScatterElements {
+        axis: isize,
+        reduction: ScatterReduction,
+    },
+    /// `y = data`, then for every index tuple `t = idx[i.., :]` (length `k ≤ rank`):
+    /// `y[t, ..] ⊕= upd[i.., ..]`. `upd` has dims `idx.dims[..-1] ++ data.dims[k..]`.
+    ScatterNd { reduction: ScatterReduction },
+    /// `y[b.., i.., ..] = data[b.., idx[b.., i.., :], ..]` with the first `batch_dims` dims shared:
+    /// output dims `idx.dims[..-1] ++ data.dims[batch_dims + k..]` for index tuples of length
+    /// `k`. Inputs: `data` scalar dtype, `idx` I32/I64.
+    GatherNd { batch_dims: usize },
     /// Writes the keys (or values) of `n` new tokens into a KV cache. Inputs: `cache` F32
     /// `[heads, capacity, d]`, `new` F32 `[n, heads, d]`. Output: the cache with
     /// `cache[h, start + t, :] = new[t, h, :]` for every `t < n` and every other row unchanged;
@@ -400,6 +415,9 @@ impl Op {
             Op::QuantizeLinear { .. } => "quantize_linear",
             Op::DequantizeLinear { .. } => "dequantize_linear",
             Op::MatMulInteger => "matmul_integer",
+            Op::ScatterElements { .. } => "scatter_elements",
+            Op::ScatterNd { .. } => "scatter_nd",
+            Op::GatherNd { .. } => "gather_nd",
             Op::KvAppend { .. } => "kv_append",
         }
     }

@@ -222,3 +222,14 @@ pub(crate) mod dtype_name {
         DType::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown dtype {s}")))
     }
 }
+
+/// How scatter ops combine an update with the value already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScatterReduction {
+    /// Replace (with duplicate indices, the last update wins).
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}

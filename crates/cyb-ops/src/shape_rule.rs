@@ -154,7 +154,10 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
         | Op::ConvTranspose { .. }
         | Op::QuantizeLinear { .. }
         | Op::DequantizeLinear { .. }
-        | Op::MatMulInteger => crate::shape_rule_nd::output_infos(op, inputs)?,
+        | Op::MatMulInteger
+        | Op::ScatterElements { .. }
+        | Op::ScatterNd { .. }
+        | Op::GatherNd { .. } => crate::shape_rule_nd::output_infos(op, inputs)?,
         Op::Cast { to } => {
             arity(name, inputs, 1..=1)?;
             let x = &inputs[0];

@@ -378,6 +378,53 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             d.extend([m, n]);
             vec![info(name, d, DType::I32)?]
         }
+        Op::ScatterElements { axis, .. } => {
+            arity(name, inputs, 3, 3)?;
+            ids(name, &inputs[1])?;
+            let x = &inputs[0];
+            check_scalar(name, x.dtype)?;
+            resolve_axis(name, x.shape.rank(), *axis)?;
+            if dims(1) != dims(2) || dims(1).len() != x.shape.rank() || inputs[2].dtype != x.dtype {
+                return Err(Error::shape(name, dims(1), dims(2)));
+            }
+            vec![info(name, x.shape.dims().to_vec(), x.dtype)?]
+        }
+        Op::ScatterNd { .. } => {
+            arity(name, inputs, 3, 3)?;
+            ids(name, &inputs[1])?;
+            let x = &inputs[0];
+            check_scalar(name, x.dtype)?;
+            let (xd, id) = (x.shape.dims(), dims(1));
+            let k = *id
+                .last()
+                .ok_or_else(|| Error::invalid(name, "indices are a scalar"))?;
+            if k > xd.len() {
+                return Err(Error::shape(name, xd, id));
+            }
+            let mut want = id[..id.len() - 1].to_vec();
+            want.extend_from_slice(&xd[k..]);
+            if dims(2) != want.as_slice() || inputs[2].dtype != x.dtype {
+                return Err(Error::shape(name, &want, dims(2)));
+            }
+            vec![info(name, xd.to_vec(), x.dtype)?]
+        }
+        Op::GatherNd { batch_dims } => {
+            arity(name, inputs, 2, 2)?;
+            ids(name, &inputs[1])?;
+            let x = &inputs[0];
+            check_scalar(name, x.dtype)?;
+            let (xd, id) = (x.shape.dims(), dims(1));
+            let b = *batch_dims;
+            let k = *id
+                .last()
+                .ok_or_else(|| Error::invalid(name, "indices are a scalar"))?;
+            if id.len() < b + 1 || xd.len() < b + k || xd[..b] != id[..b] {
+                return Err(Error::shape(name, xd, id));
+            }
+            let mut d = id[..id.len() - 1].to_vec();
+            d.extend_from_slice(&xd[b + k..]);
+            vec![info(name, d, x.dtype)?]
+        }
         _ => return Err(Error::invalid(name, "not a graph-level op")),
     };
     Ok(out)

@@ -5,7 +5,7 @@ use super::attrs::Attrs;
 use super::proto::NodeProto;
 use super::{format_err, tensor};
 use cyb_graph::{Graph, HostOp, NodeOp, ValueId};
-use cyb_ops::{BinaryFn, Op, ReduceFn, UnaryFn};
+use cyb_ops::{BinaryFn, Op, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
@@ -447,6 +447,31 @@ fn map(
             }),
             ins,
         )),
+        "GatherND" => Ok((
+            op(Op::GatherNd {
+                batch_dims: a.i("batch_dims", 0).max(0) as usize,
+            }),
+            ins,
+        )),
+        "ScatterElements" | "Scatter" | "ScatterND" => {
+            let reduction = match a.s("reduction").as_deref().unwrap_or("none") {
+                "none" => ScatterReduction::None,
+                "add" => ScatterReduction::Add,
+                "mul" => ScatterReduction::Mul,
+                "max" => ScatterReduction::Max,
+                "min" => ScatterReduction::Min,
+                r => return Err(unsupported(name, t, &format!("reduction {r}"))),
+            };
+            let o = if t == "ScatterND" {
+                Op::ScatterNd { reduction }
+            } else {
+                Op::ScatterElements {
+                    axis: a.i("axis", 0) as isize,
+                    reduction,
+                }
+            };
+            Ok((op(o), ins))
+        }
         "GatherElements" => Ok((
             op(Op::GatherElements {
                 axis: a.i("axis", 0) as isize,

@@ -19,6 +19,7 @@ mod quant_linear;
 mod reduce;
 mod reduce_nd;
 mod rope;
+mod scatter;
 mod values;
 
 pub use attention::alibi_slopes;
@@ -156,6 +157,11 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         Op::QuantizeLinear { axis } => one(quant_linear::quantize(*axis, inputs, &outs[0])),
         Op::DequantizeLinear { axis } => one(quant_linear::dequantize(*axis, inputs)),
         Op::MatMulInteger => one(quant_linear::matmul_integer(inputs, &outs[0])),
+        Op::ScatterElements { axis, reduction } => {
+            one(scatter::scatter_elements(*axis, *reduction, inputs))
+        }
+        Op::ScatterNd { reduction } => one(scatter::scatter_nd(*reduction, inputs)),
+        Op::GatherNd { batch_dims } => one(scatter::gather_nd(*batch_dims, inputs, &outs[0])),
         Op::KvAppend { start } => one(layout::kv_append(*start, &inputs[0], &inputs[1])),
     }
 }
