@@ -6,18 +6,19 @@
 //! per block:  x = LayerNorm(x + o_proj(attention(q, k, v; padding mask)))
 //!             x = LayerNorm(x + down(act(up(x))))
 //! ```
-//! Attention is bidirectional. A batch of sequences of different lengths is right-padded to
-//! the longest with the pad id and an additive `-inf` mask hides the padding keys, so each
-//! sequence's real tokens get exactly the states they would get alone. Every step is an `Op`
-//! run by the dispatcher; pooling (see [`crate::bert_pooling`]) is done on the host rows.
+//! Attention is bidirectional. A batch of sequences of different lengths is padded and
+//! masked, or packed (see [`crate::bert_batch`]), so each sequence's real tokens get exactly
+//! the states they would get alone. Every step is an `Op` run by the dispatcher; pooling (see
+//! [`crate::bert_pooling`]) is done on the host rows.
 
+use crate::bert_batch::{Batch, BatchLayout};
 use crate::bert_config::{BertActivation, BertConfig, BertVariant};
 use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::Op;
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::sync::Arc;
 
 /// A loaded BertStyle model: config, weights in place in the file mapping, and the
@@ -26,6 +27,7 @@ pub struct BertModel {
     config: BertConfig,
     weights: BertWeights,
     dispatcher: Arc<Dispatcher>,
+    layout: BatchLayout,
 }
 
 impl std::fmt::Debug for BertModel {
@@ -82,17 +84,6 @@ impl Step<'_> {
     }
 }
 
-/// A right-padded batch: ids, positions and token types `[b, l]`, the optional padding mask
-/// `[b, 1, 1, l]`, and each sequence's real length.
-struct Batch {
-    ids: Tensor,
-    positions: Tensor,
-    types: Tensor,
-    mask: Option<Tensor>,
-    lens: Vec<usize>,
-    len: usize,
-}
-
 impl BertModel {
     /// Resolves the config from `file` and checks every tensor it needs (`MissingTensor` /
     /// `ShapeMismatch` name the tensor).
@@ -103,6 +94,7 @@ impl BertModel {
             config,
             weights,
             dispatcher,
+            layout: BatchLayout::Auto,
         })
     }
 
@@ -114,22 +106,17 @@ impl BertModel {
         &self.dispatcher
     }
 
+    /// Forces the padded or packed batch layout (both give the same results; `Auto` picks
+    /// the faster one for the dispatcher's primary backend).
+    pub fn set_layout(&mut self, layout: BatchLayout) {
+        self.layout = layout;
+    }
+
     /// The final hidden states of every real token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
         let h = self.config.hidden_size;
         let (x, batch) = self.in_step(seqs, |m, step, batch| m.encode(step, batch))?;
-        let host = x.to_f32_vec()?;
-        let states = batch
-            .lens
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let start = i * batch.len * h;
-                host.get(start..start + n * h)
-                    .map(<[f32]>::to_vec)
-                    .ok_or_else(|| Error::invalid("bert", "hidden states shorter than the batch"))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let states = batch.split_rows(&x.to_f32_vec()?, h)?;
         Ok(EncoderOutput { hidden: h, states })
     }
 
@@ -139,19 +126,13 @@ impl BertModel {
         let HeadWeights::Sequence { dense, out } = &self.weights.head else {
             return Err(self.no_head("sequence classification"));
         };
-        let (h, n) = (self.config.hidden_size, self.config.labels.len());
+        let n = self.config.labels.len();
         let (logits, batch) = self.in_step(seqs, |m, step, batch| {
             let x = m.encode(step, batch)?;
-            let b = batch.lens.len();
-            let x = step.reshape(&x, &[b, batch.len, h])?;
-            let first = Op::Slice {
-                axis: 1,
-                start: 0,
-                end: 1,
-                step: 1,
-            };
-            let x = step.run(first, &[&x])?;
-            let x = step.reshape(&x, &[b, h])?;
+            // The first row of each sequence, gathered as a lookup in the states.
+            let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
+            let first = Tensor::from_i64(&[first.len()], &first)?;
+            let x = step.run(Op::Embedding, &[&x, &first])?;
             let x = step.linear(&x, dense)?;
             let act = match m.config.variant {
                 BertVariant::DistilBert => Op::Relu,
@@ -179,18 +160,7 @@ impl BertModel {
             let x = m.encode(step, batch)?;
             step.linear(&x, out)
         })?;
-        let host = logits.to_f32_vec()?;
-        batch
-            .lens
-            .iter()
-            .enumerate()
-            .map(|(i, &len)| {
-                let start = i * batch.len * n;
-                host.get(start..start + len * n)
-                    .map(<[f32]>::to_vec)
-                    .ok_or_else(|| Error::invalid("bert", "logits shorter than the batch"))
-            })
-            .collect()
+        batch.split_rows(&logits.to_f32_vec()?, n)
     }
 
     fn no_head(&self, what: &str) -> Error {
@@ -216,7 +186,13 @@ impl BertModel {
         seqs: &[Vec<u32>],
         body: impl FnOnce(&Self, &mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
-        let batch = self.batch(seqs)?;
+        crate::bert_batch::check(&self.config, seqs)?;
+        let padded = match self.layout {
+            BatchLayout::Padded => true,
+            BatchLayout::Packed => false,
+            BatchLayout::Auto => self.native_masked_attention(seqs),
+        };
+        let batch = Batch::new(&self.config, seqs, padded)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
@@ -231,75 +207,37 @@ impl BertModel {
         Ok((out, batch))
     }
 
-    fn batch(&self, seqs: &[Vec<u32>]) -> Result<Batch> {
+    /// Whether the primary backend runs the padded layout's masked attention itself.
+    fn native_masked_attention(&self, seqs: &[Vec<u32>]) -> bool {
         let c = &self.config;
-        if seqs.is_empty() {
-            return Err(Error::invalid("encode", "no sequences to encode"));
-        }
-        let max = c.max_tokens();
-        for (i, s) in seqs.iter().enumerate() {
-            if s.is_empty() {
-                return Err(Error::invalid("encode", format!("sequence {i} is empty")));
-            }
-            if s.len() > max {
-                return Err(Error::invalid(
-                    "encode",
-                    format!(
-                        "sequence {i} has {} tokens; the model takes at most {max} \
-                         (max_position_embeddings {})",
-                        s.len(),
-                        c.max_position
-                    ),
-                ));
-            }
-            if let Some(id) = s.iter().find(|&&id| id as usize >= c.vocab_size) {
-                return Err(Error::invalid(
-                    "encode",
-                    format!(
-                        "token id {id} is outside the vocabulary of {}",
-                        c.vocab_size
-                    ),
-                ));
-            }
-        }
-        let b = seqs.len();
-        let len = seqs.iter().map(Vec::len).max().unwrap_or(0);
-        let pad = i64::from(c.pad_token_id);
-        let mut ids = Vec::with_capacity(b * len);
-        let mut positions = Vec::with_capacity(b * len);
-        for s in seqs {
-            for j in 0..len {
-                let real = s.get(j).map(|&t| i64::from(t));
-                ids.push(real.unwrap_or(pad));
-                // RoBERTa gives padding the pad id's own position (transformers'
-                // create_position_ids_from_input_ids); BERT numbers every slot.
-                positions.push(match (real, c.variant) {
-                    (None, BertVariant::Roberta) => pad,
-                    _ => (c.position_offset + j) as i64,
-                });
-            }
-        }
-        let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
-        let mask = if lens.iter().all(|&n| n == len) {
-            None
-        } else {
-            let m: Vec<f32> = lens
-                .iter()
-                .flat_map(|&n| (0..len).map(move |j| if j < n { 0.0 } else { f32::NEG_INFINITY }))
-                .collect();
-            Some(Tensor::from_f32(&[b, 1, 1, len], &m)?)
+        let (b, l) = (seqs.len(), seqs.iter().map(Vec::len).max().unwrap_or(0));
+        let info = |dims: Vec<usize>| {
+            Shape::new(dims).map(|shape| TensorInfo {
+                shape,
+                dtype: DType::F32,
+            })
         };
-        Ok(Batch {
-            ids: Tensor::from_i64(&[b * len], &ids)?,
-            positions: Tensor::from_i64(&[b * len], &positions)?,
-            types: Tensor::from_i64(&[b * len], &vec![0; b * len])?,
-            mask,
-            lens,
-            len,
-        })
+        let (Ok(qkv), Ok(mask)) = (
+            info(vec![b, c.num_heads, l, c.head_dim]),
+            info(vec![b, 1, 1, l]),
+        ) else {
+            return false;
+        };
+        let infos = [qkv.clone(), qkv.clone(), qkv, mask];
+        self.dispatcher.primary().supports(&self.sdpa_op(), &infos)
     }
 
-    /// Embeddings and every block; returns the final states `[b·l, hidden]`.
+    fn sdpa_op(&self) -> Op {
+        Op::Sdpa {
+            scale: 1.0 / (self.config.head_dim as f32).sqrt(),
+            causal: false,
+            sliding_window: None,
+            softcap: None,
+            alibi_max_bias: None,
+        }
+    }
+
+    /// Embeddings and every block; returns the final states, one row per batch row.
     fn encode(&self, step: &mut Step<'_>, batch: &Batch) -> Result<Tensor> {
         let (c, w) = (&self.config, &self.weights);
         let mut x = step.run(Op::Embedding, &[&w.word, &batch.ids])?;
@@ -329,28 +267,48 @@ impl BertModel {
         batch: &Batch,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let (b, l, nh, d) = (batch.lens.len(), batch.len, c.num_heads, c.head_dim);
-        let mut heads = |proj: &Linear| -> Result<Tensor> {
-            let t = step.linear(x, proj)?;
-            let t = step.reshape(&t, &[b, l, nh, d])?;
-            step.permute(&t, &[0, 2, 1, 3])
+        let (nh, d) = (c.num_heads, c.head_dim);
+        let q = step.linear(x, &layer.q)?;
+        let k = step.linear(x, &layer.k)?;
+        let v = step.linear(x, &layer.v)?;
+        let a = match &batch.padded {
+            Some((l, mask)) => {
+                let b = batch.lens.len();
+                let mut heads = |t: &Tensor| -> Result<Tensor> {
+                    let t = step.reshape(t, &[b, *l, nh, d])?;
+                    step.permute(&t, &[0, 2, 1, 3])
+                };
+                let (q, k, v) = (heads(&q)?, heads(&k)?, heads(&v)?);
+                let a = match mask {
+                    Some(m) => step.run(self.sdpa_op(), &[&q, &k, &v, m])?,
+                    None => step.run(self.sdpa_op(), &[&q, &k, &v])?,
+                };
+                let a = step.permute(&a, &[0, 2, 1, 3])?;
+                step.reshape(&a, &[batch.rows, nh * d])?
+            }
+            None => {
+                let mut parts = Vec::with_capacity(batch.lens.len());
+                for (&s, &n) in batch.starts.iter().zip(&batch.lens) {
+                    let rows = Op::Slice {
+                        axis: 0,
+                        start: s as isize,
+                        end: (s + n) as isize,
+                        step: 1,
+                    };
+                    let mut heads = |t: &Tensor| -> Result<Tensor> {
+                        let t = step.run(rows.clone(), &[t])?;
+                        let t = step.reshape(&t, &[n, nh, d])?;
+                        step.permute(&t, &[1, 0, 2])
+                    };
+                    let (qs, ks, vs) = (heads(&q)?, heads(&k)?, heads(&v)?);
+                    let a = step.run(self.sdpa_op(), &[&qs, &ks, &vs])?;
+                    let a = step.permute(&a, &[1, 0, 2])?;
+                    parts.push(step.reshape(&a, &[n, nh * d])?);
+                }
+                let refs: Vec<&Tensor> = parts.iter().collect();
+                step.run(Op::Concat { axis: 0 }, &refs)?
+            }
         };
-        let q = heads(&layer.q)?;
-        let k = heads(&layer.k)?;
-        let v = heads(&layer.v)?;
-        let sdpa = Op::Sdpa {
-            scale: 1.0 / (d as f32).sqrt(),
-            causal: false,
-            sliding_window: None,
-            softcap: None,
-            alibi_max_bias: None,
-        };
-        let a = match &batch.mask {
-            Some(m) => step.run(sdpa, &[&q, &k, &v, m])?,
-            None => step.run(sdpa, &[&q, &k, &v])?,
-        };
-        let a = step.permute(&a, &[0, 2, 1, 3])?;
-        let a = step.reshape(&a, &[b * l, nh * d])?;
         step.linear(&a, &layer.attn_out)
     }
 

@@ -7,6 +7,7 @@
 //! tokenizers, chat templates or sampling (cyb-runtime).
 
 mod bert;
+mod bert_batch;
 mod bert_config;
 mod bert_pooling;
 mod bert_weights;
@@ -16,6 +17,7 @@ mod llama_config;
 mod llama_weights;
 
 pub use bert::BertModel;
+pub use bert_batch::BatchLayout;
 pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_ARCHITECTURES};
 pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
 pub use kv_cache::KvCache;

@@ -5,7 +5,7 @@
 //! (max|a - b| / max|b|) ≤ 1e-5.
 
 use cyb_backend::Dispatcher;
-use cyb_models::{BertHead, BertModel, Pooling};
+use cyb_models::{BatchLayout, BertHead, BertModel, Pooling};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,9 +58,17 @@ fn check(what: &str, got: &[f32], want: &[f32]) {
     assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
 }
 
+/// Both batch layouts (padded + masked, packed + per-sequence attention) must match.
 fn check_variant(variant: &str, dispatcher: fn() -> Dispatcher) {
+    for layout in [BatchLayout::Padded, BatchLayout::Packed] {
+        check_layout(variant, dispatcher, layout);
+    }
+}
+
+fn check_layout(variant: &str, dispatcher: fn() -> Dispatcher, layout: BatchLayout) {
     let r = reference(variant);
-    let m = load(variant, dispatcher());
+    let mut m = load(variant, dispatcher());
+    m.set_layout(layout);
     assert_eq!(m.config().head, BertHead::SequenceClassification);
     let labels: Vec<&str> = r["labels"]
         .as_array()
@@ -78,7 +86,7 @@ fn check_variant(variant: &str, dispatcher: fn() -> Dispatcher) {
     let batch = m.hidden_states(&seqs).unwrap();
     let logits = m.sequence_logits(&seqs).unwrap();
     for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
-        let tag = format!("{variant} seq {i} (padded batch)");
+        let tag = format!("{variant} seq {i} ({layout:?} batch)");
         check(
             &format!("{tag} hidden"),
             &batch.states[i],
@@ -127,7 +135,8 @@ fn distilbert_matches_transformers() {
 fn token_classification_matches_transformers() {
     for variant in ["bert_tokens", "roberta_tokens"] {
         let r = reference(variant);
-        let m = load(variant, Dispatcher::reference());
+        let mut m = load(variant, Dispatcher::reference());
+        m.set_layout(BatchLayout::Packed);
         assert_eq!(m.config().head, BertHead::TokenClassification);
         let seqs: Vec<Vec<u32>> = r["sequences"]
             .as_array()
