@@ -46,7 +46,8 @@ pub(crate) unsafe fn gemm(
     m: usize,
     y: &mut [f32],
 ) {
-    use crate::gemm_x86::{Out, ROWS};
+    use crate::gemm_x86::{tile_rows, Out, ROWS};
+    let rows = tile_rows(a.split);
     let n = w.n;
     assert!(y.len() >= m * n && a.k == w.k);
     let groups = w.groups();
@@ -59,8 +60,8 @@ pub(crate) unsafe fn gemm(
         let mut g0 = mine.start;
         while g0 < mine.end {
             let g1 = (g0 + chunk).min(mine.end);
-            for r0 in (0..m).step_by(ROWS) {
-                let nr = (m - r0).min(ROWS);
+            for r0 in (0..m).step_by(rows) {
+                let nr = (m - r0).min(rows);
                 for g in g0..g1 {
                     // SAFETY: per this fn's contract.
                     unsafe { kern(w.group(g), a, r0, nr, &mut res) };
