@@ -8,7 +8,7 @@
 mod attrs;
 mod ops;
 mod ops_nn;
-mod proto;
+pub mod proto;
 mod tensor;
 
 use crate::map_file;
