@@ -4,6 +4,7 @@
 //! folding removes them before the graph runs. ONNX's dynamic-shape operators map onto these.
 
 pub use crate::host_loss::LossReduction;
+pub use crate::host_misc::WindowKind;
 pub use crate::host_resize::ResizeSpec;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
@@ -123,10 +124,49 @@ pub enum HostOp {
     QLinearConv { conv: Op },
     /// ONNX QLinearMatMul: `a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero`.
     QLinearMatMul,
+    /// Hann, Hamming or Blackman window of the length in input 0 (`periodic` or symmetric).
+    Window {
+        kind: WindowKind,
+        periodic: bool,
+        #[serde(with = "dtype_name")]
+        dtype: DType,
+    },
+    /// Elements (or slices along `axis`) where the BOOL input 1 is true.
+    Compress { axis: Option<i64> },
+    /// An identity-like matrix shaped like input 0 with ones on diagonal `k`.
+    EyeLike { k: i64, dtype: Option<String> },
+    /// Local response normalisation across channels.
+    Lrn {
+        alpha: f32,
+        beta: f32,
+        bias: f32,
+        size: usize,
+    },
+    /// `(x - mean) / (std + 1e-9)` over `axes`.
+    MeanVarianceNormalization { axes: Vec<i64> },
+    /// Reverses the first `lens[b]` steps along `time_axis` for each batch `b`.
+    ReverseSequence { batch_axis: i64, time_axis: i64 },
+    /// Determinant of the last two (square) dims.
+    Det,
+    /// Greedy non-maximum suppression: `[selected, 3]` I64 of (batch, class, box).
+    NonMaxSuppression { center_point_box: bool },
+    /// ConvTranspose with pads from `output_shape` or SAME auto-padding.
+    ConvTransposeSized(ConvTransposeSpec),
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
     OneHot { axis: i64 },
+}
+
+/// Parameters of [`HostOp::ConvTransposeSized`] (empty lists: defaults).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConvTransposeSpec {
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub output_padding: Vec<usize>,
+    pub output_shape: Option<Vec<i64>>,
+    pub same_lower: bool,
+    pub group: usize,
 }
 
 /// Which normalised exponential [`HostOp::Softmax`] computes.
@@ -218,6 +258,15 @@ impl HostOp {
             HostOp::NllLoss { .. } => "nll_loss",
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
+            HostOp::Window { .. } => "window",
+            HostOp::Compress { .. } => "compress",
+            HostOp::EyeLike { .. } => "eye_like",
+            HostOp::Lrn { .. } => "lrn",
+            HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",
+            HostOp::ReverseSequence { .. } => "reverse_sequence",
+            HostOp::Det => "det",
+            HostOp::NonMaxSuppression { .. } => "non_max_suppression",
+            HostOp::ConvTransposeSized(_) => "conv_transpose",
             HostOp::DynamicQuantizeLinear => "dynamic_quantize_linear",
             HostOp::ConvInteger { .. } => "conv_integer",
             HostOp::QLinearConv { .. } => "qlinear_conv",

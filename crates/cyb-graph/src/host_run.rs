@@ -417,6 +417,35 @@ pub(crate) fn run(
         HostOp::ConvInteger { conv } => crate::host_quant::conv_integer(r, conv, inputs),
         HostOp::QLinearConv { conv } => crate::host_quant::qlinear_conv(r, conv, inputs),
         HostOp::QLinearMatMul => crate::host_quant::qlinear_matmul(r, inputs),
+        HostOp::Window {
+            kind,
+            periodic,
+            dtype,
+        } => crate::host_misc::window(r, x()?, *kind, *periodic, *dtype),
+        HostOp::Compress { axis: a } => crate::host_misc::compress(r, inputs, *a),
+        HostOp::EyeLike { k, dtype } => {
+            let dt = dtype
+                .as_deref()
+                .map(|d| DType::parse(d).ok_or_else(|| Error::invalid(name, format!("dtype {d}"))))
+                .transpose()?;
+            crate::host_misc::eye_like(r, x()?, *k, dt)
+        }
+        HostOp::Lrn {
+            alpha,
+            beta,
+            bias,
+            size,
+        } => crate::host_misc::lrn(r, x()?, *alpha, *beta, *bias, *size),
+        HostOp::MeanVarianceNormalization { axes } => crate::host_misc::mvn(r, x()?, axes),
+        HostOp::ReverseSequence {
+            batch_axis,
+            time_axis,
+        } => crate::host_misc::reverse_sequence(r, inputs, *batch_axis, *time_axis),
+        HostOp::Det => crate::host_misc::det(r, x()?),
+        HostOp::NonMaxSuppression { center_point_box } => {
+            crate::host_misc::non_max_suppression(r, inputs, *center_point_box)
+        }
+        HostOp::ConvTransposeSized(spec) => crate::host_misc::conv_transpose_sized(r, inputs, spec),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),
     }

@@ -13,6 +13,7 @@ mod exec;
 mod graph;
 mod host_linalg;
 mod host_loss;
+mod host_misc;
 mod host_op;
 mod host_quant;
 mod host_resize;
@@ -25,7 +26,7 @@ mod text_value;
 
 pub use exec::{Executor, RunStats};
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
-pub use host_op::{HostOp, LossReduction, ResizeSpec, SoftmaxKind};
+pub use host_op::{ConvTransposeSpec, HostOp, LossReduction, ResizeSpec, SoftmaxKind, WindowKind};
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use infer::infer_types;
 pub use passes::{eliminate_dead_nodes, fold_constants};

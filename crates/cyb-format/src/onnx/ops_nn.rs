@@ -4,8 +4,10 @@
 use super::attrs::Attrs;
 use super::ops::{unsupported, Builder, Mapped};
 use super::proto::NodeProto;
+use cyb_graph::{
+    ConvTransposeSpec, HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId, WindowKind,
+};
 use cyb_graph::{CoordMode, NearestMode, ResizeMode};
-use cyb_graph::{HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId};
 use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
 use cyb_tensor::Result;
 
@@ -124,8 +126,17 @@ pub(crate) fn map(
         "MatMulInteger" => Ok((op(Op::MatMulInteger), ins)),
         "QLinearMatMul" => Ok((host(HostOp::QLinearMatMul), ins)),
         "ConvTranspose" => {
-            if a.has("output_shape") {
-                return Err(unsupported(name, t, "output_shape attribute"));
+            let auto = a.s("auto_pad").unwrap_or_default();
+            if a.has("output_shape") || auto.starts_with("SAME") {
+                let spec = ConvTransposeSpec {
+                    strides: to_usizes(name, t, a.ints("strides"))?,
+                    dilations: to_usizes(name, t, a.ints("dilations"))?,
+                    output_padding: to_usizes(name, t, a.ints("output_padding"))?,
+                    output_shape: a.ints("output_shape"),
+                    same_lower: auto == "SAME_LOWER",
+                    group: a.i("group", 1).max(0) as usize,
+                };
+                return Ok((host(HostOp::ConvTransposeSized(spec)), ins));
             }
             let k = a
                 .ints("kernel_shape")
@@ -137,15 +148,11 @@ pub(crate) fn map(
                 .ok_or_else(|| unsupported(name, t, "spatial rank unknown"))?;
             let or =
                 |v: Vec<usize>, len: usize, d: usize| if v.is_empty() { vec![d; len] } else { v };
-            let pads = match a.s("auto_pad").as_deref().unwrap_or("NOTSET") {
-                "NOTSET" | "VALID" | "" => or(to_usizes(name, t, a.ints("pads"))?, 2 * k, 0),
-                p => return Err(unsupported(name, t, &format!("auto_pad {p}"))),
-            };
             Ok((
                 op(Op::ConvTranspose {
                     strides: or(to_usizes(name, t, a.ints("strides"))?, k, 1),
                     dilations: or(to_usizes(name, t, a.ints("dilations"))?, k, 1),
-                    pads,
+                    pads: or(to_usizes(name, t, a.ints("pads"))?, 2 * k, 0),
                     output_padding: or(to_usizes(name, t, a.ints("output_padding"))?, k, 0),
                     group: a.i("group", 1).max(0) as usize,
                 }),
@@ -237,6 +244,74 @@ pub(crate) fn map(
             Ok((host(h), ins))
         }
         "Resize" | "Upsample" => resize(name, t, opset, a, ins),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
+            let kind = match t {
+                "HannWindow" => WindowKind::Hann,
+                "HammingWindow" => WindowKind::Hamming,
+                _ => WindowKind::Blackman,
+            };
+            let dtype = super::tensor::dtype_of(a.i("output_datatype", 1) as i32, name)?;
+            Ok((
+                host(HostOp::Window {
+                    kind,
+                    periodic: a.i("periodic", 1) != 0,
+                    dtype,
+                }),
+                ins,
+            ))
+        }
+        "Compress" => Ok((
+            host(HostOp::Compress {
+                axis: a.has("axis").then(|| a.i("axis", 0)),
+            }),
+            ins,
+        )),
+        "EyeLike" => {
+            let dtype = match a.has("dtype") {
+                true => Some(
+                    super::tensor::dtype_of(a.i("dtype", 1) as i32, name)?
+                        .name()
+                        .to_string(),
+                ),
+                false => None,
+            };
+            Ok((
+                host(HostOp::EyeLike {
+                    k: a.i("k", 0),
+                    dtype,
+                }),
+                ins,
+            ))
+        }
+        "LRN" => Ok((
+            host(HostOp::Lrn {
+                alpha: a.f("alpha", 1e-4),
+                beta: a.f("beta", 0.75),
+                bias: a.f("bias", 1.0),
+                size: a.i("size", 1).max(0) as usize,
+            }),
+            ins,
+        )),
+        "MeanVarianceNormalization" => Ok((
+            host(HostOp::MeanVarianceNormalization {
+                axes: a.ints("axes").unwrap_or_else(|| vec![0, 2, 3]),
+            }),
+            ins,
+        )),
+        "ReverseSequence" => Ok((
+            host(HostOp::ReverseSequence {
+                batch_axis: a.i("batch_axis", 1),
+                time_axis: a.i("time_axis", 0),
+            }),
+            ins,
+        )),
+        "Det" => Ok((host(HostOp::Det), ins)),
+        "NonMaxSuppression" => Ok((
+            host(HostOp::NonMaxSuppression {
+                center_point_box: a.i("center_point_box", 0) != 0,
+            }),
+            ins,
+        )),
         _ => Err(unsupported(name, t, "operator not supported")),
     }
 }

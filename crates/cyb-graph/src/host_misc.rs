@@ -1,0 +1,386 @@
+//! Smaller ONNX operators computed on the host: window functions, Compress, EyeLike, LRN,
+//! mean-variance normalisation, ReverseSequence, Det, NonMaxSuppression, and ConvTranspose
+//! whose padding depends on the input size.
+
+use crate::host_op::{axis, cast_to, req, HostRun};
+use cyb_ops::Op;
+use cyb_tensor::{DType, Error, Result, Tensor};
+
+/// Which window [`crate::HostOp::Window`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum WindowKind {
+    Hann,
+    Hamming,
+    Blackman,
+}
+
+fn f32s(r: &HostRun, t: &Tensor) -> Result<Vec<f32>> {
+    r.d.to_host(t)?.to_f32_vec()
+}
+
+fn first_int(r: &HostRun, t: &Tensor, op: &str) -> Result<i64> {
+    r.d.to_host(t)?
+        .to_i64_vec()?
+        .first()
+        .copied()
+        .ok_or_else(|| Error::invalid(op, "empty scalar"))
+}
+
+pub(crate) fn window(
+    r: &mut HostRun,
+    size: &Tensor,
+    kind: WindowKind,
+    periodic: bool,
+    dtype: DType,
+) -> Result<Vec<Tensor>> {
+    let n = first_int(r, size, "window")?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|&n| n < 1 << 28)
+        .ok_or_else(|| Error::invalid("window", format!("size {n}")))?;
+    let d = if periodic {
+        n as f64
+    } else {
+        (n as f64 - 1.0).max(1.0)
+    };
+    let tau = std::f64::consts::TAU;
+    let w: Vec<f32> = (0..n)
+        .map(|i| {
+            let x = tau * i as f64 / d;
+            (match kind {
+                WindowKind::Hann => 0.5 - 0.5 * x.cos(),
+                WindowKind::Hamming => 25.0 / 46.0 - 21.0 / 46.0 * x.cos(),
+                WindowKind::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+            }) as f32
+        })
+        .collect();
+    let t = Tensor::from_f32(&[n], &w)?;
+    Ok(vec![cast_to(r, t, dtype)?])
+}
+
+pub(crate) fn compress(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    ax: Option<i64>,
+) -> Result<Vec<Tensor>> {
+    let x = req("compress", inputs, 0)?;
+    let cond = r.d.to_host(req("compress", inputs, 1)?)?.to_i64_vec()?;
+    let (x, a) = match ax {
+        Some(a) => (x.clone(), axis("compress", a, x.dims().len())?),
+        None => (r.reshape(x, &[x.numel()])?, 0),
+    };
+    let len = x.dims()[a];
+    let keep: Vec<i64> = (0..cond.len().min(len))
+        .filter(|&i| cond[i] != 0)
+        .map(|i| i as i64)
+        .collect();
+    let idx = Tensor::from_i64(&[keep.len()], &keep)?;
+    Ok(vec![r.one(&Op::Gather { axis: a as isize }, &[x, idx])?])
+}
+
+pub(crate) fn eye_like(
+    r: &mut HostRun,
+    x: &Tensor,
+    k: i64,
+    dtype: Option<DType>,
+) -> Result<Vec<Tensor>> {
+    let d = x.dims();
+    if d.len() != 2 {
+        return Err(Error::invalid(
+            "eye_like",
+            format!("input {d:?} is not 2-D"),
+        ));
+    }
+    let v: Vec<f32> = (0..d[0] * d[1])
+        .map(|i| f32::from(u8::from((i % d[1]) as i64 - (i / d[1]) as i64 == k)))
+        .collect();
+    let t = Tensor::from_f32(d, &v)?;
+    Ok(vec![cast_to(r, t, dtype.unwrap_or(x.dtype()))?])
+}
+
+pub(crate) fn lrn(
+    r: &mut HostRun,
+    x: &Tensor,
+    alpha: f32,
+    beta: f32,
+    bias: f32,
+    size: usize,
+) -> Result<Vec<Tensor>> {
+    let d = x.dims();
+    if d.len() < 3 || size == 0 {
+        return Err(Error::invalid("lrn", format!("input {d:?}, size {size}")));
+    }
+    let v = f32s(r, x)?;
+    let (c, inner) = (d[1], d[2..].iter().product::<usize>());
+    let (lo, hi) = ((size - 1) / 2, (size - 1).div_ceil(2));
+    let mut y = vec![0f32; v.len()];
+    for (i, out) in y.iter_mut().enumerate() {
+        let (n, ch, s) = (i / (c * inner), (i / inner) % c, i % inner);
+        let mut sq = 0f32;
+        for cc in ch.saturating_sub(lo)..=(ch + hi).min(c - 1) {
+            let e = v[(n * c + cc) * inner + s];
+            sq += e * e;
+        }
+        *out = v[i] / (bias + alpha / size as f32 * sq).powf(beta);
+    }
+    let t = Tensor::from_f32(d, &y)?;
+    Ok(vec![cast_to(r, t, x.dtype())?])
+}
+
+pub(crate) fn mvn(r: &mut HostRun, x: &Tensor, axes: &[i64]) -> Result<Vec<Tensor>> {
+    let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let mean_op = Op::Reduce {
+        f: cyb_ops::ReduceFn::Mean,
+        axes,
+        keepdims: true,
+    };
+    let xf = cast_to(r, x.clone(), DType::F32)?;
+    let mean = r.one(&mean_op, std::slice::from_ref(&xf))?;
+    let centred = r.one(
+        &Op::Binary {
+            f: cyb_ops::BinaryFn::Sub,
+        },
+        &[xf, mean],
+    )?;
+    let sq = r.one(
+        &Op::Binary {
+            f: cyb_ops::BinaryFn::Mul,
+        },
+        &[centred.clone(), centred.clone()],
+    )?;
+    let var = r.one(&mean_op, &[sq])?;
+    let std: Vec<f32> = f32s(r, &var)?.iter().map(|v| v.sqrt() + 1e-9).collect();
+    let std = Tensor::from_f32(var.dims(), &std)?;
+    let y = r.one(
+        &Op::Binary {
+            f: cyb_ops::BinaryFn::Div,
+        },
+        &[centred, std],
+    )?;
+    Ok(vec![cast_to(r, y, x.dtype())?])
+}
+
+pub(crate) fn reverse_sequence(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    batch_axis: i64,
+    time_axis: i64,
+) -> Result<Vec<Tensor>> {
+    let x = req("reverse_sequence", inputs, 0)?;
+    let lens =
+        r.d.to_host(req("reverse_sequence", inputs, 1)?)?
+            .to_i64_vec()?;
+    let d = x.dims();
+    let (ba, ta) = (
+        axis("reverse_sequence", batch_axis, d.len())?,
+        axis("reverse_sequence", time_axis, d.len())?,
+    );
+    let st: Vec<usize> = (0..d.len()).map(|i| d[i + 1..].iter().product()).collect();
+    let n = x.numel();
+    let mut idx = vec![0i64; n];
+    for (i, v) in idx.iter_mut().enumerate() {
+        let b = (i / st[ba]) % d[ba];
+        let t = (i / st[ta]) % d[ta];
+        let l = lens.get(b).copied().unwrap_or(0).clamp(0, d[ta] as i64) as usize;
+        let src_t = if t < l { l - 1 - t } else { t };
+        *v = (i - t * st[ta] + src_t * st[ta]) as i64;
+    }
+    let flat = r.reshape(x, &[n])?;
+    let g = r.one(
+        &Op::Gather { axis: 0 },
+        &[flat, Tensor::from_i64(&[n], &idx)?],
+    )?;
+    Ok(vec![r.reshape(&g, d)?])
+}
+
+pub(crate) fn det(r: &mut HostRun, x: &Tensor) -> Result<Vec<Tensor>> {
+    let d = x.dims();
+    let k = d.len();
+    if k < 2 || d[k - 1] != d[k - 2] {
+        return Err(Error::invalid(
+            "det",
+            format!("input {d:?} is not [.., n, n]"),
+        ));
+    }
+    let n = d[k - 1];
+    let v = f32s(r, x)?;
+    let out: Vec<f32> = v
+        .chunks(n * n)
+        .map(|m| {
+            let mut a: Vec<f64> = m.iter().map(|&x| x as f64).collect();
+            let mut det = 1f64;
+            for c in 0..n {
+                let p = (c..n)
+                    .max_by(|&i, &j| a[i * n + c].abs().total_cmp(&a[j * n + c].abs()))
+                    .unwrap_or(c);
+                if a[p * n + c] == 0.0 {
+                    return 0.0;
+                }
+                if p != c {
+                    for j in 0..n {
+                        a.swap(p * n + j, c * n + j);
+                    }
+                    det = -det;
+                }
+                det *= a[c * n + c];
+                for i in c + 1..n {
+                    let f = a[i * n + c] / a[c * n + c];
+                    for j in c..n {
+                        a[i * n + j] -= f * a[c * n + j];
+                    }
+                }
+            }
+            det as f32
+        })
+        .collect();
+    let t = Tensor::from_f32(&d[..k - 2], &out)?;
+    Ok(vec![cast_to(r, t, x.dtype())?])
+}
+
+pub(crate) fn non_max_suppression(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    center_point_box: bool,
+) -> Result<Vec<Tensor>> {
+    let op = "non_max_suppression";
+    let boxes_t = req(op, inputs, 0)?;
+    let scores_t = req(op, inputs, 1)?;
+    let opt = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let max_out = match opt(2) {
+        Some(t) => first_int(r, t, op)?.max(0) as usize,
+        None => 0,
+    };
+    let iou_thr = match opt(3) {
+        Some(t) => f32s(r, t)?.first().copied().unwrap_or(0.0),
+        None => 0.0,
+    };
+    let score_thr = match opt(4) {
+        Some(t) => Some(f32s(r, t)?.first().copied().unwrap_or(0.0)),
+        None => None,
+    };
+    let (bd, sd) = (boxes_t.dims(), scores_t.dims());
+    if bd.len() != 3 || bd[2] != 4 || sd.len() != 3 || sd[0] != bd[0] || sd[2] != bd[1] {
+        return Err(Error::shape(op, bd, sd));
+    }
+    let (nb, nc, n) = (sd[0], sd[1], sd[2]);
+    let boxes = f32s(r, boxes_t)?;
+    let scores = f32s(r, scores_t)?;
+    let corners = |b: usize, i: usize| -> [f32; 4] {
+        let v = &boxes[(b * n + i) * 4..(b * n + i) * 4 + 4];
+        if center_point_box {
+            [
+                v[1] - v[3] / 2.0,
+                v[0] - v[2] / 2.0,
+                v[1] + v[3] / 2.0,
+                v[0] + v[2] / 2.0,
+            ]
+        } else {
+            [
+                v[0].min(v[2]),
+                v[1].min(v[3]),
+                v[0].max(v[2]),
+                v[1].max(v[3]),
+            ]
+        }
+    };
+    let iou = |a: [f32; 4], b: [f32; 4]| {
+        let ih = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+        let iw = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+        let inter = ih * iw;
+        let area = |x: [f32; 4]| (x[2] - x[0]) * (x[3] - x[1]);
+        let union = area(a) + area(b) - inter;
+        if union <= 0.0 {
+            0.0
+        } else {
+            inter / union
+        }
+    };
+    let mut out: Vec<i64> = Vec::new();
+    for b in 0..nb {
+        for c in 0..nc {
+            let s = &scores[(b * nc + c) * n..(b * nc + c + 1) * n];
+            let mut cand: Vec<usize> = (0..n)
+                .filter(|&i| score_thr.is_none_or(|t| s[i] > t))
+                .collect();
+            cand.sort_by(|&i, &j| s[j].total_cmp(&s[i]).then(i.cmp(&j)));
+            let mut kept: Vec<usize> = Vec::new();
+            for i in cand {
+                if kept.len() >= max_out {
+                    break;
+                }
+                if kept
+                    .iter()
+                    .all(|&k| iou(corners(b, k), corners(b, i)) <= iou_thr)
+                {
+                    kept.push(i);
+                }
+            }
+            for k in kept {
+                out.extend([b as i64, c as i64, k as i64]);
+            }
+        }
+    }
+    Ok(vec![Tensor::from_i64(&[out.len() / 3, 3], &out)?])
+}
+
+/// `ConvTranspose` whose pads come from `output_shape` or `auto_pad` and the input size.
+pub(crate) fn conv_transpose_sized(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    spec: &crate::host_op::ConvTransposeSpec,
+) -> Result<Vec<Tensor>> {
+    let op = "conv_transpose";
+    let x = req(op, inputs, 0)?;
+    let w = req(op, inputs, 1)?;
+    let k = x.dims().len().saturating_sub(2);
+    if k == 0 || w.dims().len() != k + 2 {
+        return Err(Error::shape(op, x.dims(), w.dims()));
+    }
+    let or = |v: &[usize], d: usize| if v.is_empty() { vec![d; k] } else { v.to_vec() };
+    let (strides, dilations, mut out_pad) = (
+        or(&spec.strides, 1),
+        or(&spec.dilations, 1),
+        or(&spec.output_padding, 0),
+    );
+    if strides.len() != k || dilations.len() != k || out_pad.len() != k {
+        return Err(Error::invalid(
+            op,
+            "attribute lengths do not match the spatial rank",
+        ));
+    }
+    let mut pads = vec![0usize; 2 * k];
+    for i in 0..k {
+        let inp = x.dims()[i + 2] as i64;
+        let target = match &spec.output_shape {
+            Some(s) => *s
+                .get(s.len().wrapping_sub(k) + i)
+                .ok_or_else(|| Error::invalid(op, "output_shape too short"))?,
+            None => inp * strides[i] as i64,
+        };
+        let total = strides[i] as i64 * (inp - 1)
+            + out_pad[i] as i64
+            + (w.dims()[i + 2] as i64 - 1) * dilations[i] as i64
+            + 1
+            - target;
+        if total < 0 {
+            // The output is larger than the transposed conv covers: extend at the end.
+            out_pad[i] += (-total) as usize;
+            continue;
+        }
+        let (small, big) = ((total / 2) as usize, (total - total / 2) as usize);
+        (pads[i], pads[i + k]) = if spec.same_lower {
+            (big, small)
+        } else {
+            (small, big)
+        };
+    }
+    let conv = Op::ConvTranspose {
+        strides,
+        dilations,
+        pads,
+        output_padding: out_pad,
+        group: spec.group,
+    };
+    let ins: Vec<Tensor> = inputs.iter().flatten().cloned().collect();
+    Ok(vec![r.one(&conv, &ins)?])
+}
