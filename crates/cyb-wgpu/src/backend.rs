@@ -24,6 +24,16 @@ pub struct WgpuBackend {
     state: Mutex<State>,
     /// Signalled when a forward step ends (see `State::in_step`).
     step_done: Condvar,
+    /// Per-kernel timing (`CYB_WGPU_PROFILE`).
+    profile: Option<crate::profile::Profile>,
+}
+
+impl Drop for WgpuBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            eprint!("{}", p.report());
+        }
+    }
 }
 
 pub(crate) struct State {
@@ -78,6 +88,7 @@ impl WgpuBackend {
                 in_step: false,
             }),
             step_done: Condvar::new(),
+            profile: crate::profile::Profile::from_env(),
         })
     }
 
@@ -240,6 +251,16 @@ impl WgpuBackend {
         pass.set_pipeline(&kernel.pipeline);
         pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
+        if let Some(p) = &self.profile {
+            let t0 = std::time::Instant::now();
+            self.flush(st);
+            self.ctx
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::invalid("profile", format!("wgpu: {e}")))?;
+            let dt = key.weights.map(|d| format!(" {d}")).unwrap_or_default();
+            p.add(format!("{:?}/{}{dt}", key.family, key.entry), t0.elapsed());
+        }
         Ok(())
     }
 

@@ -9,6 +9,7 @@ mod context;
 mod kernels;
 mod memory;
 mod ops;
+mod profile;
 
 pub use backend::WgpuBackend;
 pub use context::{adapters, AdapterReport};

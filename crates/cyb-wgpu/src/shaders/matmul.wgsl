@@ -1,6 +1,8 @@
 // y[i, j] = Σ_p a[i, p] · w[j, p] for a weight w [n, k] of any supported dtype (dequant.wgsl).
-// One workgroup per (weight row j, MB activation rows); 64 threads stride over the row's blocks
-// and the partial sums are reduced in workgroup memory.
+// One workgroup per (weight row j, MB activation rows); its 64 threads stride over the row's
+// columns (thread t takes columns t, t + 64, ...: neighbouring threads read neighbouring bytes,
+// and every thread has work even when a row holds only a few 256-value blocks), and the
+// partial sums are reduced in workgroup memory.
 // Params: 0 m, 1 n, 2 k, 3 blocks per row, 4 bytes per row, 5 workgroups in the grid.
 
 @group(0) @binding(1) var<storage, read> A: array<f32>;
@@ -15,7 +17,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let m = pu(0u);
     let n = pu(1u);
     let k = pu(2u);
-    let nb = pu(3u);
     let row_bytes = pu(4u);
     let id = flat_wg(wg, nw);
     let valid = id < pu(5u);
@@ -24,14 +25,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     var acc: array<f32, MB>;
     for (var r = 0u; r < MB; r++) { acc[r] = 0.0; }
     if (valid) {
-        for (var b = t; b < nb; b += 64u) {
-            let o = j * row_bytes + b * BYTES;
-            for (var e = 0u; e < BLOCK; e++) {
-                let w = deq(o, e);
-                let col = b * BLOCK + e;
-                for (var r = 0u; r < MB; r++) {
-                    if (i0 + r < m) { acc[r] += A[(i0 + r) * k + col] * w; }
-                }
+        let row = j * row_bytes;
+        for (var col = t; col < k; col += 64u) {
+            let w = deq(row + (col / BLOCK) * BYTES, col % BLOCK);
+            for (var r = 0u; r < MB; r++) {
+                if (i0 + r < m) { acc[r] += A[(i0 + r) * k + col] * w; }
             }
         }
     }
@@ -78,8 +76,12 @@ fn tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3
     let j0 = (id % tiles_n) * TS;
     let tx = t % 16u;
     let ty = t / 16u;
-    var acc: array<f32, 16>;
-    for (var q = 0u; q < 16u; q++) { acc[q] = 0.0; }
+    // Accumulators as vectors, not an indexed array: an indexed local array may be placed in
+    // slow thread-local memory by the driver's compiler.
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < k; k0 += TK) {
         for (var q = 0u; q < 8u; q++) {
             let idx = q * 256u + t;
@@ -97,23 +99,29 @@ fn tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            var a: array<f32, 4>;
-            var w: array<f32, 4>;
-            for (var q = 0u; q < 4u; q++) {
-                a[q] = As[kk * TP + ty * 4u + q];
-                w[q] = Ws[kk * TP + tx * 4u + q];
-            }
-            for (var r = 0u; r < 4u; r++) {
-                for (var c = 0u; c < 4u; c++) { acc[r * 4u + c] += a[r] * w[c]; }
-            }
+            let ab = kk * TP + ty * 4u;
+            let wb = kk * TP + tx * 4u;
+            let a = vec4<f32>(As[ab], As[ab + 1u], As[ab + 2u], As[ab + 3u]);
+            let w = vec4<f32>(Ws[wb], Ws[wb + 1u], Ws[wb + 2u], Ws[wb + 3u]);
+            c0 += a.x * w;
+            c1 += a.y * w;
+            c2 += a.z * w;
+            c3 += a.w * w;
         }
         workgroupBarrier();
     }
-    for (var r = 0u; r < 4u; r++) {
-        let i = i0 + ty * 4u + r;
-        for (var c = 0u; c < 4u; c++) {
-            let j = j0 + tx * 4u + c;
-            if (i < m && j < n) { Y[i * n + j] = acc[r * 4u + c]; }
-        }
-    }
+    let jb = j0 + tx * 4u;
+    let ib = i0 + ty * 4u;
+    store_row(ib, jb, m, n, c0);
+    store_row(ib + 1u, jb, m, n, c1);
+    store_row(ib + 2u, jb, m, n, c2);
+    store_row(ib + 3u, jb, m, n, c3);
+}
+
+fn store_row(i: u32, j: u32, m: u32, n: u32, v: vec4<f32>) {
+    if (i >= m) { return; }
+    if (j < n) { Y[i * n + j] = v.x; }
+    if (j + 1u < n) { Y[i * n + j + 1u] = v.y; }
+    if (j + 2u < n) { Y[i * n + j + 2u] = v.z; }
+    if (j + 3u < n) { Y[i * n + j + 3u] = v.w; }
 }
