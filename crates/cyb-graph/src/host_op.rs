@@ -6,6 +6,7 @@
 pub use crate::host_loss::LossReduction;
 pub use crate::host_misc::WindowKind;
 pub use crate::host_resize::ResizeSpec;
+pub use crate::host_rnn::RnnSpec;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -152,6 +153,9 @@ pub enum HostOp {
     NonMaxSuppression { center_point_box: bool },
     /// ConvTranspose with pads from `output_shape` or SAME auto-padding.
     ConvTransposeSized(ConvTransposeSpec),
+    /// ONNX RNN/GRU/LSTM: inputs `x, w, r, b?, sequence_lens?, initial_h?, initial_c?, p?`;
+    /// outputs `y, y_h` (and `y_c` for LSTM).
+    Rnn(RnnSpec),
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -258,6 +262,7 @@ impl HostOp {
             HostOp::NllLoss { .. } => "nll_loss",
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
+            HostOp::Rnn(_) => "rnn",
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",
             HostOp::EyeLike { .. } => "eye_like",

@@ -40,6 +40,15 @@ impl<'a> Attrs<'a> {
             .map(|a| String::from_utf8_lossy(&a.s).into_owned())
     }
 
+    pub fn strings(&self, name: &str) -> Option<Vec<String>> {
+        self.get(name).map(|a| {
+            a.strings
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect()
+        })
+    }
+
     pub fn t(&self, name: &str) -> Option<&'a TensorProto> {
         self.get(name).and_then(|a| a.t.as_ref())
     }

@@ -7,7 +7,7 @@ use super::proto::NodeProto;
 use cyb_graph::{
     ConvTransposeSpec, HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId, WindowKind,
 };
-use cyb_graph::{CoordMode, NearestMode, ResizeMode};
+use cyb_graph::{CoordMode, NearestMode, ResizeMode, RnnActivation, RnnCell, RnnSpec};
 use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
 use cyb_tensor::Result;
 
@@ -306,6 +306,7 @@ pub(crate) fn map(
             ins,
         )),
         "Det" => Ok((host(HostOp::Det), ins)),
+        "RNN" | "GRU" | "LSTM" => rnn(name, t, a, ins),
         "NonMaxSuppression" => Ok((
             host(HostOp::NonMaxSuppression {
                 center_point_box: a.i("center_point_box", 0) != 0,
@@ -393,4 +394,56 @@ fn resize(name: &str, t: &str, opset: i64, a: &Attrs, ins: Vec<Option<ValueId>>)
         sizes_at,
     };
     Ok((NodeOp::Host(HostOp::Resize(spec)), ins))
+}
+
+fn rnn(name: &str, t: &str, a: &Attrs, ins: Vec<Option<ValueId>>) -> Result<Mapped> {
+    let cell = match t {
+        "RNN" => RnnCell::Rnn,
+        "GRU" => RnnCell::Gru {
+            linear_before_reset: a.i("linear_before_reset", 0) != 0,
+        },
+        _ => RnnCell::Lstm {
+            input_forget: a.i("input_forget", 0) != 0,
+        },
+    };
+    let direction = match a.s("direction").as_deref().unwrap_or("forward") {
+        "forward" => 1,
+        "reverse" => -1,
+        "bidirectional" => 0,
+        d => return Err(unsupported(name, t, &format!("direction {d}"))),
+    };
+    let nd = if direction == 0 { 2 } else { 1 };
+    let defaults: &[&str] = match t {
+        "RNN" => &["Tanh"],
+        "GRU" => &["Sigmoid", "Tanh"],
+        _ => &["Sigmoid", "Tanh", "Tanh"],
+    };
+    let names: Vec<String> = match a.strings("activations") {
+        Some(v) if !v.is_empty() => v,
+        _ => (0..nd)
+            .flat_map(|_| defaults.iter().map(|s| s.to_string()))
+            .collect(),
+    };
+    let (alphas, betas) = (
+        a.floats("activation_alpha").unwrap_or_default(),
+        a.floats("activation_beta").unwrap_or_default(),
+    );
+    let activations = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| RnnActivation {
+            name: n,
+            alpha: alphas.get(i).copied(),
+            beta: betas.get(i).copied(),
+        })
+        .collect();
+    let spec = RnnSpec {
+        cell,
+        hidden: a.i("hidden_size", 0).max(0) as usize,
+        direction,
+        activations,
+        clip: a.has("clip").then(|| a.f("clip", 0.0)),
+        batch_first: a.i("layout", 0) != 0,
+    };
+    Ok((NodeOp::Host(HostOp::Rnn(spec)), ins))
 }

@@ -1,0 +1,277 @@
+//! ONNX recurrent layers (RNN, GRU, LSTM), one or two directions, computed on the host in f32
+//! step by step with ONNX's gate order (LSTM `i o f c`, GRU `z r h`).
+
+use crate::host_op::{cast_to, req, HostRun};
+use cyb_tensor::{Error, Result, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RnnCell {
+    Rnn,
+    Gru { linear_before_reset: bool },
+    Lstm { input_forget: bool },
+}
+
+/// An activation with its ONNX name and optional alpha/beta.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RnnActivation {
+    pub name: String,
+    pub alpha: Option<f32>,
+    pub beta: Option<f32>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RnnSpec {
+    pub cell: RnnCell,
+    pub hidden: usize,
+    /// 1 forward, -1 reverse, 0 bidirectional.
+    pub direction: i8,
+    /// Per direction: the cell's activations (RNN 1, GRU 2, LSTM 3).
+    pub activations: Vec<RnnActivation>,
+    pub clip: Option<f32>,
+    /// Batch-first tensors (`layout = 1`).
+    pub batch_first: bool,
+}
+
+fn act(a: &RnnActivation, x: f32) -> Result<f32> {
+    let (al, be) = (a.alpha, a.beta);
+    Ok(match a.name.to_ascii_lowercase().as_str() {
+        "tanh" => x.tanh(),
+        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "relu" => x.max(0.0),
+        "leakyrelu" => {
+            if x >= 0.0 {
+                x
+            } else {
+                al.unwrap_or(0.01) * x
+            }
+        }
+        "thresholdedrelu" => {
+            if x > al.unwrap_or(1.0) {
+                x
+            } else {
+                0.0
+            }
+        }
+        "scaledtanh" => al.unwrap_or(1.0) * (be.unwrap_or(1.0) * x).tanh(),
+        "hardsigmoid" => (al.unwrap_or(0.2) * x + be.unwrap_or(0.5)).clamp(0.0, 1.0),
+        "elu" => {
+            if x >= 0.0 {
+                x
+            } else {
+                al.unwrap_or(1.0) * x.exp_m1()
+            }
+        }
+        "softsign" => x / (1.0 + x.abs()),
+        "softplus" => x.exp().ln_1p(),
+        "affine" => al.unwrap_or(1.0) * x + be.unwrap_or(0.0),
+        n => return Err(Error::invalid("rnn", format!("activation {n}"))),
+    })
+}
+
+/// `out[g] = Σ_k x[k] · w[(g0 + g) * n + k]` for `g` in `0..len`.
+fn matvec(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
+    for (g, o) in out.iter_mut().enumerate().take(len) {
+        let row = &w[(g0 + g) * n..(g0 + g + 1) * n];
+        *o += row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
+    }
+}
+
+pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let op = "rnn";
+    let opt = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let host = |r: &HostRun, t: &Tensor| r.d.to_host(t)?.to_f32_vec();
+    let x_t = req(op, inputs, 0)?;
+    let (x, w, rr) = (
+        host(r, x_t)?,
+        host(r, req(op, inputs, 1)?)?,
+        host(r, req(op, inputs, 2)?)?,
+    );
+    let xd = x_t.dims();
+    if xd.len() != 3 {
+        return Err(Error::invalid(op, format!("input {xd:?} is not 3-D")));
+    }
+    let (seq, batch, inp) = if s.batch_first {
+        (xd[1], xd[0], xd[2])
+    } else {
+        (xd[0], xd[1], xd[2])
+    };
+    let h = s.hidden;
+    let gates = match s.cell {
+        RnnCell::Rnn => 1,
+        RnnCell::Gru { .. } => 3,
+        RnnCell::Lstm { .. } => 4,
+    };
+    let nd = if s.direction == 0 { 2 } else { 1 };
+    let per_dir = match s.cell {
+        RnnCell::Rnn => 1,
+        RnnCell::Gru { .. } => 2,
+        RnnCell::Lstm { .. } => 3,
+    };
+    if w.len() != nd * gates * h * inp
+        || rr.len() != nd * gates * h * h
+        || s.activations.len() != nd * per_dir
+    {
+        return Err(Error::invalid(
+            op,
+            "W, R or activations do not match hidden_size and direction",
+        ));
+    }
+    let bias = match opt(3) {
+        Some(t) => host(r, t)?,
+        None => vec![0.0; nd * 2 * gates * h],
+    };
+    let lens: Vec<usize> = match opt(4) {
+        Some(t) => {
+            r.d.to_host(t)?
+                .to_i64_vec()?
+                .iter()
+                .map(|&l| l.clamp(0, seq as i64) as usize)
+                .collect()
+        }
+        None => vec![seq; batch],
+    };
+    let init = |r: &HostRun, i: usize| -> Result<Vec<f32>> {
+        match opt(i) {
+            Some(t) => {
+                let v = host(r, t)?;
+                // [nd, batch, h], or [batch, nd, h] when batch-first: bring to [nd, batch, h].
+                Ok(if s.batch_first {
+                    (0..nd * batch * h)
+                        .map(|k| v[((k / h) % batch * nd + k / (batch * h)) * h + k % h])
+                        .collect()
+                } else {
+                    v
+                })
+            }
+            None => Ok(vec![0.0; nd * batch * h]),
+        }
+    };
+    let (h0, c0) = (init(r, 5)?, init(r, 6)?);
+    let peep = match opt(7) {
+        Some(t) => host(r, t)?,
+        None => vec![0.0; nd * 3 * h],
+    };
+    if bias.len() != nd * 2 * gates * h
+        || lens.len() != batch
+        || peep.len() != nd * 3 * h
+        || h0.len() != nd * batch * h
+    {
+        return Err(Error::invalid(
+            op,
+            "B, sequence_lens, P or initial states have wrong sizes",
+        ));
+    }
+    let mut y = vec![0f32; seq * nd * batch * h];
+    let (mut yh, mut yc) = (vec![0f32; nd * batch * h], vec![0f32; nd * batch * h]);
+    let clip = |v: f32| s.clip.map_or(v, |c| v.clamp(-c, c));
+    for d in 0..nd {
+        let reverse = s.direction == -1 || d == 1;
+        let (wd, rd) = (
+            &w[d * gates * h * inp..(d + 1) * gates * h * inp],
+            &rr[d * gates * h * h..(d + 1) * gates * h * h],
+        );
+        let (wb, rb) = (
+            &bias[d * 2 * gates * h..d * 2 * gates * h + gates * h],
+            &bias[d * 2 * gates * h + gates * h..(d + 1) * 2 * gates * h],
+        );
+        let p = &peep[d * 3 * h..(d + 1) * 3 * h];
+        let acts = &s.activations[d * per_dir..(d + 1) * per_dir];
+        for b in 0..batch {
+            let mut hs = h0[(d * batch + b) * h..(d * batch + b + 1) * h].to_vec();
+            let mut cs = c0[(d * batch + b) * h..(d * batch + b + 1) * h].to_vec();
+            for step in 0..lens[b] {
+                let t = if reverse { lens[b] - 1 - step } else { step };
+                let xo = if s.batch_first {
+                    (b * seq + t) * inp
+                } else {
+                    (t * batch + b) * inp
+                };
+                let xt = &x[xo..xo + inp];
+                let mut xw = wb.to_vec();
+                matvec(wd, 0, gates * h, inp, xt, &mut xw);
+                let mut hr = rb.to_vec();
+                matvec(rd, 0, gates * h, h, &hs, &mut hr);
+                match s.cell {
+                    RnnCell::Rnn => {
+                        for k in 0..h {
+                            hs[k] = act(&acts[0], clip(xw[k] + hr[k]))?;
+                        }
+                    }
+                    RnnCell::Gru {
+                        linear_before_reset,
+                    } => {
+                        let mut z = vec![0f32; h];
+                        let mut rg = vec![0f32; h];
+                        for k in 0..h {
+                            z[k] = act(&acts[0], clip(xw[k] + hr[k]))?;
+                            rg[k] = act(&acts[0], clip(xw[h + k] + hr[h + k]))?;
+                        }
+                        let cand: Vec<f32> = if linear_before_reset {
+                            (0..h)
+                                .map(|k| xw[2 * h + k] + rg[k] * hr[2 * h + k])
+                                .collect()
+                        } else {
+                            let rh: Vec<f32> = (0..h).map(|k| rg[k] * hs[k]).collect();
+                            let mut v = vec![0f32; h];
+                            matvec(rd, 2 * h, h, h, &rh, &mut v);
+                            (0..h)
+                                .map(|k| xw[2 * h + k] + v[k] + rb[2 * h + k])
+                                .collect()
+                        };
+                        for k in 0..h {
+                            let hh = act(&acts[1], clip(cand[k]))?;
+                            hs[k] = (1.0 - z[k]) * hh + z[k] * hs[k];
+                        }
+                    }
+                    RnnCell::Lstm { input_forget } => {
+                        for k in 0..h {
+                            let g = |i: usize| xw[i * h + k] + hr[i * h + k];
+                            let i_g = act(&acts[0], clip(g(0) + p[k] * cs[k]))?;
+                            let f_g = if input_forget {
+                                1.0 - i_g
+                            } else {
+                                act(&acts[0], clip(g(2) + p[2 * h + k] * cs[k]))?
+                            };
+                            let c_g = act(&acts[1], clip(g(3)))?;
+                            cs[k] = f_g * cs[k] + i_g * c_g;
+                            let o_g = act(&acts[0], clip(g(1) + p[h + k] * cs[k]))?;
+                            hs[k] = o_g * act(&acts[2], cs[k])?;
+                        }
+                    }
+                }
+                let yo = if s.batch_first {
+                    ((b * seq + t) * nd + d) * h
+                } else {
+                    ((t * nd + d) * batch + b) * h
+                };
+                y[yo..yo + h].copy_from_slice(&hs);
+            }
+            let so = if s.batch_first {
+                (b * nd + d) * h
+            } else {
+                (d * batch + b) * h
+            };
+            yh[so..so + h].copy_from_slice(&hs);
+            yc[so..so + h].copy_from_slice(&cs);
+        }
+    }
+    let dt = x_t.dtype();
+    let ydims = if s.batch_first {
+        [batch, seq, nd, h]
+    } else {
+        [seq, nd, batch, h]
+    };
+    let sdims = if s.batch_first {
+        [batch, nd, h]
+    } else {
+        [nd, batch, h]
+    };
+    let mut out = vec![
+        cast_to(r, Tensor::from_f32(&ydims, &y)?, dt)?,
+        cast_to(r, Tensor::from_f32(&sdims, &yh)?, dt)?,
+    ];
+    if matches!(s.cell, RnnCell::Lstm { .. }) {
+        out.push(cast_to(r, Tensor::from_f32(&sdims, &yc)?, dt)?);
+    }
+    Ok(out)
+}
