@@ -44,6 +44,11 @@ pub(crate) struct State {
     /// Kernel parameters of the launches recorded since the last submission, in one uniform
     /// buffer written once just before the submission (not one small write per launch).
     params: Option<ParamArena>,
+    /// Bind groups by (kernel, parameter buffer and offset, buffers): a decode step launches
+    /// the same kernels on the same pooled buffers every time, so after the first steps no bind
+    /// group is created. Cleared when it grows past `BIND_CACHE_MAX` (an entry keeps its
+    /// buffers alive).
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     /// The last rope cos/sin table staged this step, reused while the next one is equal (q and
     /// k of every layer share it).
     pub(crate) rope_table: Option<(Vec<f32>, Arc<GpuBuf>)>,
@@ -51,13 +56,26 @@ pub(crate) struct State {
     /// Weights kept on the device across steps, keyed by the address of their bytes inside a
     /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
     /// its address cannot be reused for other bytes while the entry exists.
-    resident: HashMap<ResidentKey, (SharedOwner, Arc<GpuBuf>)>,
+    resident: HashMap<ResidentKey, Resident>,
     /// A forward step is running. Steps of different sessions take turns: `begin_step` recycles
     /// every frame buffer, which must not happen under a step that still uses them.
     in_step: bool,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A weight kept on the device: the owner of its host bytes (held so that their address is not
+/// reused), the buffer, and the host shadow small tensors carry (made once, not per use).
+struct Resident {
+    _owner: SharedOwner,
+    buf: Arc<GpuBuf>,
+    host: Option<Arc<[u8]>>,
+}
+
+/// Kernel (address of its pipeline entry, which lives as long as the backend), parameter
+/// buffer id and offset, then the ids of the kernel's buffers.
+type BindKey = (usize, u64, u64, [u64; 6]);
+const BIND_CACHE_MAX: usize = 8192;
 
 /// Bytes of one parameter block (32 u32 words).
 const PARAM_BYTES: u64 = 128;
@@ -83,6 +101,7 @@ impl WgpuBackend {
                 pass: None,
                 params: None,
                 rope_table: None,
+                bind_groups: HashMap::new(),
                 frame: FrameAllocator::new(),
                 resident: HashMap::new(),
                 in_step: false,
@@ -128,7 +147,7 @@ impl WgpuBackend {
             usage,
             mapped_at_creation: false,
         });
-        Ok(Arc::new(GpuBuf { buffer }))
+        Ok(Arc::new(GpuBuf::new(buffer)))
     }
 
     /// A frame buffer of at least `bytes` (rounded to 4) that no live tensor holds.
@@ -208,33 +227,58 @@ impl WgpuBackend {
             *w = *p;
         }
         let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &ubuf.buffer,
-                offset,
-                size: std::num::NonZeroU64::new(PARAM_BYTES),
-            }),
-        }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: (i + 1) as u32,
-                resource: b.buffer.as_entire_binding(),
-            });
+        let mut ids = [u64::MAX; 6];
+        for (id, b) in ids.iter_mut().zip(buffers) {
+            *id = b.id;
         }
-        let bind = self
-            .ctx
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &kernel.layout,
-                entries: &entries,
-            });
+        if buffers.len() > ids.len() {
+            return Err(Error::invalid(
+                "wgpu",
+                "internal: a kernel binds too many buffers",
+            ));
+        }
+        let bind_key = (Arc::as_ptr(&kernel) as usize, ubuf.id, offset, ids);
+        if !st.bind_groups.contains_key(&bind_key) {
+            if st.bind_groups.len() >= BIND_CACHE_MAX {
+                st.bind_groups.clear();
+            }
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &ubuf.buffer,
+                    offset,
+                    size: std::num::NonZeroU64::new(PARAM_BYTES),
+                }),
+            }];
+            for (i, b) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: (i + 1) as u32,
+                    resource: b.buffer.as_entire_binding(),
+                });
+            }
+            let bind = self
+                .ctx
+                .device
+                .create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &kernel.layout,
+                    entries: &entries,
+                });
+            st.bind_groups.insert(bind_key.clone(), bind);
+        }
         let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
         let x = groups.min(max);
         let y = groups.div_ceil(x);
         let device = &self.ctx.device;
-        let State { encoder, pass, .. } = st;
+        let State {
+            encoder,
+            pass,
+            bind_groups,
+            ..
+        } = st;
+        let st_bind = bind_groups
+            .get(&bind_key)
+            .ok_or_else(|| Error::invalid("wgpu", "internal: bind group missing"))?;
         let pass = match pass {
             Some(p) => p,
             None => {
@@ -249,7 +293,7 @@ impl WgpuBackend {
             }
         };
         pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, &bind, &[]);
+        pass.set_bind_group(0, st_bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
         if let Some(p) = &self.profile {
             let t0 = std::time::Instant::now();
@@ -385,25 +429,32 @@ impl WgpuBackend {
         )
     }
 
+    /// The device copy of a weight in shared storage, uploaded on first use.
     fn resident_upload(
         &self,
         st: &mut State,
         owner: &SharedOwner,
         data: &[u8],
         dtype: DType,
-    ) -> Result<Arc<GpuBuf>> {
+    ) -> Result<(Arc<GpuBuf>, Option<Arc<[u8]>>)> {
         let key = ResidentKey {
             addr: data.as_ptr() as usize,
             len: data.len(),
             dtype,
         };
-        if let Some((_, b)) = st.resident.get(&key) {
-            return Ok(b.clone());
+        if let Some(r) = st.resident.get(&key) {
+            return Ok((r.buf.clone(), r.host.clone()));
         }
         let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
         self.write(&buf, data);
-        st.resident.insert(key, (owner.clone(), buf.clone()));
-        Ok(buf)
+        let host: Option<Arc<[u8]>> = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
+        let resident = Resident {
+            _owner: owner.clone(),
+            buf: buf.clone(),
+            host: host.clone(),
+        };
+        st.resident.insert(key, resident);
+        Ok((buf, host))
     }
 }
 
@@ -446,10 +497,13 @@ impl Backend for WgpuBackend {
             backend: "wgpu".into(),
             input_dtype: infos.first().map_or(DType::F32, |i| i.dtype),
         };
-        if !self.supports(op, &infos) {
+        // The shape rule runs once here (`supports` would run it again).
+        let Ok(outs) = cyb_ops::output_infos(op, &infos) else {
+            return Err(declined());
+        };
+        if !ops::supports(self, op, &infos) {
             return Err(declined());
         }
-        let outs = cyb_ops::output_infos(op, &infos)?;
         let mut st = self.lock();
         let result = ops::execute(self, &mut st, op, inputs, &outs)?;
         result.ok_or_else(declined)
@@ -492,9 +546,18 @@ impl Backend for WgpuBackend {
             .host_bytes()
             .ok_or_else(|| Error::invalid("upload", "shared storage out of range"))?;
         let mut st = self.lock();
-        let buf = self.resident_upload(&mut st, owner, data, t.dtype())?;
+        let (buf, host) = self.resident_upload(&mut st, owner, data, t.dtype())?;
         drop(st);
-        self.wrap(buf, data, t.dims(), t.dtype())
+        let view = DeviceView {
+            buf,
+            len: data.len(),
+            host,
+        };
+        Tensor::new(
+            Shape::new(t.dims())?,
+            t.dtype(),
+            Storage::Device(Arc::new(view)),
+        )
     }
 
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {

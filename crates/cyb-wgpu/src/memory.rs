@@ -15,6 +15,17 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct GpuBuf {
     pub buffer: wgpu::Buffer,
+    /// Unique for the life of the process (never reused, unlike an address): the key of the
+    /// bind groups that use this buffer.
+    pub id: u64,
+}
+
+impl GpuBuf {
+    pub fn new(buffer: wgpu::Buffer) -> GpuBuf {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        GpuBuf { buffer, id }
+    }
 }
 
 /// A tensor's view of a buffer: the logical byte length (the buffer may be padded) and, for
