@@ -23,6 +23,10 @@ pub struct EmbedArgs {
     /// Cut texts longer than the model takes instead of refusing them.
     #[arg(long)]
     pub truncate: bool,
+    /// Embed the inputs this many times and report the median sentences/s on stderr (the
+    /// vectors are printed once).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -54,7 +58,26 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         truncate: args.truncate,
     };
     let inputs: Vec<EmbedInput> = texts.into_iter().map(EmbedInput::Text).collect();
-    let out = model.embed_with(&inputs, &opts)?;
+    let mut times = Vec::with_capacity(args.repeat.max(1));
+    let mut out = None;
+    for _ in 0..args.repeat.max(1) {
+        let t0 = std::time::Instant::now();
+        out = Some(model.embed_with(&inputs, &opts)?);
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    let out = out.ok_or_else(|| Error::invalid("embed", "nothing was embedded"))?;
+    if args.repeat > 1 {
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        eprintln!(
+            "embedded {} inputs ({} tokens) {} times: median {:.1} ms, {:.1} sentences/s",
+            inputs.len(),
+            out.tokens,
+            times.len(),
+            median * 1e3,
+            inputs.len() as f64 / median
+        );
+    }
     let json = serde_json::to_string(&out.vectors)
         .map_err(|e| Error::invalid("embed", format!("cannot write JSON: {e}")))?;
     println!("{json}");
