@@ -64,6 +64,9 @@ pub(crate) struct State {
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
+/// Host copy of a small device tensor's bytes.
+type HostShadow = Option<Arc<[u8]>>;
+
 /// A weight kept on the device: the owner of its host bytes (held so that their address is not
 /// reused), the buffer, and the host shadow small tensors carry (made once, not per use).
 struct Resident {
@@ -264,7 +267,7 @@ impl WgpuBackend {
                     layout: &kernel.layout,
                     entries: &entries,
                 });
-            st.bind_groups.insert(bind_key.clone(), bind);
+            st.bind_groups.insert(bind_key, bind);
         }
         let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
         let x = groups.min(max);
@@ -436,7 +439,7 @@ impl WgpuBackend {
         owner: &SharedOwner,
         data: &[u8],
         dtype: DType,
-    ) -> Result<(Arc<GpuBuf>, Option<Arc<[u8]>>)> {
+    ) -> Result<(Arc<GpuBuf>, HostShadow)> {
         let key = ResidentKey {
             addr: data.as_ptr() as usize,
             len: data.len(),

@@ -39,7 +39,7 @@ impl Profile {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut rows: Vec<_> = m.iter().collect();
-        rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
         let total: Duration = rows.iter().map(|r| r.1 .1).sum();
         let mut s = format!(
             "wgpu profile: {:.1} ms in kernels\n",
