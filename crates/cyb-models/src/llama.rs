@@ -126,11 +126,11 @@ impl LlamaModel {
         let primary = self.dispatcher.primary();
         let probe = [
             TensorInfo {
-                shape: Shape::new(&[h, max_ctx.max(1), d])?,
+                shape: Shape::new([h, max_ctx.max(1), d])?,
                 dtype: DType::F32,
             },
             TensorInfo {
-                shape: Shape::new(&[1, h, d])?,
+                shape: Shape::new([1, h, d])?,
                 dtype: DType::F32,
             },
         ];
