@@ -27,6 +27,8 @@ pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::Gr
     match dtype {
         DType::Q4_0 => Some(x::q4_0_group),
         DType::Q8_0 => Some(x::q8_0_group),
+        DType::Q4_1 => Some(x::q4_1_group),
+        DType::Q5_0 => Some(x::q5_0_group),
         DType::Q4_K => Some(x::q4_k_group),
         DType::Q6_K => Some(x::q6_k_group),
         _ => None,

@@ -119,20 +119,31 @@ fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
     }
 }
 
-/// Q4_0 (`Q8 == false`, zero point 8) and Q8_0 (`Q8 == true`, zero point 128).
+/// The 32-value formats of `legacy`.
+const Q4_0: u8 = 0;
+const Q8_0: u8 = 1;
+const Q4_1: u8 = 2;
+const Q5_0: u8 = 3;
+
+/// Q4_0 (zero point 8), Q8_0 (128), Q5_0 (16) and Q4_1 (`x = d·q + m`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-unsafe fn legacy<const Q8: bool, const R: usize, const SPLIT: bool>(
+unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     g: &[u8],
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
 ) {
     let nb = a.k / 32;
-    let ub = if Q8 { 544 } else { 288 };
+    let (ub, levels, zero_point) = match FMT {
+        Q4_0 => (288, 32, 8),
+        Q8_0 => (544, 32, 128),
+        Q4_1 => (320, 64, 0),
+        _ => (352, 32, 16),
+    };
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
-    let zero_point = if Q8 { 128 } else { 8 };
     let m4 = _mm512_set1_epi8(0x0f);
+    let bit4 = _mm512_set1_epi8(0x10);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
@@ -140,22 +151,37 @@ unsafe fn legacy<const Q8: bool, const R: usize, const SPLIT: bool>(
         unsafe {
             let u = g.as_ptr().add(b * ub);
             let mut isum = [[_mm512_setzero_si512(); 2]; R];
-            for r in 0..R {
-                let s = *a.sum32.get_unchecked((r0 + r) * nb + b);
-                isum[r][0] = _mm512_set1_epi32(-zero_point * s);
+            if zero_point != 0 {
+                for r in 0..R {
+                    let s = *a.sum32.get_unchecked((r0 + r) * nb + b);
+                    isum[r][0] = _mm512_set1_epi32(-zero_point * s);
+                }
             }
-            if Q8 {
+            if FMT == Q8_0 {
                 for v in 0..8 {
-                    let w = load(u.add(32 + 64 * v));
+                    let w = load(u.add(levels + 64 * v));
                     for r in 0..R {
                         dot::<SPLIT>(&mut isum[r], w, &p[r], b * 32 + 4 * v);
                     }
                 }
             } else {
+                let fifth = if FMT == Q5_0 {
+                    load(u.add(288))
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for v in 0..4 {
-                    let raw = load(u.add(32 + 64 * v));
-                    let lo = _mm512_and_si512(raw, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    let raw = load(u.add(levels + 64 * v));
+                    let mut lo = _mm512_and_si512(raw, m4);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    if FMT == Q5_0 {
+                        // Bit v (levels 4v + i) and bit v + 4 (levels 16 + 4v + i) to bit 4;
+                        // 16-bit shifts of at most 4 keep bit 4 within its byte.
+                        let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
+                        let down = _mm512_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
+                        lo = _mm512_or_si512(lo, _mm512_and_si512(up, bit4));
+                        hi = _mm512_or_si512(hi, _mm512_and_si512(down, bit4));
+                    }
                     for r in 0..R {
                         dot::<SPLIT>(&mut isum[r], lo, &p[r], b * 32 + 4 * v);
                         dot::<SPLIT>(&mut isum[r], hi, &p[r], b * 32 + 16 + 4 * v);
@@ -164,9 +190,13 @@ unsafe fn legacy<const Q8: bool, const R: usize, const SPLIT: bool>(
             }
             let dw = scales_f16(u);
             for r in 0..R {
-                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nb + b));
+                let da = *a.d.get_unchecked((r0 + r) * nb + b);
                 let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
-                acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, da), acc[r]);
+                acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
+                if FMT == Q4_1 {
+                    let sa = da * *a.sum32.get_unchecked((r0 + r) * nb + b) as f32;
+                    acc[r] = _mm512_fmadd_ps(scales_f16(u.add(32)), _mm512_set1_ps(sa), acc[r]);
+                }
             }
         }
     }
@@ -299,7 +329,7 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
 pub type GroupKernel = unsafe fn(&[u8], &ActQuads, usize, usize, &mut Out);
 
 macro_rules! entry {
-    ($name:ident, $kern:ident $(, $q8:literal)?) => {
+    ($name:ident, $kern:ident $(, $q8:ident)?) => {
         /// # Safety
         /// The CPU must have the `Avx512` kernel set's features.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
@@ -329,7 +359,9 @@ macro_rules! entry {
         }
     };
 }
-entry!(q4_0_group, legacy, false);
-entry!(q8_0_group, legacy, true);
+entry!(q4_0_group, legacy, Q4_0);
+entry!(q8_0_group, legacy, Q8_0);
+entry!(q4_1_group, legacy, Q4_1);
+entry!(q5_0_group, legacy, Q5_0);
 entry!(q4_k_group, q4_k);
 entry!(q6_k_group, q6_k);

@@ -8,6 +8,10 @@
 //!
 //! - Q4_0 (288 B): `d` f16 ×16 | 4 vectors: vector `v` holds levels `4v + i` in its low
 //!   nibbles and `16 + 4v + i` in its high nibbles (the block's own nibble order). Zero point 8.
+//! - Q4_1 (320 B): `d` ×16 | `m` ×16 | the four vectors of Q4_0. No zero point (`m` is
+//!   applied with the activation sums).
+//! - Q5_0 (352 B): the Q4_0 unit (low four bits) | one vector of fifth bits: bit `s` of byte
+//!   `(r, i)` is that of level `4s + i`. Zero point 16.
 //! - Q8_0 (544 B): `d` f16 ×16 | 8 vectors of levels `4v + i` plus 128 (unsigned, zero point
 //!   128).
 //! - Q4_K (2368 B): `d` ×16 | `dmin` ×16 | 6-bit scales `[j][r]` (128 B) | mins `[j][r]`
@@ -36,6 +40,8 @@ pub fn unit(dtype: DType) -> Option<(usize, usize)> {
     match dtype {
         DType::Q4_0 => Some((32, 288)),
         DType::Q8_0 => Some((32, 544)),
+        DType::Q4_1 => Some((32, 320)),
+        DType::Q5_0 => Some((32, 352)),
         DType::Q4_K => Some((256, 2368)),
         DType::Q6_K => Some((256, 3360)),
         _ => None,
@@ -87,6 +93,26 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
             for v in 0..4 {
                 let at = 32 + 64 * v + 4 * r;
                 out[at..at + 4].copy_from_slice(&b[2 + 4 * v..6 + 4 * v]);
+            }
+        }
+        DType::Q4_1 => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            out[32 + 2 * r..34 + 2 * r].copy_from_slice(&b[2..4]);
+            for v in 0..4 {
+                let at = 64 + 64 * v + 4 * r;
+                out[at..at + 4].copy_from_slice(&b[4 + 4 * v..8 + 4 * v]);
+            }
+        }
+        DType::Q5_0 => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            for v in 0..4 {
+                let at = 32 + 64 * v + 4 * r;
+                out[at..at + 4].copy_from_slice(&b[6 + 4 * v..10 + 4 * v]);
+            }
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for i in 0..4 {
+                out[288 + 4 * r + i] =
+                    (0..8).fold(0u8, |acc, s| acc | ((((qh >> (4 * s + i)) & 1) as u8) << s));
             }
         }
         DType::Q8_0 => {
