@@ -73,15 +73,10 @@ impl<'p> Builder<'p> {
                 "domain not supported",
             ));
         }
-        if self.opset < 7 && !SAME_SINCE_OPSET_1.contains(&n.op_type.as_str()) {
-            return Err(unsupported(
-                &name,
-                &n.op_type,
-                &format!(
-                    "opset {} (before 7 only ops unchanged since opset 1 are read)",
-                    self.opset
-                ),
-            ));
+        if self.opset < 7 {
+            legacy_check(&n.op_type, self.opset, &Attrs::new(&n.attribute)).map_err(|why| {
+                unsupported(&name, &n.op_type, &format!("opset {}: {why}", self.opset))
+            })?;
         }
         let mut inputs = Vec::with_capacity(n.input.len());
         for s in &n.input {
@@ -123,9 +118,9 @@ impl<'p> Builder<'p> {
     }
 }
 
-/// Operators whose inputs, attributes and math are the same at every opset up to 6 as in the
-/// mapping below (only their type lists grew), so old models using them import safely.
-pub(crate) const SAME_SINCE_OPSET_1: &[&str] = &[
+/// Operators whose inputs, attributes and math at opsets 1–6 are what the mapping below reads
+/// (only their type lists grew later), so old models using them import safely.
+const SAME_SINCE_OPSET_1: &[&str] = &[
     "Not",
     "And",
     "Or",
@@ -167,16 +162,69 @@ pub(crate) const SAME_SINCE_OPSET_1: &[&str] = &[
     "Transpose",
     "Shape",
     "Size",
-    "Sin",
-    "Cos",
-    "Tan",
-    "Asin",
-    "Acos",
-    "Atan",
     "Hardmax",
     "LogSoftmax",
     "Softmax",
+    "Conv",
+    "ConvTranspose",
+    "MaxPool",
+    "AveragePool",
+    "LpPool",
+    "Unsqueeze",
+    "Squeeze",
+    "Flatten",
+    "MatMul",
+    "Gemm",
+    "Clip",
+    "Split",
+    "Gather",
+    "Slice",
+    "Constant",
+    "Tile",
+    "Sum",
+    "Max",
+    "Min",
+    "Mean",
+    "PRelu",
+    "Dropout",
+    "BatchNormalization",
+    "Concat",
+    "Reshape",
+    "Cast",
+    "Pad",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Equal",
+    "Less",
+    "Greater",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "LRN",
 ];
+
+/// Whether a node of an opset-1..6 model means what the mapping assumes; the reason if not.
+fn legacy_check(op: &str, opset: i64, a: &Attrs) -> std::result::Result<(), String> {
+    if !SAME_SINCE_OPSET_1.contains(&op) {
+        return Err("before opset 7 only operators unchanged since opset 1 are read".into());
+    }
+    let arith = [
+        "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor",
+    ];
+    if arith.contains(&op) && a.i("broadcast", 0) != 0 && a.has("axis") {
+        return Err("legacy broadcast along an axis".into());
+    }
+    match op {
+        "Reshape" if opset < 5 => Err("shape as an attribute".into()),
+        "Cast" if opset < 6 => Err("'to' as a string".into()),
+        "Pad" if opset < 2 => Err("'paddings' attribute".into()),
+        "Concat" if opset < 4 && !a.has("axis") => Err("implicit axis".into()),
+        "BatchNormalization" if a.i("spatial", 1) == 0 => Err("spatial = 0".into()),
+        _ => Ok(()),
+    }
+}
 
 pub(crate) fn unsupported(node: &str, op_type: &str, why: &str) -> Error {
     Error::UnsupportedOp {
@@ -278,7 +326,29 @@ fn map(
         "Mul" => bin(BinaryFn::Mul),
         "Div" => bin(BinaryFn::Div),
         "Pow" => bin(BinaryFn::Pow),
-        "PRelu" => bin(BinaryFn::PRelu),
+        "PRelu" => {
+            // Before opset 7 a 1-D slope applies along the channel dim (1), not the last.
+            let (xr, sr) = (
+                b.rank(ins.first().copied().flatten()),
+                b.rank(ins.get(1).copied().flatten()),
+            );
+            if opset < 7 && sr == Some(1) && xr.is_some_and(|r| r > 2) {
+                let r = xr.unwrap_or(2);
+                let mut dims = vec![-1i64];
+                dims.extend(std::iter::repeat_n(1, r - 2));
+                let shape = b.ints(name, &dims)?;
+                let out = format!("{name}__slope");
+                let id = b.g.add_node(
+                    &out,
+                    host(HostOp::Reshape { allowzero: false }),
+                    vec![ins[1], Some(shape)],
+                    &[&out],
+                )[0];
+                b.ids.insert(out, id);
+                ins[1] = Some(id);
+            }
+            Ok((binary(BinaryFn::PRelu), ins))
+        }
         "Mod" => bin(BinaryFn::Mod {
             fmod: a.i("fmod", 0) != 0,
         }),
