@@ -163,6 +163,28 @@ impl BertModel {
         batch.split_rows(&logits.to_f32_vec()?, n)
     }
 
+    /// Masked-LM vocabulary logits, `[len_i, vocab]` row-major per sequence (models saved as
+    /// `*ForMaskedLM`).
+    pub fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let HeadWeights::MaskedLm {
+            dense,
+            act,
+            norm,
+            decoder,
+        } = &self.weights.head
+        else {
+            return Err(self.no_head("masked LM"));
+        };
+        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+            let x = m.encode(step, batch)?;
+            let x = step.linear(&x, dense)?;
+            let x = step.run(activation_op(*act), &[&x])?;
+            let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
+            step.linear(&x, decoder)
+        })?;
+        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+    }
+
     fn no_head(&self, what: &str) -> Error {
         Error::invalid(
             what,
@@ -314,11 +336,14 @@ impl BertModel {
 
     fn feed_forward(&self, step: &mut Step<'_>, layer: &BertLayer, x: &Tensor) -> Result<Tensor> {
         let h = step.linear(x, &layer.up)?;
-        let act = match self.config.activation {
-            BertActivation::Gelu(approx) => Op::Gelu { approx },
-            BertActivation::Relu => Op::Relu,
-        };
-        let h = step.run(act, &[&h])?;
+        let h = step.run(activation_op(self.config.activation), &[&h])?;
         step.linear(&h, &layer.down)
+    }
+}
+
+fn activation_op(act: BertActivation) -> Op {
+    match act {
+        BertActivation::Gelu(approx) => Op::Gelu { approx },
+        BertActivation::Relu => Op::Relu,
     }
 }

@@ -33,6 +33,8 @@ pub enum BertHead {
     SequenceClassification,
     /// One label per token (`*ForTokenClassification`).
     TokenClassification,
+    /// Vocabulary logits per token (`*ForMaskedLM`).
+    MaskedLm,
 }
 
 /// The feed-forward activation.
@@ -207,10 +209,12 @@ impl BertConfig {
             BertHead::SequenceClassification
         } else if class.ends_with("ForTokenClassification") {
             BertHead::TokenClassification
+        } else if class.ends_with("ForMaskedLM") {
+            BertHead::MaskedLm
         } else {
             BertHead::None
         };
-        let labels = if head == BertHead::None {
+        let labels = if matches!(head, BertHead::None | BertHead::MaskedLm) {
             Vec::new()
         } else {
             labels_of(config)?

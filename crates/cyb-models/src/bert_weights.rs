@@ -2,8 +2,9 @@
 //! self.query`, DistilBERT `transformer.layer.N.attention.q_lin`), each checked for presence
 //! and shape at load time and then used in place from the file mapping.
 
-use crate::bert_config::{BertConfig, BertHead, BertVariant};
+use crate::bert_config::{BertActivation, BertConfig, BertHead, BertVariant};
 use cyb_format::ModelFile;
+use cyb_ops::GeluApprox;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
 
@@ -43,6 +44,14 @@ pub(crate) enum HeadWeights {
     /// `classifier(h)` for every token.
     Token {
         out: Linear,
+    },
+    /// `decoder(LayerNorm(act(dense(h))))` for every token; the decoder is usually the word
+    /// embedding (tied) plus its own bias.
+    MaskedLm {
+        dense: Linear,
+        act: BertActivation,
+        norm: Norm,
+        decoder: Linear,
     },
 }
 
@@ -127,11 +136,63 @@ impl Loader<'_> {
         })
     }
 
-    fn head(&self) -> Result<HeadWeights> {
+    /// The masked-LM head; `word` is the embedding the decoder is tied to when the file has
+    /// no decoder weight of its own.
+    fn masked_lm(&self, word: &Tensor) -> Result<HeadWeights> {
+        let c = self.cfg;
+        let (h, v) = (c.hidden_size, c.vocab_size);
+        let (dense, norm, decoder, biases, act) = match c.variant {
+            BertVariant::Bert => (
+                "cls.predictions.transform.dense",
+                "cls.predictions.transform.LayerNorm",
+                "cls.predictions.decoder",
+                ["cls.predictions.bias", "cls.predictions.decoder.bias"],
+                c.activation,
+            ),
+            // transformers' RobertaLMHead applies GELU-erf whatever hidden_act says.
+            BertVariant::Roberta => (
+                "lm_head.dense",
+                "lm_head.layer_norm",
+                "lm_head.decoder",
+                ["lm_head.bias", "lm_head.decoder.bias"],
+                BertActivation::Gelu(GeluApprox::Erf),
+            ),
+            BertVariant::DistilBert => (
+                "vocab_transform",
+                "vocab_layer_norm",
+                "vocab_projector",
+                ["vocab_projector.bias", "vocab_projector.bias"],
+                c.activation,
+            ),
+        };
+        let w_name = format!("{decoder}.weight");
+        let w = if self.names.contains(&w_name) {
+            self.tensor(&w_name, &[v, h])?
+        } else {
+            word.clone()
+        };
+        let b_name = biases
+            .iter()
+            .find(|n| self.names.contains(**n))
+            .copied()
+            .unwrap_or(biases[0]);
+        Ok(HeadWeights::MaskedLm {
+            dense: self.linear(dense, h, h)?,
+            act,
+            norm: self.norm(norm, h)?,
+            decoder: Linear {
+                w,
+                b: Some(self.tensor(b_name, &[v])?),
+            },
+        })
+    }
+
+    fn head(&self, word: &Tensor) -> Result<HeadWeights> {
         let c = self.cfg;
         let (h, n) = (c.hidden_size, c.labels.len());
         Ok(match (c.head, c.variant) {
             (BertHead::None, _) => HeadWeights::None,
+            (BertHead::MaskedLm, _) => self.masked_lm(word)?,
             (BertHead::TokenClassification, _) => HeadWeights::Token {
                 out: self.linear("classifier", n, h)?,
             },
@@ -165,13 +226,14 @@ impl BertWeights {
         let layers = (0..cfg.num_layers)
             .map(|i| l.layer(i))
             .collect::<Result<Vec<_>>>()?;
+        let word = l.tensor(&e("word_embeddings.weight"), &[cfg.vocab_size, h])?;
         Ok(BertWeights {
-            word: l.tensor(&e("word_embeddings.weight"), &[cfg.vocab_size, h])?,
             position: l.tensor(&e("position_embeddings.weight"), &[cfg.max_position, h])?,
             token_type,
             embed_norm: l.norm(&e("LayerNorm"), h)?,
             layers,
-            head: l.head()?,
+            head: l.head(&word)?,
+            word,
         })
     }
 }

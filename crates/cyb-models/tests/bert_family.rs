@@ -189,3 +189,27 @@ fn missing_tensor_is_named() {
     std::fs::remove_dir_all(&tmp).ok();
     assert!(e.contains("bert.pooler.dense.weight"), "{e}");
 }
+
+#[test]
+fn masked_lm_matches_transformers() {
+    for variant in ["bert_mlm", "roberta_mlm", "distilbert_mlm"] {
+        let r = reference(variant);
+        for layout in [BatchLayout::Padded, BatchLayout::Packed] {
+            let mut m = load(variant, Dispatcher::reference());
+            m.set_layout(layout);
+            assert_eq!(m.config().head, BertHead::MaskedLm);
+            let seqs: Vec<Vec<u32>> = r["sequences"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| ids(&s["ids"]))
+                .collect();
+            let got = m.masked_lm_logits(&seqs).unwrap();
+            for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+                let tag = format!("{variant} {layout:?} seq {i}");
+                check(&tag, &got[i], &floats(&s["logits"]));
+            }
+            assert!(m.token_logits(&seqs).is_err(), "no token head here");
+        }
+    }
+}
