@@ -12,6 +12,22 @@ use serde_json::Value;
 pub const BERT_ARCHITECTURES: &[&str] =
     &["bert", "roberta", "xlm-roberta", "camembert", "distilbert"];
 
+/// Encoder `model_type`s (Hugging Face) and GGUF architectures recognized as encoders but not
+/// run yet: loading one is an error naming it, not a decoder-family error.
+const ENCODERS_NOT_YET: &[&str] = &[
+    "modernbert",
+    "deberta",
+    "deberta-v2",
+    "nomic_bert",
+    "nomic-bert",
+    "jina_bert",
+    "jina-bert-v2",
+    "modern-bert",
+    "electra",
+    "mpnet",
+    "xlm-roberta-xl",
+];
+
 /// The member of the family, which decides tensor names, position ids and heads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BertVariant {
@@ -80,16 +96,16 @@ fn invalid(field: &str, reason: impl Into<String>) -> Error {
 }
 
 impl BertConfig {
-    /// True when `file` holds a model of this family (by `model_type`).
+    /// True when `file` holds an encoder (by `model_type` / `general.architecture`): one of
+    /// this family, or one known but not run yet (whose load then fails naming it).
     pub fn is_bert_file(file: &ModelFile) -> bool {
-        match file {
-            ModelFile::HuggingFace(h) => h
-                .config_json()
-                .get("model_type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| BERT_ARCHITECTURES.contains(&t)),
-            ModelFile::Gguf(_) => false,
-        }
+        let arch = match file {
+            ModelFile::HuggingFace(h) => h.config_json().get("model_type").and_then(Value::as_str),
+            ModelFile::Gguf(g) => g
+                .get("general.architecture")
+                .and_then(cyb_format::MetaValue::as_str),
+        };
+        arch.is_some_and(|t| BERT_ARCHITECTURES.contains(&t) || ENCODERS_NOT_YET.contains(&t))
     }
 
     /// From an opened Hugging Face directory; the tensor names decide the encoder prefix.
@@ -144,6 +160,16 @@ impl BertConfig {
             "bert" => BertVariant::Bert,
             "roberta" | "xlm-roberta" | "camembert" => BertVariant::Roberta,
             "distilbert" => BertVariant::DistilBert,
+            other if ENCODERS_NOT_YET.contains(&other) => {
+                return Err(invalid(
+                    "model_type",
+                    format!(
+                        "\"{other}\" is an encoder architecture this build does not run yet; \
+                         the BertStyle family runs {}",
+                        BERT_ARCHITECTURES.join(", ")
+                    ),
+                ))
+            }
             other => {
                 return Err(invalid(
                     "model_type",

@@ -213,3 +213,29 @@ fn masked_lm_matches_transformers() {
         }
     }
 }
+
+#[test]
+fn encoders_not_run_yet_are_named() {
+    let tmp = std::env::temp_dir().join(format!("cyb-bert-modernbert-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir("bert").join("config.json")).unwrap())
+            .unwrap();
+    config["model_type"] = "modernbert".into();
+    std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
+    std::fs::copy(
+        dir("bert").join("model.safetensors"),
+        tmp.join("model.safetensors"),
+    )
+    .unwrap();
+    let file = cyb_format::open(&tmp).unwrap();
+    assert!(cyb_models::BertConfig::is_bert_file(&file));
+    let e = BertModel::load(&file, Arc::new(Dispatcher::reference()))
+        .unwrap_err()
+        .to_string();
+    std::fs::remove_dir_all(&tmp).ok();
+    assert!(
+        e.contains("modernbert") && e.contains("does not run yet"),
+        "{e}"
+    );
+}
