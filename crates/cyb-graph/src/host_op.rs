@@ -3,6 +3,7 @@
 //! ordinary [`Op`]s and run them through the dispatcher; when the inputs are constants, constant
 //! folding removes them before the graph runs. ONNX's dynamic-shape operators map onto these.
 
+pub use crate::host_grid::{GridMode, GridPadding};
 pub use crate::host_loss::LossReduction;
 pub use crate::host_misc::WindowKind;
 pub use crate::host_resize::ResizeSpec;
@@ -156,6 +157,12 @@ pub enum HostOp {
     /// ONNX RNN/GRU/LSTM: inputs `x, w, r, b?, sequence_lens?, initial_h?, initial_c?, p?`;
     /// outputs `y, y_h` (and `y_c` for LSTM).
     Rnn(RnnSpec),
+    /// ONNX GridSample (4-D): inputs `x, grid`.
+    GridSample {
+        mode: GridMode,
+        padding: GridPadding,
+        align_corners: bool,
+    },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -263,6 +270,7 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::GridSample { .. } => "grid_sample",
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",
             HostOp::EyeLike { .. } => "eye_like",

@@ -446,6 +446,11 @@ pub(crate) fn run(
             crate::host_misc::non_max_suppression(r, inputs, *center_point_box)
         }
         HostOp::ConvTransposeSized(spec) => crate::host_misc::conv_transpose_sized(r, inputs, spec),
+        HostOp::GridSample {
+            mode,
+            padding,
+            align_corners,
+        } => crate::host_grid::grid_sample(r, inputs, *mode, *padding, *align_corners),
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

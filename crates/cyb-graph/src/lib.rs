@@ -11,6 +11,7 @@
 
 mod exec;
 mod graph;
+mod host_grid;
 mod host_linalg;
 mod host_loss;
 mod host_misc;
@@ -27,6 +28,7 @@ mod text_value;
 
 pub use exec::{Executor, RunStats};
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
+pub use host_grid::{GridMode, GridPadding};
 pub use host_op::{ConvTransposeSpec, HostOp, LossReduction, ResizeSpec, SoftmaxKind, WindowKind};
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};

@@ -7,7 +7,9 @@ use super::proto::NodeProto;
 use cyb_graph::{
     ConvTransposeSpec, HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId, WindowKind,
 };
-use cyb_graph::{CoordMode, NearestMode, ResizeMode, RnnActivation, RnnCell, RnnSpec};
+use cyb_graph::{
+    CoordMode, GridMode, GridPadding, NearestMode, ResizeMode, RnnActivation, RnnCell, RnnSpec,
+};
 use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
 use cyb_tensor::Result;
 
@@ -306,6 +308,29 @@ pub(crate) fn map(
             ins,
         )),
         "Det" => Ok((host(HostOp::Det), ins)),
+        "GridSample" => {
+            let mode = match a.s("mode").as_deref().unwrap_or("bilinear") {
+                "bilinear" | "linear" => GridMode::Bilinear,
+                "nearest" => GridMode::Nearest,
+                "bicubic" | "cubic" => GridMode::Bicubic,
+                m => return Err(unsupported(name, t, &format!("mode {m}"))),
+            };
+            let padding = match a.s("padding_mode").as_deref().unwrap_or("zeros") {
+                "zeros" => GridPadding::Zeros,
+                "border" => GridPadding::Border,
+                "reflection" => GridPadding::Reflection,
+                p => return Err(unsupported(name, t, &format!("padding_mode {p}"))),
+            };
+            let align_corners = a.i("align_corners", 0) != 0;
+            Ok((
+                host(HostOp::GridSample {
+                    mode,
+                    padding,
+                    align_corners,
+                }),
+                ins,
+            ))
+        }
         "RNN" | "GRU" | "LSTM" => rnn(name, t, a, ins),
         "NonMaxSuppression" => Ok((
             host(HostOp::NonMaxSuppression {
