@@ -7,6 +7,7 @@
 //!
 //! This crate must not know about backends, file formats or models.
 
+mod geometry;
 mod op;
 mod op_params;
 pub mod reference;

@@ -6,6 +6,7 @@
 //! panic. [`load_onnx`] also runs inference, constant folding and dead-node elimination.
 
 mod attrs;
+mod builder;
 mod ops;
 mod ops_nn;
 pub mod proto;
@@ -102,7 +103,7 @@ fn build(model: &ModelProto, path: &Path) -> Result<Graph> {
         .graph
         .as_ref()
         .ok_or_else(|| format_err(path, "model has no graph".into()))?;
-    let mut b = ops::Builder::new(path, opset);
+    let mut b = builder::Builder::new(path, opset);
     for init in &graph.initializer {
         if b.ids.contains_key(&init.name) {
             return Err(format_err(

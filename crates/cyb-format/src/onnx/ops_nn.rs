@@ -2,7 +2,8 @@
 //! the softmax family, clip and pad.
 
 use super::attrs::Attrs;
-use super::ops::{unsupported, Builder, Mapped};
+use super::builder::{Builder, Mapped};
+use super::ops::unsupported;
 use super::proto::NodeProto;
 use cyb_graph::{
     ConvTransposeSpec, HostOp, LossReduction, NodeOp, ResizeSpec, SoftmaxKind, ValueId, WindowKind,
