@@ -45,8 +45,43 @@ impl<'a> Executor<'a> {
         &self,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<(Vec<(String, Tensor)>, RunStats)> {
-        let g = self.graph;
+        let given = self.bind(inputs)?;
         let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.slots];
+        let mut ctx = ExecContext::default();
+        self.dispatcher.begin_step(&mut ctx)?;
+        let result = self.run_nodes(&mut slots, &given, &mut ctx);
+        let ended = self.dispatcher.end_step(&mut ctx);
+        let stats = result?;
+        ended?;
+        let outs = self.collect(&slots, &given)?;
+        let names = self
+            .graph
+            .outputs
+            .iter()
+            .map(|&o| self.graph.name_of(o).to_string());
+        let outs = names
+            .zip(outs)
+            .map(|(n, t)| Ok((n, self.dispatcher.to_host(&t)?)))
+            .collect::<Result<_>>()?;
+        Ok((outs, stats))
+    }
+
+    /// Runs the graph inside a step that is already open (a subgraph of `If`/`Loop`); outputs
+    /// stay where they were computed.
+    pub(crate) fn run_nested(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+        ctx: &mut ExecContext,
+    ) -> Result<Vec<Tensor>> {
+        let given = self.bind(inputs)?;
+        let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.slots];
+        self.run_nodes(&mut slots, &given, ctx)?;
+        self.collect(&slots, &given)
+    }
+
+    /// The graph inputs by id, checked against their declared types.
+    fn bind(&self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<usize, Tensor>> {
+        let g = self.graph;
         let mut given: HashMap<usize, Tensor> = HashMap::new();
         let mut bound: HashMap<&str, usize> = HashMap::new();
         for &id in &g.inputs {
@@ -73,26 +108,29 @@ impl<'a> Executor<'a> {
             }
             given.insert(id, t);
         }
-        let mut ctx = ExecContext::default();
-        self.dispatcher.begin_step(&mut ctx)?;
-        let result = self.run_nodes(&mut slots, &given, &mut ctx);
-        let ended = self.dispatcher.end_step(&mut ctx);
-        let stats = result?;
-        ended?;
-        let mut outs = Vec::with_capacity(g.outputs.len());
-        for &o in &g.outputs {
-            let t = match (
-                g.constants.get(&o),
-                given.get(&o),
-                self.plan.slot_of.get(&o),
-            ) {
-                (Some(t), _, _) | (_, Some(t), _) => t.clone(),
-                (_, _, Some(&s)) => slots[s].clone().ok_or_else(|| missing(g, o))?,
-                _ => return Err(missing(g, o)),
-            };
-            outs.push((g.name_of(o).to_string(), self.dispatcher.to_host(&t)?));
-        }
-        Ok((outs, stats))
+        Ok(given)
+    }
+
+    fn collect(
+        &self,
+        slots: &[Option<Tensor>],
+        given: &HashMap<usize, Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let g = self.graph;
+        g.outputs
+            .iter()
+            .map(|&o| {
+                match (
+                    g.constants.get(&o),
+                    given.get(&o),
+                    self.plan.slot_of.get(&o),
+                ) {
+                    (Some(t), _, _) | (_, Some(t), _) => Ok(t.clone()),
+                    (_, _, Some(&s)) => slots[s].clone().ok_or_else(|| missing(g, o)),
+                    _ => Err(missing(g, o)),
+                }
+            })
+            .collect()
     }
 
     fn run_nodes(

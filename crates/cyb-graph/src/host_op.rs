@@ -8,6 +8,7 @@ pub use crate::host_loss::LossReduction;
 pub use crate::host_misc::WindowKind;
 pub use crate::host_resize::ResizeSpec;
 pub use crate::host_rnn::RnnSpec;
+pub use crate::subgraph::SubGraph;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -163,6 +164,14 @@ pub enum HostOp {
         padding: GridPadding,
         align_corners: bool,
     },
+    /// ONNX If: inputs `cond, captured..`; each branch takes the captured values as its inputs.
+    If {
+        then_branch: SubGraph,
+        else_branch: SubGraph,
+    },
+    /// ONNX Loop: inputs `max_trips?, cond?, carried.., captured..`; the body takes
+    /// `iteration, cond, carried.., captured..` and returns `cond, carried.., scans..`.
+    Loop { body: SubGraph, n_carried: usize },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -270,6 +279,8 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::If { .. } => "if",
+            HostOp::Loop { .. } => "loop",
             HostOp::GridSample { .. } => "grid_sample",
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",

@@ -451,6 +451,13 @@ pub(crate) fn run(
             padding,
             align_corners,
         } => crate::host_grid::grid_sample(r, inputs, *mode, *padding, *align_corners),
+        HostOp::If {
+            then_branch,
+            else_branch,
+        } => crate::subgraph::run_if(r, &then_branch.0, &else_branch.0, inputs),
+        HostOp::Loop { body, n_carried } => {
+            crate::subgraph::run_loop(r, &body.0, *n_carried, inputs)
+        }
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

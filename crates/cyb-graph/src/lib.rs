@@ -23,6 +23,7 @@ mod host_run;
 mod infer;
 mod passes;
 mod plan;
+mod subgraph;
 mod text;
 mod text_value;
 
@@ -35,4 +36,5 @@ pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};
 pub use infer::infer_types;
 pub use passes::{eliminate_dead_nodes, fold_constants};
 pub use plan::{MemoryPlan, SlotAssignment};
+pub use subgraph::SubGraph;
 pub use text::{parse_graph, write_graph, INLINE_CONSTANT_LIMIT};

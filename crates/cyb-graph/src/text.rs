@@ -16,6 +16,11 @@ const NAME_EXTRA: &str = "./-";
 
 /// The text form of `g`. Fails only for op parameters JSON cannot hold (NaN or infinite floats).
 pub fn write_graph(g: &Graph) -> Result<String> {
+    write_graph_limit(g, INLINE_CONSTANT_LIMIT)
+}
+
+/// The text form with constants of up to `inline_limit` elements written inline.
+pub(crate) fn write_graph_limit(g: &Graph, inline_limit: usize) -> Result<String> {
     let mut s = String::from("graph {\n");
     for v in &g.values {
         s.push_str("  value ");
@@ -35,7 +40,7 @@ pub fn write_graph(g: &Graph) -> Result<String> {
         s.push_str("  const ");
         push_name(g.name_of(id), &mut s);
         s.push_str(" = ");
-        push_constant(t, &mut s);
+        push_constant(t, inline_limit, &mut s);
         s.push('\n');
     }
     for n in &g.nodes {
@@ -128,12 +133,12 @@ fn push_type(t: &ValueType, s: &mut String) {
     }
 }
 
-fn push_constant(t: &Tensor, s: &mut String) {
+fn push_constant(t: &Tensor, inline_limit: usize, s: &mut String) {
     let Some(bytes) = t.host_bytes() else {
         s.push('@');
         return;
     };
-    if t.numel() > INLINE_CONSTANT_LIMIT {
+    if t.numel() > inline_limit {
         s.push('@');
     } else if t.dtype().is_integer() {
         let v = t.to_i64_vec().unwrap_or_default();

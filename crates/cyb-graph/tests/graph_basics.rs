@@ -237,3 +237,60 @@ fn folding_replaces_constant_subgraphs() {
     let shp = g.value_id("shp").unwrap();
     assert_eq!(g.constants[&shp].to_i64_vec().unwrap(), vec![2, 3]);
 }
+
+/// `If` with captured input; the branches survive the text round trip and run.
+#[test]
+fn subgraphs_round_trip_and_run() {
+    let branch = |double: bool| {
+        let mut b = Graph::default();
+        let x = b.add_value("x", Some(ValueType::fixed(DType::F32, &[2])));
+        b.inputs.push(x);
+        let y = if double {
+            let two = b.add_constant("two", Tensor::from_f32(&[], &[2.0]).unwrap());
+            b.add_node(
+                "mul",
+                NodeOp::Op(Op::Binary { f: BinaryFn::Mul }),
+                vec![Some(x), Some(two)],
+                &["y"],
+            )[0]
+        } else {
+            b.add_node(
+                "neg",
+                NodeOp::Op(Op::Unary { f: UnaryFn::Neg }),
+                vec![Some(x)],
+                &["y"],
+            )[0]
+        };
+        b.outputs.push(y);
+        cyb_graph::SubGraph(Box::new(b))
+    };
+    let mut g = Graph::default();
+    let c = g.add_value("c", Some(ValueType::fixed(DType::Bool, &[])));
+    let x = g.add_value("x", Some(ValueType::fixed(DType::F32, &[2])));
+    g.inputs = vec![c, x];
+    let op = HostOp::If {
+        then_branch: branch(true),
+        else_branch: branch(false),
+    };
+    let y = g.add_node("if", NodeOp::Host(op), vec![Some(c), Some(x)], &["y"])[0];
+    g.outputs.push(y);
+    let text = write_graph(&g).unwrap();
+    let back = parse_graph(&text, &|_| None).unwrap();
+    assert_eq!(back, g, "{text}");
+    let d = Dispatcher::reference();
+    let ex = Executor::new(&back, &d).unwrap();
+    for (cond, want) in [(1u8, [2.0f32, -4.0]), (0, [-1.0, 2.0])] {
+        let inputs = HashMap::from([
+            (
+                "c".to_string(),
+                Tensor::from_bytes(&[], DType::Bool, &[cond]).unwrap(),
+            ),
+            (
+                "x".to_string(),
+                Tensor::from_f32(&[2], &[1.0, -2.0]).unwrap(),
+            ),
+        ]);
+        let (outs, _) = ex.run(&inputs).unwrap();
+        assert_eq!(outs[0].1.to_f32_vec().unwrap(), want);
+    }
+}

@@ -1,6 +1,6 @@
 //! Typed access to a node's attributes, with ONNX's defaults supplied by the caller.
 
-use super::proto::{AttributeProto, TensorProto};
+use super::proto::{AttributeProto, GraphProto, TensorProto};
 
 pub(crate) struct Attrs<'a> {
     list: &'a [AttributeProto],
@@ -47,6 +47,10 @@ impl<'a> Attrs<'a> {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .collect()
         })
+    }
+
+    pub fn g(&self, name: &str) -> Option<&'a GraphProto> {
+        self.get(name).and_then(|a| a.g.as_deref())
     }
 
     pub fn t(&self, name: &str) -> Option<&'a TensorProto> {

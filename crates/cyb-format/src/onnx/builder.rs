@@ -4,10 +4,10 @@
 use super::attrs::Attrs;
 use super::format_err;
 use super::ops::{map, unsupported};
-use super::proto::NodeProto;
+use super::proto::{GraphProto, NodeProto};
 use cyb_graph::{Graph, NodeOp, ValueId};
 use cyb_tensor::{Result, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 pub(crate) struct Builder<'p> {
@@ -16,6 +16,10 @@ pub(crate) struct Builder<'p> {
     pub path: &'p Path,
     pub opset: i64,
     tmp: usize,
+    /// Names visible from enclosing graphs (when this builds a subgraph).
+    pub outer: HashSet<String>,
+    /// Outer names this subgraph reads, in first-use order; each is one of its inputs.
+    pub captured: Vec<String>,
 }
 
 /// What one ONNX node becomes: an op and its inputs (the node's, plus constants made from
@@ -30,7 +34,65 @@ impl<'p> Builder<'p> {
             path,
             opset,
             tmp: 0,
+            outer: HashSet::new(),
+            captured: Vec::new(),
         }
+    }
+
+    /// The value named `s`: defined here, or captured from an enclosing graph as a new input.
+    pub fn lookup(&mut self, s: &str) -> Option<ValueId> {
+        if let Some(&id) = self.ids.get(s) {
+            return Some(id);
+        }
+        if !self.outer.contains(s) {
+            return None;
+        }
+        let id = self.g.add_value(s, None);
+        self.g.inputs.push(id);
+        self.ids.insert(s.to_string(), id);
+        self.captured.push(s.to_string());
+        Some(id)
+    }
+
+    /// Builds a subgraph (an `If` branch, a `Loop` body) that may read this graph's values.
+    /// Returns it with the outer names it captured (its inputs after the formal ones).
+    pub fn subgraph(&mut self, gp: &GraphProto) -> Result<(Graph, Vec<String>)> {
+        let mut child = Builder::new(self.path, self.opset);
+        child.outer = self.ids.keys().chain(self.outer.iter()).cloned().collect();
+        for init in &gp.initializer {
+            let t = super::tensor::to_tensor(init, self.path, self.path.parent())?;
+            let id = child.g.add_constant(&init.name, t);
+            child.ids.insert(init.name.clone(), id);
+        }
+        for vi in &gp.input {
+            let id = child
+                .g
+                .add_value(&vi.name, super::value_type(vi, self.path)?);
+            child.g.inputs.push(id);
+            child.ids.insert(vi.name.clone(), id);
+        }
+        for (i, node) in gp.node.iter().enumerate() {
+            child.node(node, i)?;
+        }
+        for vi in &gp.output {
+            let id = child.lookup(&vi.name).ok_or_else(|| {
+                format_err(
+                    self.path,
+                    format!("subgraph output {:?} is never computed", vi.name),
+                )
+            })?;
+            child.g.outputs.push(id);
+        }
+        // What the child captured from further out, this graph captures too.
+        for name in child.captured.clone() {
+            if self.lookup(&name).is_none() {
+                return Err(format_err(
+                    self.path,
+                    format!("subgraph reads unknown {name:?}"),
+                ));
+            }
+        }
+        Ok((child.g, child.captured))
     }
 
     /// A new constant with a generated name.
@@ -84,7 +146,7 @@ impl<'p> Builder<'p> {
                 inputs.push(None);
                 continue;
             }
-            let id = self.ids.get(s).copied().ok_or_else(|| {
+            let id = self.lookup(s).ok_or_else(|| {
                 format_err(
                     self.path,
                     format!("node {name} reads {s:?}, which no earlier node computes"),

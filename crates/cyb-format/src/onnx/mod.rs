@@ -161,7 +161,7 @@ fn build(model: &ModelProto, path: &Path) -> Result<Graph> {
     Ok(b.g)
 }
 
-fn value_type(vi: &proto::ValueInfoProto, path: &Path) -> Result<Option<ValueType>> {
+pub(crate) fn value_type(vi: &proto::ValueInfoProto, path: &Path) -> Result<Option<ValueType>> {
     let Some(tp) = &vi.r#type else {
         return Ok(None);
     };

@@ -5,7 +5,7 @@ use super::attrs::Attrs;
 use super::builder::{Builder, Mapped};
 use super::proto::NodeProto;
 use super::tensor;
-use cyb_graph::{HostOp, NodeOp, ValueId};
+use cyb_graph::{Graph, HostOp, NodeOp, SubGraph, ValueId};
 use cyb_ops::{BinaryFn, Op, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
 
@@ -388,6 +388,7 @@ pub(crate) fn map(
             }),
             ins,
         )),
+        "If" | "Loop" => control_flow(b, n, name, a, ins),
         "Trilu" => Ok((
             host(HostOp::Trilu {
                 upper: a.i("upper", 1) != 0,
@@ -439,5 +440,77 @@ fn constant_attr(b: &Builder, name: &str, a: &Attrs) -> Result<Tensor> {
         name,
         "Constant",
         &format!("attribute {which:?}"),
+    ))
+}
+
+/// Puts a subgraph's inputs in the order `formal.., union..`, adding unused inputs for names
+/// of `union` it does not read (both `If` branches take the same inputs).
+fn align_inputs(g: &mut Graph, n_formal: usize, union: &[String]) {
+    let mut inputs: Vec<ValueId> = g.inputs.iter().take(n_formal).copied().collect();
+    for name in union {
+        let id = g
+            .inputs
+            .iter()
+            .skip(n_formal)
+            .copied()
+            .find(|&i| g.name_of(i) == name)
+            .unwrap_or_else(|| g.add_value(name, None));
+        inputs.push(id);
+    }
+    g.inputs = inputs;
+}
+
+fn control_flow(
+    b: &mut Builder,
+    n: &NodeProto,
+    name: &str,
+    a: &Attrs,
+    mut ins: Vec<Option<ValueId>>,
+) -> Result<Mapped> {
+    let t = n.op_type.as_str();
+    let sub = |key: &str| {
+        a.g(key)
+            .ok_or_else(|| unsupported(name, t, &format!("no {key} attribute")))
+    };
+    if t == "If" {
+        let (mut tg, tc) = b.subgraph(sub("then_branch")?)?;
+        let (mut eg, ec) = b.subgraph(sub("else_branch")?)?;
+        let mut union = tc;
+        for c in ec {
+            if !union.contains(&c) {
+                union.push(c);
+            }
+        }
+        align_inputs(&mut tg, 0, &union);
+        align_inputs(&mut eg, 0, &union);
+        ins.truncate(1);
+        for u in &union {
+            ins.push(b.lookup(u));
+        }
+        let h = HostOp::If {
+            then_branch: SubGraph(Box::new(tg)),
+            else_branch: SubGraph(Box::new(eg)),
+        };
+        return Ok((host(h), ins));
+    }
+    let gp = sub("body")?;
+    let n_formal = gp.input.len();
+    let n_carried = n_formal
+        .checked_sub(2)
+        .ok_or_else(|| unsupported(name, t, "body takes fewer than 2 inputs"))?;
+    let (mut body, captured) = b.subgraph(gp)?;
+    align_inputs(&mut body, n_formal, &captured);
+    while ins.len() < 2 + n_carried {
+        ins.push(None);
+    }
+    for c in &captured {
+        ins.push(b.lookup(c));
+    }
+    Ok((
+        host(HostOp::Loop {
+            body: SubGraph(Box::new(body)),
+            n_carried,
+        }),
+        ins,
     ))
 }

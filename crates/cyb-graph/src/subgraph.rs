@@ -1,0 +1,139 @@
+//! Control flow: `If` and `Loop` nodes hold subgraphs. A subgraph's inputs are its formal
+//! inputs (for `Loop`: iteration number, condition, loop-carried values) followed by the outer
+//! values it reads, which import turns into explicit node inputs. In the text form a subgraph
+//! is a string holding its own text form, every constant inline.
+
+use crate::exec::Executor;
+use crate::graph::Graph;
+use crate::host_op::{req, HostRun};
+use crate::text::{parse_graph, write_graph_limit};
+use cyb_ops::Op;
+use cyb_tensor::{Error, Result, Tensor};
+use std::collections::HashMap;
+
+/// A graph nested in a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubGraph(pub Box<Graph>);
+
+impl serde::Serialize for SubGraph {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let text = write_graph_limit(&self.0, usize::MAX).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SubGraph {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<SubGraph, D::Error> {
+        let text = String::deserialize(d)?;
+        let g = parse_graph(&text, &|_| None).map_err(serde::de::Error::custom)?;
+        Ok(SubGraph(Box::new(g)))
+    }
+}
+
+/// Runs `g` on positional inputs (matched to its inputs in order) inside the current step.
+fn run_sub(r: &mut HostRun, g: &Graph, args: &[Tensor]) -> Result<Vec<Tensor>> {
+    if args.len() != g.inputs.len() {
+        return Err(Error::invalid(
+            "subgraph",
+            format!("{} inputs given, it takes {}", args.len(), g.inputs.len()),
+        ));
+    }
+    let map: HashMap<String, Tensor> = g
+        .inputs
+        .iter()
+        .zip(args)
+        .map(|(&id, t)| (g.name_of(id).to_string(), t.clone()))
+        .collect();
+    Executor::new(g, r.d)?.run_nested(&map, r.ctx)
+}
+
+fn truthy(r: &HostRun, t: &Tensor) -> Result<bool> {
+    let v = r.d.to_host(t)?.to_i64_vec()?;
+    v.first()
+        .map(|&b| b != 0)
+        .ok_or_else(|| Error::invalid("if", "empty condition"))
+}
+
+/// `If`: inputs `cond, captured..`; runs one branch on the captured values.
+pub(crate) fn run_if(
+    r: &mut HostRun,
+    then_b: &Graph,
+    else_b: &Graph,
+    inputs: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let cond = truthy(r, req("if", inputs, 0)?)?;
+    let captured: Vec<Tensor> = inputs[1..].iter().flatten().cloned().collect();
+    run_sub(r, if cond { then_b } else { else_b }, &captured)
+}
+
+/// The most iterations a `Loop` may run, against hostile or runaway models.
+const MAX_TRIPS: i64 = 1 << 24;
+
+/// `Loop`: inputs `max_trips?, cond?, carried.. (n_carried), captured..`; outputs the final
+/// carried values, then each scan output stacked along a new first dim.
+pub(crate) fn run_loop(
+    r: &mut HostRun,
+    body: &Graph,
+    n_carried: usize,
+    inputs: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let op = "loop";
+    let trips = match inputs.first().and_then(Option::as_ref) {
+        Some(t) => r.ints(t)?.first().copied().unwrap_or(0),
+        None => i64::MAX,
+    };
+    let mut cond = match inputs.get(1).and_then(Option::as_ref) {
+        Some(t) => truthy(r, t)?,
+        None => true,
+    };
+    let mut carried: Vec<Tensor> = (0..n_carried)
+        .map(|i| req(op, inputs, 2 + i).cloned())
+        .collect::<Result<_>>()?;
+    let captured: Vec<Tensor> = inputs
+        .iter()
+        .skip(2 + n_carried)
+        .flatten()
+        .cloned()
+        .collect();
+    let n_scan = body
+        .outputs
+        .len()
+        .checked_sub(1 + n_carried)
+        .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
+    let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_scan];
+    let mut i = 0i64;
+    while i < trips && cond {
+        if i >= MAX_TRIPS {
+            return Err(Error::invalid(
+                op,
+                format!("more than {MAX_TRIPS} iterations"),
+            ));
+        }
+        let mut args = vec![
+            Tensor::from_i64(&[], &[i])?,
+            Tensor::from_bytes(&[], cyb_tensor::DType::Bool, &[u8::from(cond)])?,
+        ];
+        args.extend(carried.iter().cloned());
+        args.extend(captured.iter().cloned());
+        let out = run_sub(r, body, &args)?;
+        cond = truthy(r, &out[0])?;
+        carried = out[1..1 + n_carried].to_vec();
+        for (k, t) in out[1 + n_carried..].iter().enumerate() {
+            let mut d = vec![1];
+            d.extend_from_slice(t.dims());
+            scans[k].push(r.reshape(t, &d)?);
+        }
+        i += 1;
+    }
+    let mut outs = carried;
+    for s in scans {
+        if s.is_empty() {
+            return Err(Error::invalid(
+                op,
+                "a scan output of a loop that ran zero times has no shape",
+            ));
+        }
+        outs.push(r.one(&Op::Concat { axis: 0 }, &s)?);
+    }
+    Ok(outs)
+}
