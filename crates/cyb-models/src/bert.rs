@@ -39,13 +39,13 @@ impl std::fmt::Debug for BertModel {
 }
 
 /// Runs ops through the dispatcher within one forward step.
-struct Step<'a> {
-    dispatcher: &'a Dispatcher,
-    ctx: ExecContext,
+pub(crate) struct Step<'a> {
+    pub dispatcher: &'a Dispatcher,
+    pub ctx: ExecContext,
 }
 
 impl Step<'_> {
-    fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    pub(crate) fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
         let mut out = self.dispatcher.run_with(&op, &inputs, &mut self.ctx)?;
         if out.is_empty() {
@@ -54,7 +54,7 @@ impl Step<'_> {
         Ok(out.swap_remove(0))
     }
 
-    fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
+    pub(crate) fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
         let mm = Op::MatMul {
             rhs_transposed: true,
         };
@@ -65,16 +65,16 @@ impl Step<'_> {
         }
     }
 
-    fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
+    pub(crate) fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
         self.run(Op::LayerNorm { eps }, &[x, &n.w, &n.b])
     }
 
-    fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    pub(crate) fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         let dims = dims.iter().map(|&d| d as isize).collect();
         self.run(Op::Reshape { dims }, &[x])
     }
 
-    fn permute(&mut self, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    pub(crate) fn permute(&mut self, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
         self.run(
             Op::Permute {
                 perm: perm.to_vec(),
@@ -89,6 +89,12 @@ impl BertModel {
     /// `ShapeMismatch` name the tensor).
     pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<BertModel> {
         let config = BertConfig::from_file(file)?;
+        if config.modern.is_some() {
+            return Err(Error::invalid(
+                "load",
+                "a ModernBERT checkpoint: load it with ModernBertModel",
+            ));
+        }
         let weights = BertWeights::load(file, &config)?;
         Ok(BertModel {
             config,

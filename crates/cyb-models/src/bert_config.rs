@@ -9,13 +9,18 @@ use cyb_tensor::{Error, Result};
 use serde_json::Value;
 
 /// `model_type` values this family runs.
-pub const BERT_ARCHITECTURES: &[&str] =
-    &["bert", "roberta", "xlm-roberta", "camembert", "distilbert"];
+pub const BERT_ARCHITECTURES: &[&str] = &[
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "distilbert",
+    "modernbert",
+];
 
 /// Encoder `model_type`s (Hugging Face) and GGUF architectures recognized as encoders but not
 /// run yet: loading one is an error naming it, not a decoder-family error.
 const ENCODERS_NOT_YET: &[&str] = &[
-    "modernbert",
     "deberta",
     "deberta-v2",
     "nomic_bert",
@@ -86,6 +91,9 @@ pub struct BertConfig {
     pub activation: BertActivation,
     /// Class names by index (`id2label`); empty without a classification head.
     pub labels: Vec<String>,
+    /// ModernBERT's switches (its block is pre-LN with rope and GeGLU, run by
+    /// [`crate::ModernBertModel`]); `None` for the post-LN members.
+    pub modern: Option<crate::bert_modern::ModernSettings>,
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> Error {
@@ -160,6 +168,8 @@ impl BertConfig {
             "bert" => BertVariant::Bert,
             "roberta" | "xlm-roberta" | "camembert" => BertVariant::Roberta,
             "distilbert" => BertVariant::DistilBert,
+            // Tensor names and the block differ entirely; only the shared fields are used.
+            "modernbert" => BertVariant::Bert,
             other if ENCODERS_NOT_YET.contains(&other) => {
                 return Err(invalid(
                     "model_type",
@@ -223,7 +233,7 @@ impl BertConfig {
             _ => 0,
         };
         // transformers' default, and DistilBERT's hard-coded value (its config has no key).
-        let norm_eps = get(&["layer_norm_eps"])
+        let norm_eps = get(&["layer_norm_eps", "norm_eps"])
             .and_then(Value::as_f64)
             .map_or(1e-12, |e| e as f32);
         let class = get(&["architectures"])
@@ -264,7 +274,7 @@ impl BertConfig {
             num_heads,
             head_dim: hidden_size / num_heads,
             max_position: req(&["max_position_embeddings"])?,
-            type_vocab_size: if distil {
+            type_vocab_size: if distil || architecture == "modernbert" {
                 0
             } else {
                 uint(&["type_vocab_size"])?.unwrap_or(2)
@@ -274,6 +284,14 @@ impl BertConfig {
             norm_eps,
             activation,
             labels,
+            modern: (architecture == "modernbert")
+                .then(|| {
+                    crate::bert_modern::ModernSettings::from_hf_json(
+                        config,
+                        uint(&["num_hidden_layers"])?.unwrap_or(0),
+                    )
+                })
+                .transpose()?,
             architecture,
         })
     }

@@ -9,6 +9,7 @@
 mod bert;
 mod bert_batch;
 mod bert_config;
+mod bert_modern;
 mod bert_pooling;
 mod bert_weights;
 mod kv_cache;
@@ -19,6 +20,7 @@ mod llama_weights;
 pub use bert::BertModel;
 pub use bert_batch::BatchLayout;
 pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_ARCHITECTURES};
+pub use bert_modern::{ModernBertModel, ModernSettings};
 pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
 pub use kv_cache::KvCache;
 pub use llama::LlamaModel;

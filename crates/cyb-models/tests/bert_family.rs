@@ -216,12 +216,12 @@ fn masked_lm_matches_transformers() {
 
 #[test]
 fn encoders_not_run_yet_are_named() {
-    let tmp = std::env::temp_dir().join(format!("cyb-bert-modernbert-{}", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!("cyb-bert-deberta-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(dir("bert").join("config.json")).unwrap())
             .unwrap();
-    config["model_type"] = "modernbert".into();
+    config["model_type"] = "deberta-v2".into();
     std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
     std::fs::copy(
         dir("bert").join("model.safetensors"),
@@ -235,7 +235,38 @@ fn encoders_not_run_yet_are_named() {
         .to_string();
     std::fs::remove_dir_all(&tmp).ok();
     assert!(
-        e.contains("modernbert") && e.contains("does not run yet"),
+        e.contains("deberta-v2") && e.contains("does not run yet"),
         "{e}"
     );
+}
+
+#[test]
+fn modernbert_matches_transformers() {
+    let r = reference("modernbert");
+    let file = cyb_format::open(dir("modernbert")).unwrap();
+    let m = cyb_models::ModernBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let modern = m.config().modern.clone().unwrap();
+    assert_eq!(modern.global, vec![true, false, true]);
+    assert_eq!(modern.window, 2);
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| ids(&s["ids"]))
+        .collect();
+    let out = m.hidden_states(&seqs).unwrap();
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        check(
+            &format!("modernbert seq {i}"),
+            &out.states[i],
+            &floats(&s["hidden"]),
+        );
+        for p in [Pooling::Cls, Pooling::Mean, Pooling::Max] {
+            let got = &out.pool(p, false)[i];
+            let tag = format!("modernbert seq {i} {}", p.name());
+            check(&tag, got, &floats(&s["pooled"][p.name()]));
+        }
+    }
+    // The post-LN loader refuses it rather than misreading it.
+    assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
 }

@@ -9,15 +9,47 @@
 
 use crate::embed_load::SentenceSettings;
 use crate::{Model, Tokenizer};
-use cyb_models::{BertModel, Pooling};
+use cyb_models::{BertConfig, BertModel, EncoderOutput, ModernBertModel, Pooling};
 use cyb_tensor::{Error, Result};
 
 /// Texts per forward pass.
 const BATCH: usize = 32;
 
+/// The network of an encoder: the post-LN BertStyle block or ModernBERT's.
+pub(crate) enum EncoderNet {
+    Bert(BertModel),
+    Modern(ModernBertModel),
+}
+
+impl EncoderNet {
+    pub(crate) fn config(&self) -> &BertConfig {
+        match self {
+            EncoderNet::Bert(m) => m.config(),
+            EncoderNet::Modern(m) => m.config(),
+        }
+    }
+
+    fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
+        match self {
+            EncoderNet::Bert(m) => m.hidden_states(seqs),
+            EncoderNet::Modern(m) => m.hidden_states(seqs),
+        }
+    }
+
+    fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            EncoderNet::Bert(m) => m.sequence_logits(seqs),
+            EncoderNet::Modern(_) => Err(Error::invalid(
+                "classify",
+                "ModernBERT classification heads are not supported yet",
+            )),
+        }
+    }
+}
+
 /// The encoder half of a [`Model`].
 pub(crate) struct Encoder {
-    net: BertModel,
+    net: EncoderNet,
     settings: SentenceSettings,
     /// The longest token sequence accepted (special tokens included).
     max_tokens: usize,
@@ -28,7 +60,7 @@ pub(crate) struct Encoder {
 
 impl Encoder {
     pub(crate) fn new(
-        net: BertModel,
+        net: EncoderNet,
         tokenizer: &Tokenizer,
         settings: SentenceSettings,
     ) -> Result<Encoder> {

@@ -3,12 +3,12 @@
 //! `sentence_bert_config.json`), so `embed` pools, normalizes and limits length as
 //! sentence-transformers does for the same directory.
 
-use crate::embed::Encoder;
+use crate::embed::{Encoder, EncoderNet};
 use crate::model::{Model, Net};
 use crate::{ChatTemplate, Tokenizer};
 use cyb_backend::Dispatcher;
 use cyb_format::{ModelConfig, ModelFile};
-use cyb_models::{BertConfig, BertModel, Pooling};
+use cyb_models::{BertConfig, BertModel, ModernBertModel, Pooling};
 use cyb_tensor::{Error, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -30,7 +30,11 @@ pub(crate) fn load_encoder(
     dispatcher: Arc<Dispatcher>,
     t0: Instant,
 ) -> Result<Model> {
-    let net = BertModel::load(file, dispatcher)?;
+    let net = if BertConfig::from_file(file)?.modern.is_some() {
+        EncoderNet::Modern(ModernBertModel::load(file, dispatcher)?)
+    } else {
+        EncoderNet::Bert(BertModel::load(file, dispatcher)?)
+    };
     let tokenizer = Tokenizer::from_model_file(file)?;
     let settings = match file {
         ModelFile::HuggingFace(h) => sentence_settings(h.dir())?,

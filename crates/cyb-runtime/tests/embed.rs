@@ -167,3 +167,19 @@ fn encoders_do_not_generate_and_generators_do_not_embed() {
     assert!(e.contains("not an encoder"), "{e}");
     assert!(dec.classify("hello").is_err());
 }
+
+#[test]
+fn modernbert_embeds_like_transformers() {
+    let m = load("bert/modernbert");
+    assert!(m.is_encoder());
+    let text = std::fs::read_to_string(fixture("bert/modernbert/reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let cases = r["texts"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let got = m.embed(&texts).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        let e = rel_err(&got[i], &floats(&c["mean"]));
+        assert!(e <= 1e-5, "text {i}: relative error {e:e}");
+    }
+    assert!(m.classify("hello").is_err());
+}

@@ -1,0 +1,373 @@
+//! ModernBERT, the pre-LN member of the encoder family:
+//!
+//! ```text
+//! x = LayerNorm(tok_embeddings[id])                     (no position table: rope)
+//! per layer:  x += Wo(attention(rope(q), rope(k), v))    on LayerNorm(x) (layer 0: x itself)
+//!             x += Wo(gelu(a) · g), [a; g] = Wi(LayerNorm(x))
+//! x = LayerNorm(x)
+//! ```
+//! Attention alternates between global layers and local ones whose tokens see only the keys
+//! within `local_attention / 2` positions on either side, with a rope base per kind (Hugging
+//! Face `layer_types` and `rope_parameters`, or the older `global_attn_every_n_layers`,
+//! `global_rope_theta`, `local_rope_theta`). No biases unless the config asks for them.
+//! Sequences of a batch are packed back to back and attend one at a time (see
+//! [`crate::bert_batch`]).
+
+use crate::bert::Step;
+use crate::bert_batch;
+use crate::bert_config::BertConfig;
+use crate::bert_pooling::EncoderOutput;
+use crate::bert_weights::Linear;
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_format::ModelFile;
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_tensor::{Error, Result, Tensor};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What ModernBERT adds to the family's config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernSettings {
+    /// Per layer: `true` for global attention.
+    pub global: Vec<bool>,
+    /// Half width of the local window: `|i - j| ≤ window`.
+    pub window: usize,
+    pub rope_global: f32,
+    pub rope_local: f32,
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+impl ModernSettings {
+    pub(crate) fn from_hf_json(config: &Value, num_layers: usize) -> Result<ModernSettings> {
+        let num = |k: &str| config.get(k).and_then(Value::as_f64);
+        let local_attention = num("local_attention").unwrap_or(128.0) as usize;
+        let global = match config.get("layer_types").and_then(Value::as_array) {
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("full_attention") => Ok(true),
+                    Some("sliding_attention") => Ok(false),
+                    _ => Err(invalid("layer_types", format!("unknown layer type {t}"))),
+                })
+                .collect::<Result<Vec<_>>>()?,
+            None => {
+                let every = num("global_attn_every_n_layers").unwrap_or(3.0).max(1.0) as usize;
+                (0..num_layers).map(|i| i % every == 0).collect()
+            }
+        };
+        if global.len() != num_layers {
+            return Err(invalid(
+                "layer_types",
+                format!("{} entries for {num_layers} layers", global.len()),
+            ));
+        }
+        let theta = |kind: &str, old: &str, default: f64| {
+            config
+                .get("rope_parameters")
+                .and_then(|r| r.get(kind))
+                .and_then(|r| r.get("rope_theta"))
+                .and_then(Value::as_f64)
+                .or_else(|| num(old))
+                .unwrap_or(default) as f32
+        };
+        Ok(ModernSettings {
+            global,
+            window: local_attention / 2,
+            rope_global: theta("full_attention", "global_rope_theta", 160_000.0),
+            rope_local: theta("sliding_attention", "local_rope_theta", 10_000.0),
+        })
+    }
+}
+
+struct ModernLayer {
+    attn_norm: Option<(Tensor, Option<Tensor>)>,
+    wqkv: Linear,
+    wo: Linear,
+    mlp_norm: (Tensor, Option<Tensor>),
+    wi: Linear,
+    mlp_out: Linear,
+}
+
+/// A loaded ModernBERT encoder.
+pub struct ModernBertModel {
+    config: BertConfig,
+    modern: ModernSettings,
+    embed: Tensor,
+    embed_norm: (Tensor, Option<Tensor>),
+    layers: Vec<ModernLayer>,
+    final_norm: (Tensor, Option<Tensor>),
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl std::fmt::Debug for ModernBertModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModernBertModel")
+            .field("config", &self.config)
+            .field("modern", &self.modern)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Loader<'a> {
+    file: &'a ModelFile,
+    names: HashSet<String>,
+    prefix: String,
+}
+
+impl Loader<'_> {
+    fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
+        let name = format!("{}{name}", self.prefix);
+        if !self.names.contains(&name) {
+            return Err(Error::MissingTensor {
+                name,
+                required_by: format!("modernbert in {}", self.file.path().display()),
+            });
+        }
+        let t = self.file.tensor(&name)?;
+        if t.dims() != dims {
+            return Err(Error::shape(format!("tensor {name}"), dims, t.dims()));
+        }
+        Ok(t)
+    }
+
+    fn optional(&self, name: &str, dims: &[usize]) -> Result<Option<Tensor>> {
+        if self.names.contains(&format!("{}{name}", self.prefix)) {
+            self.tensor(name, dims).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear> {
+        Ok(Linear {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: self.optional(&format!("{name}.bias"), &[out])?,
+        })
+    }
+
+    fn norm(&self, name: &str, d: usize) -> Result<(Tensor, Option<Tensor>)> {
+        Ok((
+            self.tensor(&format!("{name}.weight"), &[d])?,
+            self.optional(&format!("{name}.bias"), &[d])?,
+        ))
+    }
+}
+
+impl ModernBertModel {
+    /// Loads a Hugging Face ModernBERT directory (`model_type: modernbert`).
+    pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<ModernBertModel> {
+        let config = BertConfig::from_file(file)?;
+        let modern = config
+            .modern
+            .clone()
+            .ok_or_else(|| invalid("model_type", "not a ModernBERT config"))?;
+        let names: HashSet<String> = file.tensors().into_iter().map(|t| t.name).collect();
+        let prefix = if names.contains("model.embeddings.tok_embeddings.weight") {
+            "model."
+        } else {
+            ""
+        };
+        let l = Loader {
+            file,
+            names,
+            prefix: prefix.into(),
+        };
+        let (h, f) = (config.hidden_size, config.intermediate_size);
+        let layers = (0..config.num_layers)
+            .map(|i| {
+                let b = format!("layers.{i}");
+                Ok(ModernLayer {
+                    attn_norm: if i == 0 {
+                        None
+                    } else {
+                        Some(l.norm(&format!("{b}.attn_norm"), h)?)
+                    },
+                    wqkv: l.linear(&format!("{b}.attn.Wqkv"), 3 * h, h)?,
+                    wo: l.linear(&format!("{b}.attn.Wo"), h, h)?,
+                    mlp_norm: l.norm(&format!("{b}.mlp_norm"), h)?,
+                    wi: l.linear(&format!("{b}.mlp.Wi"), 2 * f, h)?,
+                    mlp_out: l.linear(&format!("{b}.mlp.Wo"), h, f)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ModernBertModel {
+            embed: l.tensor("embeddings.tok_embeddings.weight", &[config.vocab_size, h])?,
+            embed_norm: l.norm("embeddings.norm", h)?,
+            layers,
+            final_norm: l.norm("final_norm", h)?,
+            config,
+            modern,
+            dispatcher,
+        })
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// The final hidden states of every token of each sequence.
+    pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
+        bert_batch::check(&self.config, seqs)?;
+        let h = self.config.hidden_size;
+        let ids: Vec<i64> = seqs.iter().flatten().map(|&t| i64::from(t)).collect();
+        let ids = Tensor::from_i64(&[ids.len()], &ids)?;
+        let mut step = Step {
+            dispatcher: &self.dispatcher,
+            ctx: ExecContext::default(),
+        };
+        let begun = self.dispatcher.begin_step(&mut step.ctx);
+        let result = begun
+            .and_then(|()| self.encode(&mut step, &ids, seqs))
+            .and_then(|t| self.dispatcher.to_host(&t));
+        let ended = self.dispatcher.end_step(&mut step.ctx);
+        let x = result?;
+        ended?;
+        let host = x.to_f32_vec()?;
+        let mut states = Vec::with_capacity(seqs.len());
+        let mut start = 0;
+        for s in seqs {
+            let rows = host
+                .get(start * h..(start + s.len()) * h)
+                .ok_or_else(|| Error::invalid("modernbert", "result shorter than the batch"))?;
+            states.push(rows.to_vec());
+            start += s.len();
+        }
+        Ok(EncoderOutput { hidden: h, states })
+    }
+
+    fn norm(
+        &self,
+        step: &mut Step<'_>,
+        x: &Tensor,
+        n: &(Tensor, Option<Tensor>),
+    ) -> Result<Tensor> {
+        let op = Op::LayerNorm {
+            eps: self.config.norm_eps,
+        };
+        match &n.1 {
+            Some(b) => step.run(op, &[x, &n.0, b]),
+            None => step.run(op, &[x, &n.0]),
+        }
+    }
+
+    fn encode(&self, step: &mut Step<'_>, ids: &Tensor, seqs: &[Vec<u32>]) -> Result<Tensor> {
+        let x = step.run(Op::Embedding, &[&self.embed, ids])?;
+        let mut x = self.norm(step, &x, &self.embed_norm)?;
+        for (layer, &global) in self.layers.iter().zip(&self.modern.global) {
+            let hn = match &layer.attn_norm {
+                Some(n) => self.norm(step, &x, n)?,
+                None => x.clone(),
+            };
+            let a = self.attention(step, layer, global, &hn, seqs)?;
+            x = step.run(Op::Add, &[&x, &a])?;
+            let hn = self.norm(step, &x, &layer.mlp_norm)?;
+            let gi = step.linear(&hn, &layer.wi)?;
+            let act = step.run(
+                Op::GeGlu {
+                    approx: GeluApprox::Erf,
+                },
+                &[&gi],
+            )?;
+            let m = step.linear(&act, &layer.mlp_out)?;
+            x = step.run(Op::Add, &[&x, &m])?;
+        }
+        self.norm(step, &x, &self.final_norm)
+    }
+
+    fn attention(
+        &self,
+        step: &mut Step<'_>,
+        layer: &ModernLayer,
+        global: bool,
+        x: &Tensor,
+        seqs: &[Vec<u32>],
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (nh, d) = (c.num_heads, c.head_dim);
+        let qkv = step.linear(x, &layer.wqkv)?;
+        let rope = Op::Rope {
+            layout: RopeLayout::Neox,
+            rot_dims: d,
+            base: if global {
+                self.modern.rope_global
+            } else {
+                self.modern.rope_local
+            },
+            scaling: RopeScaling::None,
+        };
+        let sdpa = Op::Sdpa {
+            scale: 1.0 / (d as f32).sqrt(),
+            causal: false,
+            sliding_window: None,
+            softcap: None,
+            alibi_max_bias: None,
+        };
+        let mut parts = Vec::with_capacity(seqs.len());
+        let mut start = 0usize;
+        for s in seqs {
+            let n = s.len();
+            let rows = Op::Slice {
+                axis: 0,
+                start: start as isize,
+                end: (start + n) as isize,
+                step: 1,
+            };
+            start += n;
+            let t = step.run(rows, &[&qkv])?;
+            // Wqkv rows are [q; k; v], each heads × head_dim.
+            let t = step.reshape(&t, &[n, 3, nh, d])?;
+            let pick = |step: &mut Step<'_>, j: isize| -> Result<Tensor> {
+                let part = Op::Slice {
+                    axis: 1,
+                    start: j,
+                    end: j + 1,
+                    step: 1,
+                };
+                let p = step.run(part, &[&t])?;
+                step.reshape(&p, &[n, nh, d])
+            };
+            let positions: Vec<i64> = (0..n as i64).collect();
+            let positions = Tensor::from_i64(&[n], &positions)?;
+            let q = pick(step, 0)?;
+            let q = step.run(rope.clone(), &[&q, &positions])?;
+            let k = pick(step, 1)?;
+            let k = step.run(rope.clone(), &[&k, &positions])?;
+            let v = pick(step, 2)?;
+            let (q, k, v) = (
+                step.permute(&q, &[1, 0, 2])?,
+                step.permute(&k, &[1, 0, 2])?,
+                step.permute(&v, &[1, 0, 2])?,
+            );
+            let w = self.modern.window;
+            let a = if global || n <= w + 1 {
+                step.run(sdpa.clone(), &[&q, &k, &v])?
+            } else {
+                let mask: Vec<f32> = (0..n)
+                    .flat_map(|i| {
+                        (0..n).map(move |j| {
+                            if i.abs_diff(j) <= w {
+                                0.0
+                            } else {
+                                f32::NEG_INFINITY
+                            }
+                        })
+                    })
+                    .collect();
+                let mask = Tensor::from_f32(&[1, n, n], &mask)?;
+                step.run(sdpa.clone(), &[&q, &k, &v, &mask])?
+            };
+            let a = step.permute(&a, &[1, 0, 2])?;
+            parts.push(step.reshape(&a, &[n, nh * d])?);
+        }
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let a = step.run(Op::Concat { axis: 0 }, &refs)?;
+        step.linear(&a, &layer.wo)
+    }
+}
