@@ -17,8 +17,8 @@ const BATCH: usize = 32;
 
 /// The network of an encoder: the post-LN BertStyle block or ModernBERT's.
 pub(crate) enum EncoderNet {
-    Bert(BertModel),
-    Modern(ModernBertModel),
+    Bert(Box<BertModel>),
+    Modern(Box<ModernBertModel>),
 }
 
 impl EncoderNet {

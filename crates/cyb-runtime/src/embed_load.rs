@@ -31,9 +31,9 @@ pub(crate) fn load_encoder(
     t0: Instant,
 ) -> Result<Model> {
     let net = if BertConfig::from_file(file)?.modern.is_some() {
-        EncoderNet::Modern(ModernBertModel::load(file, dispatcher)?)
+        EncoderNet::Modern(Box::new(ModernBertModel::load(file, dispatcher)?))
     } else {
-        EncoderNet::Bert(BertModel::load(file, dispatcher)?)
+        EncoderNet::Bert(Box::new(BertModel::load(file, dispatcher)?))
     };
     let tokenizer = Tokenizer::from_model_file(file)?;
     let settings = match file {
