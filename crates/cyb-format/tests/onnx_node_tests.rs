@@ -107,13 +107,25 @@ fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-fn run_case(dir: &Path) -> Outcome {
+/// The dispatcher the cases run through: the CPU reference, or with `cpu` the fast CPU backend
+/// first (falling back to the reference for what it does not implement).
+fn dispatcher(cpu: bool) -> Dispatcher {
+    if !cpu {
+        return Dispatcher::reference();
+    }
+    match cyb_cpu::CpuBackend::new() {
+        Ok(b) => Dispatcher::new(vec![std::sync::Arc::new(b)]),
+        Err(e) => panic!("cpu backend: {e}"),
+    }
+}
+
+fn run_case(dir: &Path, cpu: bool) -> Outcome {
     let model = dir.join("model.onnx");
     let g = match load_onnx(&model) {
         Ok(g) => g,
         Err(e) => return Outcome::Fail(format!("import: {e}")),
     };
-    let d = Dispatcher::reference();
+    let d = dispatcher(cpu);
     let ex = match Executor::new(&g, &d) {
         Ok(x) => x,
         Err(e) => return Outcome::Fail(format!("plan: {e}")),
@@ -188,7 +200,7 @@ fn op_label(dir: &Path) -> String {
     }
 }
 
-fn run_all(dir: &Path) -> Vec<Case> {
+fn run_all(dir: &Path, cpu: bool) -> Vec<Case> {
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|r| {
             r.flatten()
@@ -201,7 +213,7 @@ fn run_all(dir: &Path) -> Vec<Case> {
     names
         .iter()
         .map(|p| {
-            let outcome = std::panic::catch_unwind(|| run_case(p))
+            let outcome = std::panic::catch_unwind(|| run_case(p, cpu))
                 .unwrap_or_else(|_| Outcome::Fail("panic (a bug: please report)".into()));
             Case {
                 name: p
@@ -226,7 +238,7 @@ fn passed(cases: &[Case]) -> usize {
 fn node_tests_pass_count_does_not_drop() {
     let Some(root) = data_dir() else { return };
     for &(suite, min) in SUITES {
-        let cases = run_all(&root.join(suite));
+        let cases = run_all(&root.join(suite), false);
         let n = passed(&cases);
         let panics: Vec<&String> = cases
             .iter()
@@ -240,6 +252,27 @@ fn node_tests_pass_count_does_not_drop() {
             "{suite}: {n} cases pass, fewer than the {min} recorded"
         );
     }
+}
+
+/// The same cases with the fast CPU backend first in the chain: what the reference passes, the
+/// chain must pass too (backends agree with the reference; unsupported ops fall back).
+#[test]
+fn node_tests_agree_through_the_cpu_backend() {
+    let Some(root) = data_dir() else { return };
+    let dir = root.join("node");
+    let (reference, cpu) = (run_all(&dir, false), run_all(&dir, true));
+    let lost: Vec<String> = reference
+        .iter()
+        .zip(&cpu)
+        .filter_map(|(r, c)| match (&r.outcome, &c.outcome) {
+            (Outcome::Pass, Outcome::Fail(why)) => Some(format!("{}: {why}", r.name)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "pass on the reference, fail through cpu: {lost:#?}"
+    );
 }
 
 #[test]
@@ -256,7 +289,7 @@ fn write_support_doc() {
     s.push_str("sequence/optional values, control flow (If, Loop, Scan), random ops, training-only ops.\n\n");
     let mut details = String::new();
     for &(suite, _) in SUITES {
-        let cases = run_all(&root.join(suite));
+        let cases = run_all(&root.join(suite), false);
         s.push_str(&format!(
             "- `{suite}`: **{} of {} cases pass**\n",
             passed(&cases),

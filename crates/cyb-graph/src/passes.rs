@@ -124,3 +124,39 @@ fn shape_stand_in(g: &Graph, op: &NodeOp, id: ValueId) -> Option<Option<Tensor>>
     }
     Tensor::zeros(&dims, ty.dtype).ok().map(Some)
 }
+
+/// Rewrites graph-level ops into the equivalent curated ops where the input types make them
+/// identical (F32 `Binary{Add}` is `Op::Add`, F32 `Unary{Relu}` is `Op::Relu`, ...), so the
+/// fast backends, which implement the curated vocabulary, get to run them. Needs inferred
+/// types; returns how many nodes changed.
+pub fn prefer_curated_ops(g: &mut Graph) -> usize {
+    use cyb_ops::{BinaryFn, Op, UnaryFn};
+    let f32_in = |g: &Graph, ins: &[Option<ValueId>]| {
+        ins.iter().all(|i| {
+            i.and_then(|i| g.values.get(i))
+                .and_then(|v| v.ty.as_ref())
+                .is_some_and(|t| t.dtype == cyb_tensor::DType::F32)
+        })
+    };
+    let mut changed = 0;
+    for i in 0..g.nodes.len() {
+        let NodeOp::Op(op) = &g.nodes[i].op else {
+            continue;
+        };
+        if !f32_in(g, &g.nodes[i].inputs) {
+            continue;
+        }
+        let curated = match op {
+            Op::Binary { f: BinaryFn::Add } => Op::Add,
+            Op::Binary { f: BinaryFn::Sub } => Op::Sub,
+            Op::Binary { f: BinaryFn::Mul } => Op::Mul,
+            Op::Binary { f: BinaryFn::Div } => Op::Div,
+            Op::Unary { f: UnaryFn::Relu } => Op::Relu,
+            Op::Unary { f: UnaryFn::Tanh } => Op::Tanh,
+            _ => continue,
+        };
+        g.nodes[i].op = NodeOp::Op(curated);
+        changed += 1;
+    }
+    changed
+}

@@ -32,13 +32,15 @@ pub fn read_onnx(path: &Path) -> Result<Graph> {
     build(&model, path)
 }
 
-/// Reads `path`, then infers types, folds constants and drops dead nodes.
+/// Reads `path`, then infers types, folds constants, drops dead nodes and uses curated ops
+/// where they are equivalent (so fast backends can run them).
 pub fn load_onnx(path: &Path) -> Result<Graph> {
     let mut g = read_onnx(path)?;
     cyb_graph::infer_types(&mut g)?;
     cyb_graph::fold_constants(&mut g)?;
     cyb_graph::eliminate_dead_nodes(&mut g);
     cyb_graph::infer_types(&mut g)?;
+    cyb_graph::prefer_curated_ops(&mut g);
     Ok(g)
 }
 
