@@ -142,21 +142,39 @@ impl LlamaModel {
 
     /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
-        self.run_forward(tokens, cache, true)
+        let d = &self.dispatcher;
+        self.run_forward(tokens, cache, true, |_, l| d.to_host(&l)?.to_f32_vec())
     }
 
     /// As [`forward`](LlamaModel::forward), returning the logits of every token,
     /// `[tokens.len(), vocab]` row-major (for perplexity).
     pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
-        self.run_forward(tokens, cache, false)
+        let d = &self.dispatcher;
+        self.run_forward(tokens, cache, false, |_, l| d.to_host(&l)?.to_f32_vec())
     }
 
-    fn run_forward(
+    /// As [`forward`](LlamaModel::forward), returning only the index of the largest logit
+    /// (greedy decoding; `Op::ArgMax`: the first on ties, and a NaN logit counts as the
+    /// largest). On a device backend the logits stay there and one index is read back.
+    pub fn forward_argmax(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32> {
+        let d = &self.dispatcher;
+        self.run_forward(tokens, cache, true, |step, logits| {
+            let i = step.run(Op::ArgMax { axis: -1 }, &[&logits])?;
+            let i = d.to_host(&i)?.to_i64_vec()?;
+            let first = i.first().copied().unwrap_or(0);
+            u32::try_from(first).map_err(|_| Error::invalid("argmax", format!("index {first}")))
+        })
+    }
+
+    /// One forward step; `finish` turns the logits tensor (still on the backend) into the
+    /// result before the step ends.
+    fn run_forward<T>(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
         last_only: bool,
-    ) -> Result<Vec<f32>> {
+        finish: impl FnOnce(&mut Step<'_>, Tensor) -> Result<T>,
+    ) -> Result<T> {
         self.check_cache(cache)?;
         let n = tokens.len();
         if n == 0 {
@@ -187,8 +205,9 @@ impl LlamaModel {
         // The step is always ended, also after an error, and only once the logits are on the
         // host: a backend may recycle the step's buffers when the next step begins.
         let begun = self.dispatcher.begin_step(&mut step.ctx);
-        let result =
-            begun.and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only));
+        let result = begun
+            .and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only))
+            .and_then(|logits| finish(&mut step, logits));
         let ended = self.dispatcher.end_step(&mut step.ctx);
         let logits = result?;
         ended?;
@@ -196,7 +215,7 @@ impl LlamaModel {
     }
 
     /// The body of one forward step: embedding, the blocks, the final norm and the output
-    /// projection; returns the logits on the host.
+    /// projection; returns the logits where the backend left them.
     fn step_body(
         &self,
         step: &mut Step<'_>,
@@ -205,7 +224,7 @@ impl LlamaModel {
         positions: &Tensor,
         n: usize,
         last_only: bool,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Tensor> {
         let cfg = &self.config;
         let mut x = step.run(Op::Embedding, &[&self.weights.embed, ids])?;
         if let Some(s) = cfg.embedding_scale {
@@ -232,7 +251,7 @@ impl LlamaModel {
         if let Some(c) = cfg.final_softcap {
             logits = step.softcap(&logits, c)?;
         }
-        self.dispatcher.to_host(&logits)?.to_f32_vec()
+        Ok(logits)
     }
 
     fn check_cache(&self, cache: &KvCache) -> Result<()> {

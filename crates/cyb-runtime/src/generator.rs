@@ -165,6 +165,12 @@ impl Generator {
     }
 }
 
+/// What a decode step produced: logits to sample from, or the token the model already picked.
+enum Next {
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
 /// The token stream of one `generate` call. Iterate to pull tokens; dropping it early leaves
 /// the session consistent (the cache holds exactly the tokens it processed).
 pub struct Generation<'g> {
@@ -223,8 +229,14 @@ impl<'g> Generation<'g> {
             self.finish = Some(FinishReason::Length);
             return Ok(None);
         }
-        let mut logits = match self.logits.take() {
-            Some(l) => l,
+        // Plain greedy decoding needs only the index of the largest logit: the model picks it
+        // on its backend, so a GPU reads back one index instead of the vocabulary's logits.
+        let device_pick = self.sampler.is_plain_greedy()
+            && self.constraint.is_none()
+            && self.logprobs_top.is_none()
+            && !self.model.net()?.dispatcher().primary().host_memory();
+        let next = match self.logits.take() {
+            Some(l) => Next::Logits(l),
             None => {
                 let Some(t) = self.unfed.take() else {
                     return Ok(None);
@@ -234,20 +246,32 @@ impl<'g> Generation<'g> {
                     return Ok(None);
                 }
                 let t0 = Instant::now();
-                let l = self.model.net()?.forward(&[t], &mut self.state.cache)?;
+                let net = self.model.net()?;
+                let cache = &mut self.state.cache;
+                let next = if device_pick {
+                    Next::Token(net.forward_argmax(&[t], cache)?)
+                } else {
+                    Next::Logits(net.forward(&[t], cache)?)
+                };
                 self.state.tokens.push(t);
                 self.metrics.decode_ms += t0.elapsed().as_secs_f64() * 1e3;
-                l
+                next
             }
         };
-        if let Some(c) = self.constraint.as_mut() {
-            c.mask(&mut logits)?;
-        }
-        let raw = self.logprobs_top.map(|n| (n, logits.clone()));
-        let token = self.sampler.sample(&mut logits, &self.state.tokens);
-        if let Some((n, raw)) = raw {
-            self.last_logprobs = Some(TokenLogprobs::from_logits(&raw, token, n));
-        }
+        let token = match next {
+            Next::Token(t) => t,
+            Next::Logits(mut logits) => {
+                if let Some(c) = self.constraint.as_mut() {
+                    c.mask(&mut logits)?;
+                }
+                let raw = self.logprobs_top.map(|n| (n, logits.clone()));
+                let token = self.sampler.sample(&mut logits, &self.state.tokens);
+                if let Some((n, raw)) = raw {
+                    self.last_logprobs = Some(TokenLogprobs::from_logits(&raw, token, n));
+                }
+                token
+            }
+        };
         if let Some(c) = self.constraint.as_mut() {
             c.accept(token)?;
         }

@@ -21,6 +21,7 @@ pub enum Family {
     Rope,
     Copy,
     Sdpa,
+    ArgMax,
 }
 
 impl Family {
@@ -35,6 +36,7 @@ impl Family {
             Family::Rope => include_str!("shaders/rope.wgsl"),
             Family::Copy => include_str!("shaders/copy.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
+            Family::ArgMax => include_str!("shaders/argmax.wgsl"),
         }
     }
 
@@ -44,7 +46,7 @@ impl Family {
             Family::MatMul | Family::Embedding | Family::Binary | Family::Norm | Family::Rope => {
                 (2, 1)
             }
-            Family::Unary | Family::Softmax | Family::Copy => (1, 1),
+            Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
             Family::Sdpa => (3, 2),
         }
     }

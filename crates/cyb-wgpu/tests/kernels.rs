@@ -311,3 +311,21 @@ fn kv_append_writes_in_place() {
     let got = gpu.download_f32(&cache).unwrap();
     assert_eq!(got, want[0].to_f32_vec().unwrap());
 }
+
+#[test]
+fn argmax_rows_with_ties_and_nan() {
+    // Odd row length, a row longer than the workgroup, batched leading dims.
+    check(&Op::ArgMax { axis: -1 }, &[f32t(&[3, 5, 133], 61)], 0.0);
+    check(&Op::ArgMax { axis: 1 }, &[f32t(&[2, 1000], 62)], 0.0);
+    // Ties: the first index wins; NaN counts as the largest value (first NaN on ties).
+    let row = |v: &[f32]| Tensor::from_f32(&[1, v.len()], v).unwrap();
+    let inf = f32::INFINITY;
+    for v in [
+        vec![1.0, 3.0, 3.0, 2.0],
+        vec![-inf, -inf, -inf],
+        vec![0.5, f32::NAN, 7.0, f32::NAN],
+        vec![inf, 1.0, inf],
+    ] {
+        check(&Op::ArgMax { axis: -1 }, &[row(&v)], 0.0);
+    }
+}

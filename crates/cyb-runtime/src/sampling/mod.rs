@@ -116,6 +116,16 @@ impl Sampler {
         &self.params
     }
 
+    /// True when the draw is the largest logit as it comes from the model (greedy, no
+    /// penalties), so the model may pick it on its own backend (`forward_argmax`).
+    pub fn is_plain_greedy(&self) -> bool {
+        let p = &self.params;
+        p.temperature <= 0.0
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+    }
+
     /// Picks the next token. `logits` (one per vocabulary entry) is modified in place by the
     /// stages; `history` is every token so far (prompt and generated). An empty `logits`
     /// gives 0.

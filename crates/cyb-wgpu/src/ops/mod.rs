@@ -41,6 +41,11 @@ pub(crate) fn supports(gpu: &WgpuBackend, op: &Op, inputs: &[TensorInfo]) -> boo
                 && cyb_ops::resolve_axis("softmax", inputs[0].shape.rank(), *axis).ok()
                     == Some(inputs[0].shape.rank().saturating_sub(1))
         }
+        Op::ArgMax { axis } => {
+            all_f32(1)
+                && cyb_ops::resolve_axis("argmax", inputs[0].shape.rank(), *axis).ok()
+                    == Some(inputs[0].shape.rank().saturating_sub(1))
+        }
         Op::Rope { .. } => attention::supports_rope(inputs),
         Op::Sdpa { .. } => attention::supports_sdpa(op, inputs),
         Op::Reshape { .. } => true,

@@ -3,7 +3,7 @@
 use crate::backend::{gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
 use cyb_ops::{GeluApprox, Op};
-use cyb_tensor::{DType, Result, Tensor, TensorInfo};
+use cyb_tensor::{Result, Tensor, TensorInfo};
 
 /// Rank ≤ 4 after broadcasting (the binary kernel's index space).
 pub(crate) fn broadcastable(inputs: &[TensorInfo]) -> bool {
@@ -43,7 +43,7 @@ pub(crate) fn execute(
     inputs: &[Tensor],
     out: &TensorInfo,
 ) -> Result<Tensor> {
-    let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let (y, ybuf) = gpu.output(st, out.shape.dims(), out.dtype)?;
     let n = out.shape.numel();
     let groups = n.div_ceil(64) as u32;
     let x = gpu_buf(&inputs[0])?;
@@ -115,6 +115,19 @@ pub(crate) fn execute(
                 weight_offset.to_bits(),
             ];
             gpu.dispatch(st, &key, &p, &[&x, &w, &ybuf], rows as u32)?
+        }
+        Op::ArgMax { .. } => {
+            // The output holds one I64 per row; the rows are the input's last axis.
+            let d = inputs[0].dims().last().copied().unwrap_or(1);
+            let rows = inputs[0].numel().checked_div(d).unwrap_or(0);
+            let key = KernelKey::plain(Family::ArgMax, "argmax");
+            gpu.dispatch(
+                st,
+                &key,
+                &[rows as u32, d as u32],
+                &[&x, &ybuf],
+                rows as u32,
+            )?
         }
         Op::Softmax { .. } => {
             let d = out.shape.last();
