@@ -384,3 +384,106 @@ pub(crate) fn conv_transpose_sized(
     let ins: Vec<Tensor> = inputs.iter().flatten().cloned().collect();
     Ok(vec![r.one(&conv, &ins)?])
 }
+
+/// ONNX Dropout at inference: the identity (and an all-true mask). In training mode with a
+/// non-zero ratio the output would be random, which is refused rather than guessed.
+pub(crate) fn dropout(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    n_out: usize,
+) -> Result<Vec<Tensor>> {
+    let x = req("dropout", inputs, 0)?;
+    let opt = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let training = match opt(2) {
+        Some(t) => {
+            r.d.to_host(t)?
+                .to_i64_vec()?
+                .first()
+                .is_some_and(|&v| v != 0)
+        }
+        None => false,
+    };
+    let ratio = match opt(1) {
+        Some(t) => f32s(r, t)?.first().copied().unwrap_or(0.5),
+        None => 0.5,
+    };
+    if training && ratio != 0.0 {
+        return Err(Error::UnsupportedOp {
+            op: "dropout in training mode (random masks)".into(),
+            backend: "graph".into(),
+            input_dtype: x.dtype(),
+        });
+    }
+    let mut out = vec![x.clone()];
+    if n_out > 1 {
+        out.push(crate::host_op::filled(x.dims(), DType::Bool, 1.0)?);
+    }
+    Ok(out)
+}
+
+/// ONNX Unique: distinct elements (or slices along `axis`), their first indices, the inverse
+/// map and the counts; sorted ascending (slices lexicographically) or in first-seen order.
+pub(crate) fn unique(
+    r: &mut HostRun,
+    x: &Tensor,
+    ax: Option<i64>,
+    sorted: bool,
+) -> Result<Vec<Tensor>> {
+    let xh = r.d.to_host(x)?;
+    let (data, a) = match ax {
+        Some(a) => (xh.clone(), axis("unique", a, x.dims().len())?),
+        None => (xh.reshape(&[x.numel()])?, 0),
+    };
+    let d = data.dims().to_vec();
+    let vals: Vec<f64> = if data.dtype().is_float() {
+        data.to_f32_vec()?.iter().map(|&v| v as f64).collect()
+    } else {
+        data.to_i64_vec()?.iter().map(|&v| v as f64).collect()
+    };
+    let (outer, len, inner) = (
+        d[..a].iter().product::<usize>(),
+        d[a],
+        d[a + 1..].iter().product::<usize>(),
+    );
+    let key = |i: usize| -> Vec<f64> {
+        (0..outer)
+            .flat_map(|o| (0..inner).map(move |n| (o, n)))
+            .map(|(o, n)| vals[(o * len + i) * inner + n])
+            .collect()
+    };
+    let keys: Vec<Vec<f64>> = (0..len).map(key).collect();
+    let mut firsts: Vec<usize> = Vec::new();
+    for i in 0..len {
+        if !firsts.iter().any(|&f| keys[f] == keys[i]) {
+            firsts.push(i);
+        }
+    }
+    if sorted {
+        firsts.sort_by(|&p, &q| {
+            keys[p]
+                .iter()
+                .zip(&keys[q])
+                .map(|(a, b)| a.total_cmp(b))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    }
+    let inverse: Vec<i64> = (0..len)
+        .map(|i| firsts.iter().position(|&f| keys[f] == keys[i]).unwrap_or(0) as i64)
+        .collect();
+    let counts: Vec<i64> = (0..firsts.len())
+        .map(|k| inverse.iter().filter(|&&v| v == k as i64).count() as i64)
+        .collect();
+    let idx: Vec<i64> = firsts.iter().map(|&f| f as i64).collect();
+    let k = idx.len();
+    let y = r.one(
+        &Op::Gather { axis: a as isize },
+        &[data, Tensor::from_i64(&[k], &idx)?],
+    )?;
+    Ok(vec![
+        y,
+        Tensor::from_i64(&[k], &idx)?,
+        Tensor::from_i64(&[len], &inverse)?,
+        Tensor::from_i64(&[k], &counts)?,
+    ])
+}

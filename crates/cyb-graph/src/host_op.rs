@@ -172,6 +172,10 @@ pub enum HostOp {
     /// ONNX Loop: inputs `max_trips?, cond?, carried.., captured..`; the body takes
     /// `iteration, cond, carried.., captured..` and returns `cond, carried.., scans..`.
     Loop { body: SubGraph, n_carried: usize },
+    /// ONNX Dropout with `ratio?` and `training_mode?` inputs (identity unless training).
+    Dropout,
+    /// ONNX Unique: outputs `y, indices, inverse_indices, counts`.
+    Unique { axis: Option<i64>, sorted: bool },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -279,6 +283,8 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::Dropout => "dropout",
+            HostOp::Unique { .. } => "unique",
             HostOp::If { .. } => "if",
             HostOp::Loop { .. } => "loop",
             HostOp::GridSample { .. } => "grid_sample",

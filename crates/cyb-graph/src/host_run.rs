@@ -458,6 +458,8 @@ pub(crate) fn run(
         HostOp::Loop { body, n_carried } => {
             crate::subgraph::run_loop(r, &body.0, *n_carried, inputs)
         }
+        HostOp::Dropout => crate::host_misc::dropout(r, inputs, n_out),
+        HostOp::Unique { axis: a, sorted } => crate::host_misc::unique(r, x()?, *a, *sorted),
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

@@ -170,15 +170,18 @@ pub(crate) fn map(
         "CastLike" => Ok((host(HostOp::CastLike), ins)),
         "Identity" => Ok((host(HostOp::Identity), ins)),
         "Dropout" => {
-            if ins.get(2).copied().flatten().is_some() {
-                return Err(unsupported(name, t, "training_mode input (random masks)"));
+            if opset < 7 && a.i("is_test", 0) == 0 {
+                return Err(unsupported(name, t, "training mode (is_test = 0)"));
             }
-            if opset < 12 && a.i("is_test", 1) == 0 && opset < 7 {
-                return Err(unsupported(name, t, "training mode"));
-            }
-            ins.truncate(1);
-            Ok((host(HostOp::Identity), ins))
+            Ok((host(HostOp::Dropout), ins))
         }
+        "Unique" => Ok((
+            host(HostOp::Unique {
+                axis: a.has("axis").then(|| a.i("axis", 0)),
+                sorted: a.i("sorted", 1) != 0,
+            }),
+            ins,
+        )),
         "Constant" => {
             let tensor = constant_attr(b, name, a)?;
             Ok((host(HostOp::Identity), vec![Some(b.konst(name, tensor))]))
