@@ -487,3 +487,148 @@ pub(crate) fn unique(
         Tensor::from_i64(&[k], &counts)?,
     ])
 }
+
+/// MaxPool with its `Indices` output: the flat row-major input index of each maximum (the first
+/// one on ties).
+pub(crate) fn max_pool_indices(
+    r: &mut HostRun,
+    pool: &Op,
+    column_major: bool,
+    x: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let Op::Pool {
+        kernel,
+        strides,
+        dilations,
+        pads,
+        ceil_mode,
+        ..
+    } = pool
+    else {
+        return Err(Error::invalid("max_pool", "not a pool op"));
+    };
+    let values = r.one(pool, std::slice::from_ref(x))?;
+    let xd = x.dims();
+    let g = cyb_ops::window_geometry(
+        "max_pool",
+        &xd[2..],
+        kernel,
+        strides,
+        dilations,
+        pads,
+        *ceil_mode,
+    )?;
+    let v = f32s(r, x)?;
+    let sp = &xd[2..];
+    let in_n: usize = sp.iter().product();
+    let out_n: usize = g.out.iter().product();
+    let k_n: usize = kernel.iter().product();
+    let mut idx = vec![0i64; xd[0] * xd[1] * out_n];
+    let (mut op, mut kp) = (vec![0; sp.len()], vec![0; sp.len()]);
+    for plane in 0..xd[0] * xd[1] {
+        for o in 0..out_n {
+            unravel(o, &g.out, &mut op);
+            let mut best: Option<(f32, usize)> = None;
+            for k in 0..k_n {
+                unravel(k, kernel, &mut kp);
+                let (mut off, mut col, mut col_stride) = (Some(0usize), 0usize, 1usize);
+                for s in 0..sp.len() {
+                    let p = (op[s] * g.strides[s] + kp[s] * g.dilations[s]) as isize
+                        - g.pad_begin[s] as isize;
+                    off = off
+                        .filter(|_| p >= 0 && p < sp[s] as isize)
+                        .map(|f| f * sp[s] + p as usize);
+                    col += p.max(0) as usize * col_stride;
+                    col_stride *= sp[s];
+                }
+                if let Some(f) = off {
+                    let val = v[plane * in_n + f];
+                    if best.is_none_or(|(b, _)| val > b) {
+                        best = Some((val, plane * in_n + if column_major { col } else { f }));
+                    }
+                }
+            }
+            idx[plane * out_n + o] = best.map_or(0, |(_, i)| i as i64);
+        }
+    }
+    Ok(vec![
+        values,
+        Tensor::from_i64(
+            &xd.iter()
+                .take(2)
+                .copied()
+                .chain(g.out.iter().copied())
+                .collect::<Vec<_>>(),
+            &idx,
+        )?,
+    ])
+}
+
+/// MaxUnpool: zeros of the unpooled shape (or `output_shape`), with `y.flat[i[k]] = x[k]`.
+pub(crate) fn max_unpool(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+) -> Result<Vec<Tensor>> {
+    let op = "max_unpool";
+    let (x, i) = (req(op, inputs, 0)?, req(op, inputs, 1)?);
+    let xd = x.dims();
+    let k = xd.len().saturating_sub(2);
+    let or = |v: &[usize], n: usize, d: usize| if v.is_empty() { vec![d; n] } else { v.to_vec() };
+    let (strides, pads) = (or(strides, k, 1), or(pads, 2 * k, 0));
+    if kernel.len() != k || strides.len() != k || pads.len() != 2 * k {
+        return Err(Error::invalid(
+            op,
+            "kernel, strides and pads must match the spatial rank",
+        ));
+    }
+    // Indices address the unpooled shape the window arithmetic gives; a larger output_shape
+    // pads it with zeros at the end of each dim (as ONNX's reference does).
+    let mut dims = xd[..2].to_vec();
+    for s in 0..k {
+        let v = (xd[s + 2] as i64 - 1) * strides[s] as i64 + kernel[s] as i64
+            - pads[s] as i64
+            - pads[s + k] as i64;
+        dims.push(usize::try_from(v).map_err(|_| Error::invalid(op, format!("output dim {v}")))?);
+    }
+    let n: usize = dims.iter().product();
+    let (vals, ids) = (f32s(r, x)?, r.d.to_host(i)?.to_i64_vec()?);
+    let mut y = vec![0f32; n];
+    for (v, &t) in vals.iter().zip(&ids) {
+        let t = usize::try_from(t)
+            .ok()
+            .filter(|&t| t < n)
+            .ok_or_else(|| Error::invalid(op, format!("index {t} outside {n}")))?;
+        y[t] = *v;
+    }
+    if let Some(t) = inputs.get(2).and_then(Option::as_ref) {
+        let want = crate::host_op::to_usize(op, &r.ints(t)?)?;
+        if want.len() != dims.len() || want.iter().zip(&dims).any(|(w, d)| w < d) {
+            return Err(Error::shape(op, &dims, &want));
+        }
+        let pads: Vec<isize> = (0..dims.len())
+            .map(|_| 0)
+            .chain(want.iter().zip(&dims).map(|(w, d)| (w - d) as isize))
+            .collect();
+        let t = Tensor::from_f32(&dims, &y)?;
+        let padded = r.one(
+            &Op::Pad {
+                pads,
+                mode: cyb_ops::PadMode::Constant { value: 0.0 },
+            },
+            &[t],
+        )?;
+        return Ok(vec![cast_to(r, padded, x.dtype())?]);
+    }
+    let t = Tensor::from_f32(&dims, &y)?;
+    Ok(vec![cast_to(r, t, x.dtype())?])
+}
+
+fn unravel(mut flat: usize, dims: &[usize], idx: &mut [usize]) {
+    for (i, &d) in dims.iter().enumerate().rev() {
+        idx[i] = flat % d.max(1);
+        flat /= d.max(1);
+    }
+}

@@ -176,6 +176,15 @@ pub enum HostOp {
     Dropout,
     /// ONNX Unique: outputs `y, indices, inverse_indices, counts`.
     Unique { axis: Option<i64>, sorted: bool },
+    /// MaxPool (`pool`, an `Op::Pool` with `PoolKind::Max`) with its `Indices` output.
+    /// `column_major`: indices count the spatial dims first-fastest (ONNX `storage_order = 1`).
+    MaxPoolWithIndices { pool: Op, column_major: bool },
+    /// ONNX MaxUnpool: inputs `x, indices, output_shape?`.
+    MaxUnpool {
+        kernel: Vec<usize>,
+        strides: Vec<usize>,
+        pads: Vec<usize>,
+    },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -283,6 +292,8 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::MaxPoolWithIndices { .. } => "max_pool_with_indices",
+            HostOp::MaxUnpool { .. } => "max_unpool",
             HostOp::Dropout => "dropout",
             HostOp::Unique { .. } => "unique",
             HostOp::If { .. } => "if",

@@ -460,6 +460,14 @@ pub(crate) fn run(
         }
         HostOp::Dropout => crate::host_misc::dropout(r, inputs, n_out),
         HostOp::Unique { axis: a, sorted } => crate::host_misc::unique(r, x()?, *a, *sorted),
+        HostOp::MaxPoolWithIndices { pool, column_major } => {
+            crate::host_misc::max_pool_indices(r, pool, *column_major, x()?)
+        }
+        HostOp::MaxUnpool {
+            kernel,
+            strides,
+            pads,
+        } => crate::host_misc::max_unpool(r, inputs, kernel, strides, pads),
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

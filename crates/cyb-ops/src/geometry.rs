@@ -5,8 +5,8 @@ use crate::shape_rule::resolve_axis;
 use crate::PadSpec;
 use cyb_tensor::{Error, Result};
 
-/// Where a sliding window runs: the output size per spatial dim and the begin padding.
-pub(crate) struct WindowGeometry {
+/// Where a sliding window runs: output size, padding, stride and dilation per spatial dim.
+pub struct WindowGeometry {
     pub out: Vec<usize>,
     pub pad_begin: Vec<usize>,
     pub pad_end: Vec<usize>,
@@ -15,7 +15,7 @@ pub(crate) struct WindowGeometry {
 }
 
 /// Output sizes and begin pads of a window of `kernel` over `spatial`.
-pub(crate) fn window_geometry(
+pub fn window_geometry(
     op: &str,
     spatial: &[usize],
     kernel: &[usize],

@@ -163,11 +163,8 @@ pub(crate) fn map(
             ))
         }
         "MaxPool" | "AveragePool" | "LpPool" => {
-            if nout > 1 {
-                return Err(unsupported(name, t, "the Indices output"));
-            }
-            if a.i("storage_order", 0) != 0 {
-                return Err(unsupported(name, t, "storage_order 1"));
+            if nout > 1 && t != "MaxPool" {
+                return Err(unsupported(name, t, "a second output"));
             }
             let kind = match t {
                 "MaxPool" => PoolKind::Max,
@@ -179,17 +176,19 @@ pub(crate) fn map(
                 },
             };
             let kernel = to_usizes(name, t, a.ints("kernel_shape"))?;
-            Ok((
-                op(Op::Pool {
-                    kind,
-                    strides: to_usizes(name, t, a.ints("strides"))?,
-                    dilations: to_usizes(name, t, a.ints("dilations"))?,
-                    pads: pad_spec(name, t, a)?,
-                    ceil_mode: a.i("ceil_mode", 0) != 0,
-                    kernel,
-                }),
-                ins,
-            ))
+            let pool = Op::Pool {
+                kind,
+                strides: to_usizes(name, t, a.ints("strides"))?,
+                dilations: to_usizes(name, t, a.ints("dilations"))?,
+                pads: pad_spec(name, t, a)?,
+                ceil_mode: a.i("ceil_mode", 0) != 0,
+                kernel,
+            };
+            if nout > 1 {
+                let column_major = a.i("storage_order", 0) != 0;
+                return Ok((host(HostOp::MaxPoolWithIndices { pool, column_major }), ins));
+            }
+            Ok((op(pool), ins))
         }
         "GlobalAveragePool" | "GlobalMaxPool" => Ok((
             host(HostOp::GlobalPool {
@@ -309,6 +308,14 @@ pub(crate) fn map(
             ins,
         )),
         "Det" => Ok((host(HostOp::Det), ins)),
+        "MaxUnpool" => Ok((
+            host(HostOp::MaxUnpool {
+                kernel: to_usizes(name, t, a.ints("kernel_shape"))?,
+                strides: to_usizes(name, t, a.ints("strides"))?,
+                pads: to_usizes(name, t, a.ints("pads"))?,
+            }),
+            ins,
+        )),
         "GridSample" => {
             let mode = match a.s("mode").as_deref().unwrap_or("bilinear") {
                 "bilinear" | "linear" => GridMode::Bilinear,
