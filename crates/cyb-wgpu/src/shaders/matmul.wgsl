@@ -26,10 +26,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     for (var r = 0u; r < MB; r++) { acc[r] = 0.0; }
     if (valid) {
         let row = j * row_bytes;
-        for (var col = t; col < k; col += 64u) {
-            let w = deq(row + (col / BLOCK) * BYTES, col % BLOCK);
-            for (var r = 0u; r < MB; r++) {
-                if (i0 + r < m) { acc[r] += A[(i0 + r) * k + col] * w; }
+        if (k % 4u == 0u) {
+            // Four neighbouring columns per thread and step: their weights share the block's
+            // scale and packed words, which the compiler loads once.
+            for (var c = t * 4u; c < k; c += 256u) {
+                let w = vec4<f32>(deq(row + (c / BLOCK) * BYTES, c % BLOCK),
+                                  deq(row + ((c + 1u) / BLOCK) * BYTES, (c + 1u) % BLOCK),
+                                  deq(row + ((c + 2u) / BLOCK) * BYTES, (c + 2u) % BLOCK),
+                                  deq(row + ((c + 3u) / BLOCK) * BYTES, (c + 3u) % BLOCK));
+                for (var r = 0u; r < MB; r++) {
+                    if (i0 + r < m) {
+                        let a = (i0 + r) * k + c;
+                        acc[r] += dot(vec4<f32>(A[a], A[a + 1u], A[a + 2u], A[a + 3u]), w);
+                    }
+                }
+            }
+        } else {
+            for (var col = t; col < k; col += 64u) {
+                let w = deq(row + (col / BLOCK) * BYTES, col % BLOCK);
+                for (var r = 0u; r < MB; r++) {
+                    if (i0 + r < m) { acc[r] += A[(i0 + r) * k + col] * w; }
+                }
             }
         }
     }
