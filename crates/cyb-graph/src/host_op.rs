@@ -185,6 +185,14 @@ pub enum HostOp {
         strides: Vec<usize>,
         pads: Vec<usize>,
     },
+    /// ONNX DFT along `axis` of `[.., 1 | 2]` signals; input 1 is an optional `dft_length`.
+    Dft {
+        axis: i64,
+        inverse: bool,
+        onesided: bool,
+    },
+    /// ONNX STFT: inputs `signal, frame_step, window?, frame_length?`.
+    Stft { onesided: bool },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -292,6 +300,8 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::Dft { .. } => "dft",
+            HostOp::Stft { .. } => "stft",
             HostOp::MaxPoolWithIndices { .. } => "max_pool_with_indices",
             HostOp::MaxUnpool { .. } => "max_unpool",
             HostOp::Dropout => "dropout",

@@ -468,6 +468,12 @@ pub(crate) fn run(
             strides,
             pads,
         } => crate::host_misc::max_unpool(r, inputs, kernel, strides, pads),
+        HostOp::Dft {
+            axis: a,
+            inverse,
+            onesided,
+        } => crate::host_dft::dft(r, inputs, *a, *inverse, *onesided),
+        HostOp::Stft { onesided } => crate::host_dft::stft(r, inputs, *onesided),
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

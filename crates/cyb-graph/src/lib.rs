@@ -11,6 +11,7 @@
 
 mod exec;
 mod graph;
+mod host_dft;
 mod host_grid;
 mod host_linalg;
 mod host_loss;

@@ -308,6 +308,20 @@ pub(crate) fn map(
             ins,
         )),
         "Det" => Ok((host(HostOp::Det), ins)),
+        "DFT" => Ok((
+            host(HostOp::Dft {
+                axis: a.i("axis", 1),
+                inverse: a.i("inverse", 0) != 0,
+                onesided: a.i("onesided", 0) != 0,
+            }),
+            ins,
+        )),
+        "STFT" => Ok((
+            host(HostOp::Stft {
+                onesided: a.i("onesided", 1) != 0,
+            }),
+            ins,
+        )),
         "MaxUnpool" => Ok((
             host(HostOp::MaxUnpool {
                 kernel: to_usizes(name, t, a.ints("kernel_shape"))?,
