@@ -31,6 +31,8 @@ pub struct HfModel {
     pub tokenizer_config: Option<Value>,
     /// Parsed `generation_config.json` (default sampling, eos ids), when present.
     pub generation_config: Option<Value>,
+    /// Set when the directory was read out of a `.model` container.
+    container: Option<std::sync::Arc<crate::model_container::ContainerInfo>>,
 }
 
 /// Reads and parses a JSON file, naming the file on failure.
@@ -116,7 +118,48 @@ impl HfModel {
             shards,
             order,
             by_name,
+            container: None,
         })
+    }
+
+    /// A Hugging Face model whose files come from a `.model` container: one shard over the
+    /// container's bytes; `path` stands in for the directory.
+    pub(crate) fn from_container(
+        path: PathBuf,
+        config: Value,
+        shard: SafetensorsFile,
+        files: crate::model_container::HfFiles,
+        container: std::sync::Arc<crate::model_container::ContainerInfo>,
+    ) -> HfModel {
+        let order: Vec<(String, usize, usize)> = shard
+            .tensor_infos()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), 0, i))
+            .collect();
+        let by_name = order
+            .iter()
+            .enumerate()
+            .map(|(k, (n, _, _))| (n.clone(), k))
+            .collect();
+        HfModel {
+            dir: path,
+            config,
+            shards: vec![shard],
+            order,
+            by_name,
+            tokenizer_json: files.tokenizer_json,
+            tokenizer_config_json: None,
+            generation_config_json: None,
+            tokenizer_config: files.tokenizer_config,
+            generation_config: files.generation_config,
+            container: Some(container),
+        }
+    }
+
+    /// The `.model` container this model was read from, if any.
+    pub fn container(&self) -> Option<&crate::model_container::ContainerInfo> {
+        self.container.as_deref()
     }
 
     pub fn dir(&self) -> &Path {

@@ -13,6 +13,7 @@ pub mod gguf;
 pub mod hf;
 mod mapping;
 mod metadata;
+pub mod model_container;
 mod model_file;
 pub mod onnx;
 pub mod safetensors;

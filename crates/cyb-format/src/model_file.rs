@@ -49,10 +49,13 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
             "a directory without config.json (expected a Hugging Face model directory)",
         ));
     }
-    let mut magic = [0u8; 4];
+    let mut magic = [0u8; 10];
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut magic))
         .map_err(io)?;
+    if crate::model_container::has_model_magic(magic.get(..n).unwrap_or_default()) {
+        return crate::model_container::open(path);
+    }
     if gguf::has_gguf_magic(magic.get(..n).unwrap_or_default()) {
         return GgufFile::open(path).map(ModelFile::Gguf);
     }
@@ -65,9 +68,9 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     Err(unrecognized(
         path,
         &format!(
-            "a file starting with {:02x?}, not a GGUF file (magic \"GGUF\") nor part of a Hugging \
-             Face model directory (config.json + safetensors)",
-            magic.get(..n).unwrap_or_default()
+            "a file starting with {:02x?}, not a .model file, a GGUF file (magic \"GGUF\") nor \
+             part of a Hugging Face model directory (config.json + safetensors)",
+            magic.get(..4.min(n)).unwrap_or_default()
         ),
     ))
 }
@@ -81,8 +84,26 @@ fn unrecognized(path: &Path, what: &str) -> Error {
 }
 
 impl ModelFile {
-    /// `"gguf"` or `"huggingface"`.
+    /// The `.model` container it was read from, if any (the model then presents itself as the
+    /// GGUF model or Hugging Face directory it was imported from).
+    pub fn container(&self) -> Option<&crate::model_container::ContainerInfo> {
+        match self {
+            ModelFile::Gguf(g) => g.container(),
+            ModelFile::HuggingFace(h) => h.container(),
+        }
+    }
+
+    /// Checks every tensor of a `.model` file against its blake3 (an error names the first
+    /// corrupted tensor); other formats carry no hashes and pass.
+    pub fn verify(&self) -> Result<()> {
+        self.container().map_or(Ok(()), |c| c.verify())
+    }
+
+    /// `"model"` for a `.model` container, else `"gguf"` or `"huggingface"`.
     pub fn format_name(&self) -> &'static str {
+        if self.container().is_some() {
+            return "model";
+        }
         match self {
             ModelFile::Gguf(_) => "gguf",
             ModelFile::HuggingFace(_) => "huggingface",
@@ -91,6 +112,9 @@ impl ModelFile {
 
     /// `"v3"` for GGUF; `"safetensors, N shard(s)"` for a Hugging Face directory.
     pub fn format_version(&self) -> String {
+        if let Some(c) = self.container() {
+            return format!("v{} (from {})", c.version, c.source);
+        }
         match self {
             ModelFile::Gguf(g) => format!("v{}", g.version()),
             ModelFile::HuggingFace(h) => format!("safetensors, {} shard(s)", h.shards().len()),

@@ -112,6 +112,26 @@ impl SafetensorsFile {
         })
     }
 
+    /// A file view over tensors already validated elsewhere (a `.model` container).
+    pub(crate) fn from_parts(
+        path: PathBuf,
+        bytes: SharedBytes,
+        tensors: Vec<SafetensorsTensorInfo>,
+    ) -> SafetensorsFile {
+        let index = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        SafetensorsFile {
+            path,
+            bytes,
+            tensors,
+            index,
+            metadata: BTreeMap::new(),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

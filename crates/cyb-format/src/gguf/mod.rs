@@ -61,6 +61,8 @@ pub struct GgufFile {
     meta_index: HashMap<String, usize>,
     tensors: Vec<GgufTensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Set when the GGUF model was read out of a `.model` container.
+    container: Option<std::sync::Arc<crate::model_container::ContainerInfo>>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -111,7 +113,40 @@ impl GgufFile {
             meta_index,
             tensors,
             tensor_index,
+            container: None,
         })
+    }
+
+    /// A GGUF model whose metadata and tensors come from a `.model` container (already
+    /// validated there); its tensors borrow the container's bytes.
+    pub(crate) fn from_container(
+        path: PathBuf,
+        bytes: SharedBytes,
+        version: u32,
+        metadata: Vec<(String, MetaValue)>,
+        tensors: Vec<GgufTensorInfo>,
+        container: std::sync::Arc<crate::model_container::ContainerInfo>,
+    ) -> GgufFile {
+        let index = |names: &mut dyn Iterator<Item = String>| -> HashMap<String, usize> {
+            names.enumerate().map(|(i, k)| (k, i)).collect()
+        };
+        GgufFile {
+            meta_index: index(&mut metadata.iter().map(|(k, _)| k.clone())),
+            tensor_index: index(&mut tensors.iter().map(|t| t.name.clone())),
+            path,
+            bytes,
+            version,
+            alignment: crate::model_container::ALIGN as u64,
+            data_start: container.data_start,
+            metadata,
+            tensors,
+            container: Some(container),
+        }
+    }
+
+    /// The `.model` container this model was read from, if any.
+    pub fn container(&self) -> Option<&crate::model_container::ContainerInfo> {
+        self.container.as_deref()
     }
 
     pub fn path(&self) -> &Path {
