@@ -22,6 +22,7 @@ pub enum Family {
     Copy,
     Sdpa,
     ArgMax,
+    LayerNorm,
 }
 
 impl Family {
@@ -37,6 +38,7 @@ impl Family {
             Family::Copy => include_str!("shaders/copy.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
+            Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
         }
     }
 
@@ -48,6 +50,7 @@ impl Family {
             }
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
             Family::Sdpa => (3, 2),
+            Family::LayerNorm => (3, 1),
         }
     }
 }

@@ -126,6 +126,12 @@ fn rms_norm_and_softmax() {
         check(&op, &[f32t(&[3, 5, 37], 1), f32t(&[37], 2)], 1e-5);
     }
     check(&Op::Softmax { axis: -1 }, &[f32t(&[5, 133], 4)], 1e-5);
+    // Layer norm with weight and bias, weight only, and neither.
+    let op = Op::LayerNorm { eps: 1e-5 };
+    let x = f32t(&[3, 5, 37], 6);
+    check(&op, &[x.clone(), f32t(&[37], 7), f32t(&[37], 8)], 1e-5);
+    check(&op, &[x.clone(), f32t(&[37], 9)], 1e-5);
+    check(&op, &[x], 1e-5);
 }
 
 #[test]

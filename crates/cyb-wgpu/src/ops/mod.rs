@@ -36,6 +36,7 @@ pub(crate) fn supports(gpu: &WgpuBackend, op: &Op, inputs: &[TensorInfo]) -> boo
             all_f32(1) || (all_f32(2) && inputs[0].shape == inputs[1].shape)
         }
         Op::RmsNorm { .. } => all_f32(2),
+        Op::LayerNorm { .. } => (1..=3).any(all_f32),
         Op::Softmax { axis } => {
             all_f32(1)
                 && cyb_ops::resolve_axis("softmax", inputs[0].shape.rank(), *axis).ok()

@@ -116,6 +116,23 @@ pub(crate) fn execute(
             ];
             gpu.dispatch(st, &key, &p, &[&x, &w, &ybuf], rows as u32)?
         }
+        Op::LayerNorm { eps } => {
+            let d = out.shape.last();
+            let rows = n.checked_div(d).unwrap_or(0);
+            let w = inputs.get(1).map(gpu_buf).transpose()?;
+            let b = inputs.get(2).map(gpu_buf).transpose()?;
+            let key = KernelKey::plain(Family::LayerNorm, "layer_norm");
+            let p = [
+                rows as u32,
+                d as u32,
+                eps.to_bits(),
+                u32::from(w.is_some()),
+                u32::from(b.is_some()),
+            ];
+            let wb = w.as_ref().unwrap_or(&x);
+            let bb = b.as_ref().unwrap_or(&x);
+            gpu.dispatch(st, &key, &p, &[&x, wb, bb, &ybuf], rows as u32)?
+        }
         Op::ArgMax { .. } => {
             // The output holds one I64 per row; the rows are the input's last axis.
             let d = inputs[0].dims().last().copied().unwrap_or(1);
