@@ -1,5 +1,6 @@
 //! `cyb-llm classify MODEL "text"...`: label probabilities of each text from a
-//! sequence-classification model, as a JSON array (one object per text, in order) on stdout.
+//! sequence-classification model, or the label of every token from a token-classification
+//! model, as a JSON array (one object per text, in order) on stdout.
 
 use crate::session_args::EngineArgs;
 use cyb_tensor::{Error, Result};
@@ -22,6 +23,21 @@ pub struct ClassifyArgs {
 pub fn run(args: ClassifyArgs) -> Result<()> {
     let model = args.engine.load(Some(&args.model))?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
+    if model.has_token_classifier() {
+        let mut out = Vec::with_capacity(texts.len());
+        for t in &texts {
+            let tokens: Vec<_> = model
+                .classify_tokens(t, args.truncate)?
+                .into_iter()
+                .map(|l| json!({"token": l.token, "label": l.label, "score": l.score}))
+                .collect();
+            out.push(json!({"text": t, "tokens": tokens}));
+        }
+        let json = serde_json::to_string_pretty(&out)
+            .map_err(|e| Error::invalid("classify", format!("cannot write JSON: {e}")))?;
+        println!("{json}");
+        return Ok(());
+    }
     let results = model.classify_batch(&texts, args.truncate)?;
     let out: Vec<_> = texts
         .iter()

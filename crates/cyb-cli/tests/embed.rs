@@ -119,3 +119,21 @@ fn classify_prints_labels_with_probabilities() {
         .sum();
     assert!((total - 1.0).abs() < 1e-5);
 }
+
+#[test]
+fn classify_labels_tokens_with_a_token_head() {
+    let dir = bert_dir().join("../bert_tokens");
+    let (ok, out, err) = cyb(&["classify", &dir.to_string_lossy(), "the cat sat on the mat"]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let tokens: Vec<&str> = v[0]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tokens,
+        ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
+    );
+}

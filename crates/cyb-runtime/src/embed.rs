@@ -36,6 +36,16 @@ impl EncoderNet {
         }
     }
 
+    fn token_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            EncoderNet::Bert(m) => m.token_logits(seqs),
+            EncoderNet::Modern(_) => Err(Error::invalid(
+                "classify",
+                "ModernBERT classification heads are not supported yet",
+            )),
+        }
+    }
+
     fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         match self {
             EncoderNet::Bert(m) => m.sequence_logits(seqs),
@@ -103,6 +113,15 @@ pub struct EmbedOptions {
 pub struct Embeddings {
     pub vectors: Vec<Vec<f32>>,
     pub tokens: usize,
+}
+
+/// One token of a text and its most likely class (token classification, e.g. NER).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLabel {
+    /// The token as the vocabulary spells it (`[CLS]`, `cat`, `##s`).
+    pub token: String,
+    pub label: String,
+    pub score: f32,
 }
 
 /// One class and its probability.
@@ -201,6 +220,42 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// True when the model has a token-classification head (use
+    /// [`classify_tokens`](Model::classify_tokens) rather than [`classify`](Model::classify)).
+    pub fn has_token_classifier(&self) -> bool {
+        self.encoder()
+            .is_some_and(|e| e.net.config().head == cyb_models::BertHead::TokenClassification)
+    }
+
+    /// The most likely class of every token of `text` (special tokens included), with its
+    /// softmax probability.
+    pub fn classify_tokens(&self, text: &str, truncate: bool) -> Result<Vec<TokenLabel>> {
+        let enc = self.encoder_or_err("classify")?;
+        let inputs = [EmbedInput::Text(text.to_string())];
+        let seqs = self.token_sequences(enc, &inputs, truncate, "classify")?;
+        let labels = &enc.net.config().labels;
+        let logits = enc.net.token_logits(&seqs)?;
+        let (ids, rows) = match (seqs.first(), logits.first()) {
+            (Some(i), Some(r)) => (i, r),
+            _ => return Err(Error::invalid("classify", "no result")),
+        };
+        Ok(ids
+            .iter()
+            .zip(rows.chunks_exact(labels.len().max(1)))
+            .map(|(&id, row)| {
+                let p = softmax(row);
+                let best = (0..p.len())
+                    .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+                    .unwrap_or(0);
+                TokenLabel {
+                    token: self.tokenizer().token_text(id).unwrap_or_default(),
+                    label: labels.get(best).cloned().unwrap_or_default(),
+                    score: p.get(best).copied().unwrap_or(0.0),
+                }
+            })
+            .collect())
     }
 
     fn token_sequences(

@@ -24,7 +24,7 @@ pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use cyb_models::Pooling;
 pub use default_model::{cache_dir, default_model_path, ensure_default_model};
-pub use embed::{EmbedInput, EmbedOptions, Embeddings, LabelScore};
+pub use embed::{EmbedInput, EmbedOptions, Embeddings, LabelScore, TokenLabel};
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;

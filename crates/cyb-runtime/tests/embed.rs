@@ -183,3 +183,41 @@ fn modernbert_embeds_like_transformers() {
     }
     assert!(m.classify("hello").is_err());
 }
+
+#[test]
+fn token_classification_labels_each_token() {
+    let m = load("bert/bert_tokens");
+    assert!(m.has_token_classifier());
+    let text = std::fs::read_to_string(fixture("bert/bert_tokens/reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let case = &r["text"];
+    let labels: Vec<&str> = r["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let got = m
+        .classify_tokens(case["text"].as_str().unwrap(), false)
+        .unwrap();
+    let tokens: Vec<&str> = case["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(got.len(), tokens.len());
+    let logits = floats(&case["logits"]);
+    for ((g, tok), row) in got.iter().zip(&tokens).zip(logits.chunks(labels.len())) {
+        assert_eq!(g.token, *tok);
+        let best = (0..row.len())
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+            .unwrap();
+        assert_eq!(g.label, labels[best]);
+        let max = row[best];
+        let sum: f32 = row.iter().map(|l| (l - max).exp()).sum();
+        assert!((g.score - 1.0 / sum).abs() <= 1e-5);
+    }
+    // A token head is not a sequence head.
+    assert!(m.classify("the cat").is_err());
+}
