@@ -632,3 +632,59 @@ fn unravel(mut flat: usize, dims: &[usize], idx: &mut [usize]) {
         flat /= d.max(1);
     }
 }
+
+pub(crate) fn batch_norm_training(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    eps: f32,
+    momentum: f32,
+) -> Result<Vec<Tensor>> {
+    let op = "batch_norm_training";
+    let x = req(op, inputs, 0)?;
+    let p: Vec<Vec<f32>> = (1..5)
+        .map(|i| f32s(r, req(op, inputs, i)?))
+        .collect::<Result<_>>()?;
+    let d = x.dims();
+    let c = *d
+        .get(1)
+        .ok_or_else(|| Error::invalid(op, "input rank < 2"))?;
+    if p.iter().any(|v| v.len() != c) {
+        return Err(Error::invalid(
+            op,
+            "scale, bias, mean and var must have one value per channel",
+        ));
+    }
+    let v = f32s(r, x)?;
+    let inner: usize = d[2..].iter().product();
+    let count = (d[0] * inner).max(1) as f64;
+    let (mut mean, mut var) = (vec![0f64; c], vec![0f64; c]);
+    for (i, &e) in v.iter().enumerate() {
+        mean[(i / inner.max(1)) % c] += e as f64;
+    }
+    mean.iter_mut().for_each(|m| *m /= count);
+    for (i, &e) in v.iter().enumerate() {
+        let ch = (i / inner.max(1)) % c;
+        var[ch] += (e as f64 - mean[ch]).powi(2);
+    }
+    var.iter_mut().for_each(|s| *s /= count);
+    let y: Vec<f32> = v
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            let ch = (i / inner.max(1)) % c;
+            ((e as f64 - mean[ch]) / (var[ch] + eps as f64).sqrt()) as f32 * p[0][ch] + p[1][ch]
+        })
+        .collect();
+    let m = momentum as f64;
+    let run_mean: Vec<f32> = (0..c)
+        .map(|k| (p[2][k] as f64 * m + mean[k] * (1.0 - m)) as f32)
+        .collect();
+    let run_var: Vec<f32> = (0..c)
+        .map(|k| (p[3][k] as f64 * m + var[k] * (1.0 - m)) as f32)
+        .collect();
+    Ok(vec![
+        cast_to(r, Tensor::from_f32(d, &y)?, x.dtype())?,
+        Tensor::from_f32(&[c], &run_mean)?,
+        Tensor::from_f32(&[c], &run_var)?,
+    ])
+}

@@ -193,6 +193,10 @@ pub enum HostOp {
     },
     /// ONNX STFT: inputs `signal, frame_step, window?, frame_length?`.
     Stft { onesided: bool },
+    /// Batch normalisation with the batch's own statistics (ONNX `training_mode = 1`): inputs
+    /// `x, scale, b, mean, var`; outputs `y`, and the running mean and variance updated as
+    /// `running · momentum + batch · (1 - momentum)` (biased batch variance).
+    BatchNormTraining { eps: f32, momentum: f32 },
     /// `Trilu` with the diagonal offset `k` from optional input 1 (default 0).
     Trilu { upper: bool },
     /// One-hot encoding along `axis`: inputs `indices, depth, values[off, on]`.
@@ -300,6 +304,7 @@ impl HostOp {
             HostOp::SoftmaxCrossEntropy { .. } => "softmax_cross_entropy",
             HostOp::Resize(_) => "resize",
             HostOp::Rnn(_) => "rnn",
+            HostOp::BatchNormTraining { .. } => "batch_norm_training",
             HostOp::Dft { .. } => "dft",
             HostOp::Stft { .. } => "stft",
             HostOp::MaxPoolWithIndices { .. } => "max_pool_with_indices",

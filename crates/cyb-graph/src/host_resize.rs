@@ -20,6 +20,8 @@ pub enum CoordMode {
     AlignCorners,
     Asymmetric,
     TfCropAndResize,
+    /// `(x + 0.5) / scale` (ONNX opsets 11–12, for nearest).
+    TfHalfPixelForNn,
 }
 
 /// Rounding of the nearest mode.
@@ -199,6 +201,7 @@ fn dim_taps(
                     }
                 }
                 CoordMode::Asymmetric => o / scale,
+                CoordMode::TfHalfPixelForNn => (o + 0.5) / scale,
                 CoordMode::TfCropAndResize => {
                     if lo > 1.0 {
                         start * (li - 1.0) + o * (end - start) * (li - 1.0) / (lo - 1.0)

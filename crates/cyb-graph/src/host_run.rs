@@ -474,6 +474,9 @@ pub(crate) fn run(
             onesided,
         } => crate::host_dft::dft(r, inputs, *a, *inverse, *onesided),
         HostOp::Stft { onesided } => crate::host_dft::stft(r, inputs, *onesided),
+        HostOp::BatchNormTraining { eps, momentum } => {
+            crate::host_misc::batch_norm_training(r, inputs, *eps, *momentum)
+        }
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

@@ -197,11 +197,19 @@ pub(crate) fn map(
             ins,
         )),
         "BatchNormalization" => {
-            if nout > 1 || a.i("training_mode", 0) != 0 {
+            if a.i("training_mode", 0) != 0 {
+                let momentum = a.f("momentum", 0.9);
+                let h = HostOp::BatchNormTraining {
+                    eps: a.f("epsilon", 1e-5),
+                    momentum,
+                };
+                return Ok((host(h), ins));
+            }
+            if nout > 1 {
                 return Err(unsupported(
                     name,
                     t,
-                    "training mode (running statistics outputs)",
+                    "running statistics outputs without training_mode",
                 ));
             }
             Ok((
@@ -398,6 +406,7 @@ fn resize(name: &str, t: &str, opset: i64, a: &Attrs, ins: Vec<Option<ValueId>>)
             "align_corners" => CoordMode::AlignCorners,
             "asymmetric" => CoordMode::Asymmetric,
             "tf_crop_and_resize" => CoordMode::TfCropAndResize,
+            "tf_half_pixel_for_nn" => CoordMode::TfHalfPixelForNn,
             m => {
                 return Err(unsupported(
                     name,
