@@ -279,7 +279,8 @@ pub enum Op {
     /// dim, `out = floor((d + pad_begin + pad_end - dilation·(k-1) - 1) / stride) + 1`;
     /// `y[n, o, p] = b[o] + Σ_{ci, q} x[n, g·c/group + ci, p·stride + q·dilation - pad_begin] ·
     /// w[o, ci, q]` with `g = o / (m/group)`, zero outside the input, summed in order of
-    /// `(ci, q)`. One stride and dilation per spatial dim. Output F32.
+    /// `(ci, q)`. One stride and dilation per spatial dim; empty `strides`/`dilations` mean 1 and
+    /// an empty `PadSpec::Explicit` means no padding. Output F32.
     Conv {
         strides: Vec<usize>,
         dilations: Vec<usize>,
