@@ -12,8 +12,11 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
-    /// A GGUF file or a Hugging Face model directory.
+    /// A `.model` file, a GGUF file or a Hugging Face model directory.
     pub path: PathBuf,
+    /// Check every tensor of a `.model` file against its blake3 first.
+    #[arg(long)]
+    pub verify: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -27,6 +30,9 @@ pub struct InspectArgs {
 
 pub fn run(args: InspectArgs) -> Result<()> {
     let model = cyb_format::open(&args.path)?;
+    if args.verify {
+        model.verify()?;
+    }
     if let Some(name) = &args.tensor {
         return inspect_tensor(&model, name, &args);
     }
@@ -73,6 +79,7 @@ fn to_json(model: &ModelFile) -> Value {
         "path": model.path().display().to_string(),
         "format": model.format_name(),
         "format_version": model.format_version(),
+        "root": model.container().map(|c| c.root_hex()),
         "architecture": config.get("architecture").cloned().unwrap_or(Value::Null),
         "config": config,
         "config_error": config_error,
@@ -90,6 +97,9 @@ fn human(model: &ModelFile) -> String {
         model.format_name(),
         model.format_version()
     );
+    if let Some(c) = model.container() {
+        let _ = writeln!(o, "root:         {}", c.root_hex());
+    }
     match model.config() {
         Ok(c) => {
             let _ = writeln!(o, "architecture: {}", c.architecture);
@@ -234,6 +244,7 @@ mod tests {
         let args = InspectArgs {
             path: model.path().to_path_buf(),
             json: false,
+            verify: false,
             tensor: Some("blk.0.ffn_down.weight".into()),
             dump: Some(out.clone()),
         };

@@ -6,6 +6,7 @@ mod chat;
 mod classify;
 mod embed;
 mod graph;
+mod import;
 mod infer;
 mod inspect;
 mod npy;
@@ -42,6 +43,8 @@ enum Command {
     Perplexity(perplexity::PerplexityArgs),
     /// Print a model file's format, architecture, config, metadata and tensors.
     Inspect(inspect::InspectArgs),
+    /// Write a GGUF file or Hugging Face directory as one verified `.model` file.
+    Import(import::ImportArgs),
     /// List the backends this build knows and whether they can run here.
     Backends(backends::BackendsArgs),
     /// Prompt (pp) and generation (tg) tokens/s, measured like llama-bench.
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Import(args) => import::run(args),
         Command::Backends(args) => backends::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),

@@ -96,12 +96,17 @@ pub fn has_model_magic(bytes: &[u8]) -> bool {
 /// Maps and opens the `.model` file at `path`.
 pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     let path = path.as_ref();
-    from_bytes(map_file(path)?, path)
+    parse(map_file(path)?, path.to_path_buf(), true)
 }
 
-/// Opens a `.model` from any shared bytes; `name` is what errors call the file.
+/// Opens a `.model` from any shared bytes; `name` is what errors call the file. Unlike
+/// [`open`] it writes nothing: a Hugging Face model's vocab is not put in the cache, so its
+/// `tokenizer_json` is `None` (for tests and fuzzing of the parser).
 pub fn from_bytes(bytes: SharedBytes, name: impl Into<PathBuf>) -> Result<ModelFile> {
-    let path: PathBuf = name.into();
+    parse(bytes, name.into(), false)
+}
+
+fn parse(bytes: SharedBytes, path: PathBuf, write_vocab: bool) -> Result<ModelFile> {
     let owner = bytes.clone();
     let buf: &[u8] = (*owner).as_ref();
     let sections = header::split(buf, &path)?;
@@ -130,7 +135,7 @@ pub fn from_bytes(bytes: SharedBytes, name: impl Into<PathBuf>) -> Result<ModelF
     });
     match source.as_str() {
         "gguf" => open_gguf(&sections, &config, info, bytes, path),
-        "huggingface" => open_hf(&sections, &config, info, bytes, path),
+        "huggingface" => open_hf(&sections, &config, info, bytes, path, write_vocab),
         other => Err(format_error(
             &path,
             cfg_at,
@@ -240,6 +245,7 @@ fn open_hf(
     info: Arc<ContainerInfo>,
     bytes: SharedBytes,
     path: PathBuf,
+    write_vocab: bool,
 ) -> Result<ModelFile> {
     let cfg_at = sections.get("config").map_or(0, |(a, _)| a);
     let field = |k: &str| config.get(k).and_then(toml::Value::as_str);
@@ -279,7 +285,8 @@ fn open_hf(
         None => None,
     };
     let tokenizer_json = match sections.get("vocab") {
-        Some((at, b)) => Some(materialize_vocab(b, at, &info, &path)?),
+        Some((at, b)) if write_vocab => Some(materialize_vocab(b, at, &info, &path)?),
+        Some((at, b)) => text(b, at, "vocab", &path).map(|_| None)?,
         None => None,
     };
     let mut tensors = Vec::with_capacity(info.tensors.len());
