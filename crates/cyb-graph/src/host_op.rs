@@ -8,7 +8,7 @@ pub use crate::host_loss::LossReduction;
 pub use crate::host_misc::WindowKind;
 pub use crate::host_resize::ResizeSpec;
 pub use crate::host_rnn::RnnSpec;
-pub use crate::subgraph::SubGraph;
+pub use crate::subgraph::{ScanSpec, SubGraph};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -172,6 +172,8 @@ pub enum HostOp {
     /// ONNX Loop: inputs `max_trips?, cond?, carried.., captured..`; the body takes
     /// `iteration, cond, carried.., captured..` and returns `cond, carried.., scans..`.
     Loop { body: SubGraph, n_carried: usize },
+    /// ONNX Scan (opset ≥ 9): inputs `states.., scan inputs.., captured..`.
+    Scan { body: SubGraph, spec: ScanSpec },
     /// ONNX Dropout with `ratio?` and `training_mode?` inputs (identity unless training).
     Dropout,
     /// ONNX Unique: outputs `y, indices, inverse_indices, counts`.
@@ -313,6 +315,7 @@ impl HostOp {
             HostOp::Unique { .. } => "unique",
             HostOp::If { .. } => "if",
             HostOp::Loop { .. } => "loop",
+            HostOp::Scan { .. } => "scan",
             HostOp::GridSample { .. } => "grid_sample",
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",

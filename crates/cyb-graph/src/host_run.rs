@@ -477,6 +477,7 @@ pub(crate) fn run(
         HostOp::BatchNormTraining { eps, momentum } => {
             crate::host_misc::batch_norm_training(r, inputs, *eps, *momentum)
         }
+        HostOp::Scan { body, spec } => crate::subgraph::run_scan(r, &body.0, spec, inputs),
         HostOp::Rnn(spec) => crate::host_rnn::rnn(r, spec, inputs),
         HostOp::Resize(spec) => crate::host_resize::resize(r, spec, inputs),
         HostOp::OneHot { axis: a } => crate::host_linalg::one_hot(r, inputs, *a),

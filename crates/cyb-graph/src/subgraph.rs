@@ -137,3 +137,88 @@ pub(crate) fn run_loop(
     }
     Ok(outs)
 }
+
+/// Axes and directions of a `Scan` (ONNX opset ≥ 9; one entry per scan input or output).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScanSpec {
+    pub n_state: usize,
+    pub n_scan_inputs: usize,
+    pub input_axes: Vec<i64>,
+    pub input_reverse: Vec<bool>,
+    pub output_axes: Vec<i64>,
+    pub output_reverse: Vec<bool>,
+}
+
+/// `Scan`: inputs `states.., scan inputs.., captured..`; the body takes `states.., one slice of
+/// each scan input.., captured..` and returns `states.., scan output slices..`, which are
+/// stacked along their output axes.
+pub(crate) fn run_scan(
+    r: &mut HostRun,
+    body: &Graph,
+    s: &ScanSpec,
+    inputs: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let op = "scan";
+    let all: Vec<Tensor> = inputs.iter().flatten().cloned().collect();
+    if all.len() < s.n_state + s.n_scan_inputs || s.n_scan_inputs == 0 {
+        return Err(Error::invalid(
+            op,
+            "fewer inputs than states and scan inputs",
+        ));
+    }
+    let mut states: Vec<Tensor> = all[..s.n_state].to_vec();
+    let scan_in = &all[s.n_state..s.n_state + s.n_scan_inputs];
+    let captured = &all[s.n_state + s.n_scan_inputs..];
+    let axis_of = |v: &[i64], j: usize, rank: usize| -> Result<usize> {
+        crate::host_op::axis(op, v.get(j).copied().unwrap_or(0), rank)
+    };
+    let a0 = axis_of(&s.input_axes, 0, scan_in[0].dims().len())?;
+    let len = scan_in[0].dims()[a0];
+    let n_out = body
+        .outputs
+        .len()
+        .checked_sub(s.n_state)
+        .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
+    let mut outs: Vec<Vec<Tensor>> = vec![Vec::new(); n_out];
+    for t in 0..len {
+        let mut args = states.clone();
+        for (j, x) in scan_in.iter().enumerate() {
+            let a = axis_of(&s.input_axes, j, x.dims().len())?;
+            if x.dims()[a] != len {
+                return Err(Error::invalid(op, "scan inputs differ in length"));
+            }
+            let i = if s.input_reverse.get(j).copied().unwrap_or(false) {
+                len - 1 - t
+            } else {
+                t
+            };
+            let idx = Tensor::from_i64(&[], &[i as i64])?;
+            args.push(r.one(&Op::Gather { axis: a as isize }, &[x.clone(), idx])?);
+        }
+        args.extend(captured.iter().cloned());
+        let out = run_sub(r, body, &args)?;
+        states = out[..s.n_state].to_vec();
+        for (k, y) in out[s.n_state..].iter().enumerate() {
+            outs[k].push(y.clone());
+        }
+    }
+    let mut result = states;
+    for (k, mut slices) in outs.into_iter().enumerate() {
+        if slices.is_empty() {
+            return Err(Error::invalid(op, "a scan of length 0 has no output shape"));
+        }
+        if s.output_reverse.get(k).copied().unwrap_or(false) {
+            slices.reverse();
+        }
+        let rank = slices[0].dims().len() + 1;
+        let a = axis_of(&s.output_axes, k, rank)?;
+        let mut parts = Vec::with_capacity(slices.len());
+        for y in &slices {
+            let mut d = y.dims().to_vec();
+            d.insert(a, 1);
+            parts.push(r.reshape(y, &d)?);
+        }
+        result.push(r.one(&Op::Concat { axis: a as isize }, &parts)?);
+    }
+    Ok(result)
+}

@@ -5,7 +5,7 @@ use super::attrs::Attrs;
 use super::builder::{Builder, Mapped};
 use super::proto::NodeProto;
 use super::tensor;
-use cyb_graph::{Graph, HostOp, NodeOp, SubGraph, ValueId};
+use cyb_graph::{Graph, HostOp, NodeOp, ScanSpec, SubGraph, ValueId};
 use cyb_ops::{BinaryFn, Op, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
 
@@ -391,7 +391,7 @@ pub(crate) fn map(
             }),
             ins,
         )),
-        "If" | "Loop" => control_flow(b, n, name, a, ins),
+        "If" | "Loop" | "Scan" => control_flow(b, n, name, a, ins),
         "Trilu" => Ok((
             host(HostOp::Trilu {
                 upper: a.i("upper", 1) != 0,
@@ -498,6 +498,46 @@ fn control_flow(
     }
     let gp = sub("body")?;
     let n_formal = gp.input.len();
+    if t == "Scan" {
+        if b.opset < 9 {
+            return Err(unsupported(
+                name,
+                t,
+                "opset 8 Scan (batched, with sequence_lens)",
+            ));
+        }
+        let m = a.i("num_scan_inputs", 0).max(0) as usize;
+        let n_state = n_formal
+            .checked_sub(m)
+            .ok_or_else(|| unsupported(name, t, "num_scan_inputs exceeds the body inputs"))?;
+        let flags = |k: &str| {
+            a.ints(k)
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| v != 0)
+                .collect()
+        };
+        let spec = ScanSpec {
+            n_state,
+            n_scan_inputs: m,
+            input_axes: a.ints("scan_input_axes").unwrap_or_default(),
+            input_reverse: flags("scan_input_directions"),
+            output_axes: a.ints("scan_output_axes").unwrap_or_default(),
+            output_reverse: flags("scan_output_directions"),
+        };
+        let (mut body, captured) = b.subgraph(gp)?;
+        align_inputs(&mut body, n_formal, &captured);
+        for c in &captured {
+            ins.push(b.lookup(c));
+        }
+        return Ok((
+            host(HostOp::Scan {
+                body: SubGraph(Box::new(body)),
+                spec,
+            }),
+            ins,
+        ));
+    }
     let n_carried = n_formal
         .checked_sub(2)
         .ok_or_else(|| unsupported(name, t, "body takes fewer than 2 inputs"))?;
