@@ -78,3 +78,42 @@ fn hf_dir_to_model_gives_equal_tensors_and_bit_identical_logits() {
         assert!(same, "{variant}: logits differ after import");
     }
 }
+
+/// `--quant Q8_0` from the F32 GGUF quantizes exactly the tensors gguf-py's Q8_0 conversion of
+/// the same model quantized (matrices, not vectors), byte for byte, so it computes the same
+/// logits as that file.
+#[test]
+fn quant_q8_0_matches_the_reference_q8_0_conversion() {
+    let variant = "qwen2";
+    let source = cyb_format::open(fixture(variant, "model-f32.gguf")).unwrap();
+    let out =
+        std::env::temp_dir().join(format!("cyb-model-test-{}-quant.model", std::process::id()));
+    let opts = WriteOptions {
+        quant: Some(cyb_tensor::DType::Q8_0),
+    };
+    write_model(&source, &out, &opts).unwrap();
+    let m = cyb_format::open(&out).unwrap();
+    m.verify().unwrap();
+    let reference = cyb_format::open(fixture(variant, "model-q8_0.gguf")).unwrap();
+    for t in reference.tensors() {
+        let ours = m.tensors().into_iter().find(|u| u.name == t.name).unwrap();
+        assert_eq!(
+            (&ours.type_name, &ours.shape),
+            (&t.type_name, &t.shape),
+            "{}",
+            t.name
+        );
+        let a = m.tensor(&t.name).unwrap();
+        let b = reference.tensor(&t.name).unwrap();
+        assert_eq!(
+            a.host_bytes().unwrap(),
+            b.host_bytes().unwrap(),
+            "{}",
+            t.name
+        );
+    }
+    assert_eq!(m.tensors().len(), reference.tensors().len());
+    let same = logits(&m) == logits(&reference);
+    std::fs::remove_file(out).ok();
+    assert!(same, "logits differ from the reference Q8_0 file's");
+}
