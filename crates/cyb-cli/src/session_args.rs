@@ -19,6 +19,9 @@ pub struct EngineArgs {
     /// Context size of the session in tokens (default: the model's, capped at 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Check every tensor of a `.model` file against its blake3 before loading it.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 impl EngineArgs {
@@ -32,6 +35,9 @@ impl EngineArgs {
             Some(m) => PathBuf::from(m),
             None => ensure_default_model(&mut |msg| eprintln!("{msg}"))?,
         };
+        if self.verify {
+            cyb_format::open(&path)?.verify()?;
+        }
         rt.load(path)
     }
 }

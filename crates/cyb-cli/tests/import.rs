@@ -66,7 +66,8 @@ fn imported_models_answer_like_the_reference_and_show_their_root() {
         let root = stdout.split_whitespace().next().unwrap().to_string();
         assert_eq!(root.len(), 64, "{stdout}");
 
-        let (ok, stdout, stderr) = cyb(&["run", &out_s, &prompt, "--temp", "0", "-n", "8"]);
+        let (ok, stdout, stderr) =
+            cyb(&["run", &out_s, &prompt, "--temp", "0", "-n", "8", "--verify"]);
         assert!(ok, "{src}: {stderr}");
         assert_eq!(stdout, format!("{want}\n"), "{src}");
 

@@ -113,7 +113,7 @@ impl ModelFile {
     /// `"v3"` for GGUF; `"safetensors, N shard(s)"` for a Hugging Face directory.
     pub fn format_version(&self) -> String {
         if let Some(c) = self.container() {
-            return format!("v{} (from {})", c.version, c.source);
+            return format!("v{}, from {}", c.version, c.source);
         }
         match self {
             ModelFile::Gguf(g) => format!("v{}", g.version()),
