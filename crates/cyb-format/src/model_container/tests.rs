@@ -174,3 +174,38 @@ fn hostile_headers_are_refused_with_reasons() {
         );
     }
 }
+
+#[test]
+fn sharded_hf_dir_round_trips_and_truncations_fail() {
+    let src = fixture("format/hf_sharded");
+    let orig = crate::open(&src).unwrap();
+    let bytes = import(&src);
+    let m = parse(bytes.clone()).unwrap();
+    let ModelFile::HuggingFace(h) = &m else {
+        panic!("not a Hugging Face model")
+    };
+    assert_eq!(h.generation_config, orig_hf(&orig).generation_config);
+    assert_eq!(h.tokenizer_config, orig_hf(&orig).tokenizer_config);
+    assert_eq!(m.config().unwrap(), orig.config().unwrap());
+    for t in orig.tensors() {
+        let (a, b) = (orig.tensor(&t.name).unwrap(), m.tensor(&t.name).unwrap());
+        assert_eq!((a.shape(), a.dtype()), (b.shape(), b.dtype()), "{}", t.name);
+        assert_eq!(
+            a.host_bytes().unwrap(),
+            b.host_bytes().unwrap(),
+            "{}",
+            t.name
+        );
+    }
+    m.verify().unwrap();
+    for cut in (0..bytes.len()).step_by(7) {
+        assert!(!reason(parse(bytes[..cut].to_vec()).unwrap_err()).is_empty());
+    }
+}
+
+fn orig_hf(m: &ModelFile) -> &HfModel {
+    match m {
+        ModelFile::HuggingFace(h) => h,
+        ModelFile::Gguf(_) => panic!("not a Hugging Face model"),
+    }
+}
