@@ -30,7 +30,9 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
                 && inputs.len() == 2
                 && trailing_broadcast(inputs[0].shape.dims(), inputs[1].shape.dims())
         }
-        Op::Scale { .. } | Op::Silu | Op::Tanh | Op::Relu | Op::SwiGlu => f32_in(inputs),
+        Op::Scale { .. } | Op::Silu | Op::Tanh | Op::Relu | Op::SwiGlu | Op::Gelu { .. } => {
+            f32_in(inputs)
+        }
         Op::RmsNorm { .. } => f32_in(inputs),
         Op::Permute { .. } | Op::Transpose { .. } => f32_in(inputs),
         Op::Rope { .. } => {
@@ -87,6 +89,7 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
         Op::Silu => unary(x, silu),
         Op::Tanh => unary(x, f32::tanh),
         Op::Relu => unary(x, |v| v.max(0.0)),
+        Op::Gelu { approx } => unary(x, |v| gelu(v, *approx)),
         Op::SwiGlu => swiglu(inputs, od),
         Op::RmsNorm { eps, weight_offset } => rms_norm(*eps, *weight_offset, inputs),
         Op::Permute { perm } => permute(x, perm, od),
@@ -124,6 +127,31 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
 /// As the reference's silu, so results are identical.
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// GELU. The tanh form is the reference's formula; the erf form uses a closed-form erf
+/// (Abramowitz–Stegun 7.1.26, absolute error ≤ 1.5e-7, evaluated in f64) instead of the
+/// reference's series, which is exact to f32 but several times slower (encoders spend much of
+/// their time here).
+fn gelu(x: f32, approx: cyb_ops::GeluApprox) -> f32 {
+    match approx {
+        cyb_ops::GeluApprox::Erf => 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)),
+        cyb_ops::GeluApprox::Tanh => {
+            let k = (2.0 / std::f32::consts::PI).sqrt();
+            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+        }
+    }
+}
+
+fn erf(x: f32) -> f32 {
+    let z = f64::from(x).abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * z);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let r = 1.0 - poly * (-z * z).exp();
+    (r as f32).copysign(x)
 }
 
 fn unary(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor> {

@@ -25,6 +25,21 @@ fn elementwise_and_activations() {
     for op in [Op::Silu, Op::Tanh, Op::Relu, Op::Scale { factor: 0.37 }] {
         check(&op, std::slice::from_ref(&a), 1e-5, op.name());
     }
+    // GELU over a wide range (the erf form uses a closed-form erf, |error| ≤ 1.5e-7).
+    let wide = Tensor::from_f32(
+        &[7, 67],
+        &a.to_f32_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v * 6.0)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for approx in [cyb_ops::GeluApprox::Erf, cyb_ops::GeluApprox::Tanh] {
+        let op = Op::Gelu { approx };
+        check(&op, std::slice::from_ref(&a), 1e-6, "gelu");
+        check(&op, std::slice::from_ref(&wide), 1e-6, "gelu wide");
+    }
     check(&Op::SwiGlu, &[a.clone(), b.clone()], 1e-5, "swiglu");
     check(&Op::SwiGlu, &[t(&mut rng, &[3, 134])], 1e-5, "swiglu fused");
 }
