@@ -286,7 +286,7 @@ fn write_support_doc() {
     s.push_str("run on the CPU reference and compared at rtol 1e-3, atol 1e-7. Every failure is an explicit\n");
     s.push_str("error or a reported mismatch; CI fails if a suite's pass count drops.\n\n");
     s.push_str("Main gaps: DOUBLE, UINT16/32/64, INT16 and STRING tensors (no such dtype in cyb-tensor),\n");
-    s.push_str("sequence/optional values, control flow (If, Loop, Scan), random ops, training-only ops.\n\n");
+    s.push_str("sequence/optional values (also inside If/Loop), opset-8 Scan, random ops, training-only ops.\n\n");
     let mut details = String::new();
     for &(suite, _) in SUITES {
         let cases = run_all(&root.join(suite), false);
