@@ -39,6 +39,17 @@ pub struct KvCache {
     len: usize,
 }
 
+/// A context of 0 tokens is refused (it could hold nothing).
+fn nonzero(capacity: usize) -> Result<()> {
+    if capacity == 0 {
+        return Err(Error::invalid(
+            "kv_cache",
+            "a context of 0 tokens holds nothing",
+        ));
+    }
+    Ok(())
+}
+
 impl KvCache {
     /// A cache for `capacity` tokens of a model with these dimensions. Fails with
     /// `OutOfMemory` rather than aborting when the buffers cannot be allocated.
@@ -48,12 +59,7 @@ impl KvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<KvCache> {
-        if capacity == 0 {
-            return Err(Error::invalid(
-                "kv_cache",
-                "a context of 0 tokens holds nothing",
-            ));
-        }
+        nonzero(capacity)?;
         let per_tensor = kv_heads
             .checked_mul(head_dim)
             .and_then(|x| x.checked_mul(capacity));
@@ -93,12 +99,7 @@ impl KvCache {
         head_dim: usize,
         capacity: usize,
     ) -> Result<KvCache> {
-        if capacity == 0 {
-            return Err(Error::invalid(
-                "kv_cache",
-                "a context of 0 tokens holds nothing",
-            ));
-        }
+        nonzero(capacity)?;
         let dims = [kv_heads, capacity, head_dim];
         let layers = (0..num_layers)
             .map(|_| {
