@@ -6,16 +6,13 @@
 
 use crate::context::GpuContext;
 use crate::kernels::{KernelKey, Kernels};
-use crate::memory::{padded, DeviceView, GpuBuf, ResidentKey};
+use crate::memory::{padded, shadow, DeviceView, GpuBuf, HostShadow, ResidentKey};
 use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-
-/// Uploads up to this size keep a host copy (ids, positions, rope frequency factors).
-const HOST_SHADOW_MAX: usize = 64 * 1024;
 
 /// The portable GPU backend (`"wgpu"`).
 pub struct WgpuBackend {
@@ -64,15 +61,12 @@ pub(crate) struct State {
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// Host copy of a small device tensor's bytes.
-type HostShadow = Option<Arc<[u8]>>;
-
 /// A weight kept on the device: the owner of its host bytes (held so that their address is not
 /// reused), the buffer, and the host shadow small tensors carry (made once, not per use).
 struct Resident {
     _owner: SharedOwner,
     buf: Arc<GpuBuf>,
-    host: Option<Arc<[u8]>>,
+    host: HostShadow,
 }
 
 /// Kernel (address of its pipeline entry, which lives as long as the backend), parameter
@@ -183,16 +177,12 @@ impl WgpuBackend {
             .bytes_for(shape.numel())
             .ok_or_else(|| Error::invalid("wgpu output", format!("{dtype} {shape}")))?;
         let buf = self.frame_buf(st, len, BufferUsage::Storage)?;
-        let t = Tensor::new(
-            shape,
-            dtype,
-            Storage::Device(Arc::new(DeviceView {
-                buf: buf.clone(),
-                len,
-                host: None,
-            })),
-        )?;
-        Ok((t, buf))
+        let view = DeviceView {
+            buf: buf.clone(),
+            len,
+            host: None,
+        };
+        Ok((view.into_tensor(shape, dtype)?, buf))
     }
 
     /// A frame buffer holding `data` (a host table for one op, such as rope's cos/sin).
@@ -231,14 +221,14 @@ impl WgpuBackend {
         }
         let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
         let mut ids = [u64::MAX; 6];
-        for (id, b) in ids.iter_mut().zip(buffers) {
-            *id = b.id;
-        }
         if buffers.len() > ids.len() {
             return Err(Error::invalid(
                 "wgpu",
                 "internal: a kernel binds too many buffers",
             ));
+        }
+        for (id, b) in ids.iter_mut().zip(buffers) {
+            *id = b.id;
         }
         let bind_key = (Arc::as_ptr(&kernel) as usize, ubuf.id, offset, ids);
         if !st.bind_groups.contains_key(&bind_key) {
@@ -417,21 +407,6 @@ impl WgpuBackend {
         self.ctx.take_error("synchronize")
     }
 
-    /// A tensor of this backend over `buf`, with a host shadow of small data.
-    fn wrap(&self, buf: Arc<GpuBuf>, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let shape = Shape::new(shape)?;
-        let host = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
-        Tensor::new(
-            shape,
-            dtype,
-            Storage::Device(Arc::new(DeviceView {
-                buf,
-                len: data.len(),
-                host,
-            })),
-        )
-    }
-
     /// The device copy of a weight in shared storage, uploaded on first use.
     fn resident_upload(
         &self,
@@ -450,7 +425,7 @@ impl WgpuBackend {
         }
         let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
         self.write(&buf, data);
-        let host: Option<Arc<[u8]>> = (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data));
+        let host = shadow(data);
         let resident = Resident {
             _owner: owner.clone(),
             buf: buf.clone(),
@@ -519,15 +494,12 @@ impl Backend for WgpuBackend {
             .ok_or_else(|| Error::invalid("alloc", format!("{dtype} {shape}")))?;
         // A fresh buffer, not a frame one: the caller may keep it across steps. wgpu zeroes it.
         let buf = self.create(padded(len), BufferUsage::Storage)?;
-        Tensor::new(
-            shape,
-            dtype,
-            Storage::Device(Arc::new(DeviceView {
-                buf,
-                len,
-                host: None,
-            })),
-        )
+        let view = DeviceView {
+            buf,
+            len,
+            host: None,
+        };
+        view.into_tensor(shape, dtype)
     }
 
     fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -535,7 +507,12 @@ impl Backend for WgpuBackend {
         let buf = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
         self.write(&buf, data);
         drop(st);
-        self.wrap(buf, data, shape, dtype)
+        let view = DeviceView {
+            buf,
+            len: data.len(),
+            host: shadow(data),
+        };
+        view.into_tensor(Shape::new(shape)?, dtype)
     }
 
     fn upload_tensor(&self, t: &Tensor) -> Result<Tensor> {
@@ -556,11 +533,7 @@ impl Backend for WgpuBackend {
             len: data.len(),
             host,
         };
-        Tensor::new(
-            Shape::new(t.dims())?,
-            t.dtype(),
-            Storage::Device(Arc::new(view)),
-        )
+        view.into_tensor(Shape::new(t.dims())?, t.dtype())
     }
 
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {

@@ -7,9 +7,20 @@
 //! reused for other bytes meanwhile); every other upload (token ids, positions, KV cache rows)
 //! is copied again into a frame buffer.
 
-use cyb_tensor::DeviceBuffer;
+use cyb_tensor::{DType, DeviceBuffer, Result, Shape, Storage, Tensor};
 use std::any::Any;
 use std::sync::Arc;
+
+/// Uploads up to this size keep a host copy (ids, positions, rope frequency factors).
+const HOST_SHADOW_MAX: usize = 64 * 1024;
+
+/// Host copy of a small device tensor's bytes.
+pub type HostShadow = Option<Arc<[u8]>>;
+
+/// The host copy kept for an upload of `data` (only small ones keep one).
+pub fn shadow(data: &[u8]) -> HostShadow {
+    (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data))
+}
 
 /// One wgpu buffer; its size is the tensor's byte length rounded up to 4.
 #[derive(Debug)]
@@ -35,7 +46,14 @@ impl GpuBuf {
 pub struct DeviceView {
     pub buf: Arc<GpuBuf>,
     pub len: usize,
-    pub host: Option<Arc<[u8]>>,
+    pub host: HostShadow,
+}
+
+impl DeviceView {
+    /// A tensor of `shape` and `dtype` over this view.
+    pub fn into_tensor(self, shape: Shape, dtype: DType) -> Result<Tensor> {
+        Tensor::new(shape, dtype, Storage::Device(Arc::new(self)))
+    }
 }
 
 impl DeviceBuffer for DeviceView {

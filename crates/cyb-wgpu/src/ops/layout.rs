@@ -5,8 +5,7 @@ use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::{DeviceView, GpuBuf};
 use cyb_ops::Op;
-use cyb_tensor::{Result, Storage, Tensor, TensorInfo};
-use std::sync::Arc;
+use cyb_tensor::{Result, Tensor, TensorInfo};
 
 /// Row-major strides of `dims`.
 fn strides(dims: &[usize]) -> Vec<usize> {
@@ -68,11 +67,7 @@ pub(crate) fn single(
             len: v.len,
             host: v.host.clone(),
         };
-        return Tensor::new(
-            out.shape.clone(),
-            x.dtype(),
-            Storage::Device(Arc::new(view)),
-        );
+        return view.into_tensor(out.shape.clone(), x.dtype());
     }
     let in_dims = x.dims();
     let in_st = strides(in_dims);
@@ -204,14 +199,11 @@ pub(crate) fn kv_append(
         0,
         start * d,
     )?;
+    // A new view without a host shadow: an uploaded cache's shadow no longer matches its bytes.
     let out = DeviceView {
         buf: view.buf.clone(),
         len: view.len,
         host: None,
     };
-    Tensor::new(
-        cache.shape().clone(),
-        cache.dtype(),
-        Storage::Device(Arc::new(out)),
-    )
+    out.into_tensor(cache.shape().clone(), cache.dtype())
 }
