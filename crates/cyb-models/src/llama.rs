@@ -209,9 +209,9 @@ impl LlamaModel {
             .and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only))
             .and_then(|logits| finish(&mut step, logits));
         let ended = self.dispatcher.end_step(&mut step.ctx);
-        let logits = result?;
+        let out = result?;
         ended?;
-        Ok(logits)
+        Ok(out)
     }
 
     /// The body of one forward step: embedding, the blocks, the final norm and the output
@@ -342,7 +342,6 @@ impl LlamaModel {
             let append = Op::KvAppend { start };
             let k_cap = step.run(append.clone(), &[&ck, &k])?;
             let v_cap = step.run(append, &[&cv, &v])?;
-            drop((ck, cv));
             cache.set_device_layer(i, k_cap.clone(), v_cap.clone())?;
             let prefix = Op::Slice {
                 axis: 1,

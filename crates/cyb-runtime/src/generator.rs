@@ -229,12 +229,6 @@ impl<'g> Generation<'g> {
             self.finish = Some(FinishReason::Length);
             return Ok(None);
         }
-        // Plain greedy decoding needs only the index of the largest logit: the model picks it
-        // on its backend, so a GPU reads back one index instead of the vocabulary's logits.
-        let device_pick = self.sampler.is_plain_greedy()
-            && self.constraint.is_none()
-            && self.logprobs_top.is_none()
-            && !self.model.net()?.dispatcher().primary().host_memory();
         let next = match self.logits.take() {
             Some(l) => Next::Logits(l),
             None => {
@@ -248,6 +242,12 @@ impl<'g> Generation<'g> {
                 let t0 = Instant::now();
                 let net = self.model.net()?;
                 let cache = &mut self.state.cache;
+                // Plain greedy decoding needs only the index of the largest logit: on a device
+                // backend the model picks it there and reads back one index, not the logits.
+                let device_pick = self.sampler.is_plain_greedy()
+                    && self.constraint.is_none()
+                    && self.logprobs_top.is_none()
+                    && !net.dispatcher().primary().host_memory();
                 let next = if device_pick {
                     Next::Token(net.forward_argmax(&[t], cache)?)
                 } else {
