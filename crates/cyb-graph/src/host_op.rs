@@ -25,7 +25,7 @@ pub enum HostOp {
     /// A tensor of dims `shape` (input, I64 1-D) filled with `value` (float dtypes) or
     /// `int_value` (integer and BOOL dtypes) as `dtype`.
     ConstantOfShape {
-        #[serde(with = "dtype_name")]
+        #[serde(with = "cyb_ops::dtype_name")]
         dtype: DType,
         value: f32,
         int_value: i64,
@@ -131,7 +131,7 @@ pub enum HostOp {
     Window {
         kind: WindowKind,
         periodic: bool,
-        #[serde(with = "dtype_name")]
+        #[serde(with = "cyb_ops::dtype_name")]
         dtype: DType,
     },
     /// Elements (or slices along `axis`) where the BOOL input 1 is true.
@@ -223,21 +223,6 @@ pub enum SoftmaxKind {
     LogSoftmax,
     /// 1 at the (first) largest value, 0 elsewhere.
     Hardmax,
-}
-
-/// Serde support for a `DType` by name.
-pub(crate) mod dtype_name {
-    use cyb_tensor::DType;
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(d.name())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DType, D::Error> {
-        let s = String::deserialize(d)?;
-        DType::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown dtype {s}")))
-    }
 }
 
 /// Runs ops for a host node.

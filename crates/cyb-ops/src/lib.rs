@@ -16,5 +16,7 @@ mod shape_rule_nd;
 
 pub use geometry::{window_geometry, WindowGeometry};
 pub use op::{GeluApprox, Op, RopeLayout, RopeScaling};
-pub use op_params::{BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn};
+pub use op_params::{
+    dtype_name, BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn,
+};
 pub use shape_rule::{broadcast_dims, output_infos, resolve_axis, slice_range};

@@ -208,8 +208,9 @@ pub enum PadMode {
     Edge,
 }
 
-/// Serde support for a `DType` field by its name (`"F16"`), so ops have a text form (the graph's).
-pub(crate) mod dtype_name {
+/// Serde support for a `DType` field by its name (`"F16"`), so ops have a text form (the graph's);
+/// `#[serde(with = "cyb_ops::dtype_name")]`.
+pub mod dtype_name {
     use cyb_tensor::DType;
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
