@@ -42,17 +42,7 @@ fn reflect(x: f32, lo: f32, hi: f32) -> f32 {
 }
 
 fn cubic(t: f32) -> [f32; 4] {
-    let a = -0.75f32;
-    let c = |d: f32| {
-        let d = d.abs();
-        if d <= 1.0 {
-            ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
-        } else if d < 2.0 {
-            ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
-        } else {
-            0.0
-        }
-    };
+    let c = |d: f32| crate::host_resize::cubic_weight(d, -0.75);
     [c(t + 1.0), c(t), c(1.0 - t), c(2.0 - t)]
 }
 

@@ -249,17 +249,7 @@ fn dim_taps(
                 ResizeMode::Cubic => {
                     let f = xo.floor();
                     let t = xo - f;
-                    let a = s.cubic_a;
-                    let c = |d: f32| {
-                        let d = d.abs();
-                        if d <= 1.0 {
-                            ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
-                        } else if d < 2.0 {
-                            ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
-                        } else {
-                            0.0
-                        }
-                    };
+                    let c = |d: f32| cubic_weight(d, s.cubic_a);
                     let i = f as isize;
                     let mut taps: Vec<(isize, f32)> =
                         (-1..=2).map(|k| (i + k, c(t - k as f32))).collect();
@@ -273,4 +263,17 @@ fn dim_taps(
             })
         })
         .collect()
+}
+
+/// Keys' cubic convolution kernel with coefficient `a` at distance `d` (ONNX Resize's cubic
+/// mode; GridSample's bicubic uses `a = -0.75`).
+pub(crate) fn cubic_weight(d: f32, a: f32) -> f32 {
+    let d = d.abs();
+    if d <= 1.0 {
+        ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+    } else if d < 2.0 {
+        ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+    } else {
+        0.0
+    }
 }

@@ -133,30 +133,17 @@ pub(crate) fn execute(
             let bb = b.as_ref().unwrap_or(&x);
             gpu.dispatch(st, &key, &p, &[&x, wb, bb, &ybuf], rows as u32)?
         }
-        Op::ArgMax { .. } => {
-            // The output holds one I64 per row; the rows are the input's last axis.
+        Op::ArgMax { .. } | Op::Softmax { .. } => {
+            // One workgroup per row of the input's last axis (argmax writes one I64 per row).
             let d = inputs[0].dims().last().copied().unwrap_or(1);
             let rows = inputs[0].numel().checked_div(d).unwrap_or(0);
-            let key = KernelKey::plain(Family::ArgMax, "argmax");
-            gpu.dispatch(
-                st,
-                &key,
-                &[rows as u32, d as u32],
-                &[&x, &ybuf],
-                rows as u32,
-            )?
-        }
-        Op::Softmax { .. } => {
-            let d = out.shape.last();
-            let rows = n.checked_div(d).unwrap_or(0);
-            let key = KernelKey::plain(Family::Softmax, "softmax");
-            gpu.dispatch(
-                st,
-                &key,
-                &[rows as u32, d as u32],
-                &[&x, &ybuf],
-                rows as u32,
-            )?
+            let (family, entry) = match op {
+                Op::ArgMax { .. } => (Family::ArgMax, "argmax"),
+                _ => (Family::Softmax, "softmax"),
+            };
+            let key = KernelKey::plain(family, entry);
+            let p = [rows as u32, d as u32];
+            gpu.dispatch(st, &key, &p, &[&x, &ybuf], rows as u32)?
         }
         other => {
             return Err(cyb_tensor::Error::UnsupportedOp {
