@@ -52,6 +52,11 @@ fn dtype_of(d: Dtype) -> Option<DType> {
         Dtype::I64 => DType::I64,
         Dtype::U8 => DType::U8,
         Dtype::BOOL => DType::Bool,
+        Dtype::F64 => DType::F64,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::U32 => DType::U32,
+        Dtype::U64 => DType::U64,
         _ => return None,
     })
 }

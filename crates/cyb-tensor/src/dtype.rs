@@ -22,6 +22,13 @@ pub enum DType {
     I64,
     U8,
     Bool,
+    /// IEEE double; the graph path computes it natively (ONNX DOUBLE).
+    F64,
+    I16,
+    U16,
+    U32,
+    /// Unsigned 64-bit; `to_i64_vec` reinterprets its bits as i64 (two's complement).
+    U64,
     /// 32 values: f16 scale `d`, 16 bytes of 4-bit quants; `x = d * (q - 8)`.
     Q4_0,
     /// 32 values: f16 `d`, f16 `m`, 16 bytes of 4-bit quants; `x = d * q + m`.
@@ -56,7 +63,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, scalar types first.
-    pub const ALL: [DType; 23] = [
+    pub const ALL: [DType; 28] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -65,6 +72,11 @@ impl DType {
         DType::I64,
         DType::U8,
         DType::Bool,
+        DType::F64,
+        DType::I16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
@@ -92,7 +104,12 @@ impl DType {
             | DType::I32
             | DType::I64
             | DType::U8
-            | DType::Bool => 1,
+            | DType::Bool
+            | DType::F64
+            | DType::I16
+            | DType::U16
+            | DType::U32
+            | DType::U64 => 1,
             DType::Q4_0
             | DType::Q4_1
             | DType::Q5_0
@@ -114,10 +131,10 @@ impl DType {
     /// Bytes per block (the element size for scalar types).
     pub const fn block_bytes(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
-            DType::I64 => 8,
+            DType::I64 | DType::F64 | DType::U64 => 8,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
             DType::Q5_0 => 22,
@@ -141,17 +158,30 @@ impl DType {
         self.block_elems() > 1
     }
 
-    /// True for F32, F16 and BF16.
+    /// True for F32, F16, BF16 and F64.
     pub const fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
     }
 
     /// True for the integer and boolean scalar types.
     pub const fn is_integer(self) -> bool {
         matches!(
             self,
-            DType::I8 | DType::I32 | DType::I64 | DType::U8 | DType::Bool
+            DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+                | DType::Bool
         )
+    }
+
+    /// True for the unsigned integer types (not BOOL).
+    pub const fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
     }
 
     /// Bytes needed for `n` values, or `None` if `n` is not a whole number of blocks or the
@@ -183,12 +213,14 @@ impl DType {
             DType::Q8_K => 15,
             DType::IQ4_NL => 20,
             DType::I8 => 24,
+            DType::I16 => 25,
             DType::I32 => 26,
             DType::I64 => 27,
+            DType::F64 => 28,
             DType::BF16 => 30,
             DType::TQ1_0 => 34,
             DType::TQ2_0 => 35,
-            DType::U8 | DType::Bool => return None,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool => return None,
         })
     }
 
@@ -211,8 +243,6 @@ impl DType {
             21 => "IQ3_S",
             22 => "IQ2_S",
             23 => "IQ4_XS",
-            25 => "I16",
-            28 => "F64",
             29 => "IQ1_M",
             31..=33 => "Q4_0_4_4/Q4_0_4_8/Q4_0_8_8 (removed from ggml)",
             36..=38 => "IQ4_NL_4_4/IQ4_NL_4_8/IQ4_NL_8_8 (removed from ggml)",
@@ -235,6 +265,11 @@ impl DType {
             DType::I64 => "I64",
             DType::U8 => "U8",
             DType::Bool => "BOOL",
+            DType::F64 => "F64",
+            DType::I16 => "I16",
+            DType::U16 => "U16",
+            DType::U32 => "U32",
+            DType::U64 => "U64",
             DType::Q4_0 => "Q4_0",
             DType::Q4_1 => "Q4_1",
             DType::Q5_0 => "Q5_0",

@@ -213,6 +213,23 @@ impl Tensor {
                 .collect(),
             DType::I8 => b.iter().map(|&x| x as i8 as i64).collect(),
             DType::U8 | DType::Bool => b.iter().map(|&x| x as i64).collect(),
+            DType::I16 => b
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64)
+                .collect(),
+            DType::U16 => b
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64)
+                .collect(),
+            DType::U32 => b
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+                .collect(),
+            // Bit reinterpretation: callers that care about values past i64::MAX check the dtype.
+            DType::U64 => b
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as i64)
+                .collect(),
             d => {
                 return Err(Error::invalid(
                     "to_i64",
@@ -221,6 +238,83 @@ impl Tensor {
             }
         };
         Ok(v)
+    }
+
+    /// Every value as f64: F64 as stored, other floats and block formats through f32, integers
+    /// cast (U64 keeps its full unsigned range).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let b = self.bytes_or_err("to_f64")?;
+        Ok(match self.dtype {
+            DType::F64 => b
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+            DType::U64 => self
+                .to_i64_vec()?
+                .into_iter()
+                .map(|x| x as u64 as f64)
+                .collect(),
+            d if d.is_integer() => self.to_i64_vec()?.into_iter().map(|x| x as f64).collect(),
+            _ => self.to_f32_vec()?.into_iter().map(f64::from).collect(),
+        })
+    }
+
+    /// A host tensor of a scalar `dtype` made from f64 values: F64 stored as is, other floats
+    /// rounded, integers truncated toward zero and saturated (NaN becomes 0), BOOL is `x != 0`.
+    pub fn from_f64_as(dims: &[usize], data: &[f64], dtype: DType) -> Result<Tensor> {
+        let bytes: Vec<u8> = match dtype {
+            DType::F64 => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DType::U64 => data
+                .iter()
+                .flat_map(|&x| (x as u64).to_le_bytes())
+                .collect(),
+            DType::Bool => data.iter().map(|&x| u8::from(x != 0.0)).collect(),
+            d if d.is_integer() => {
+                let (lo, hi) = match d {
+                    DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+                    DType::U8 => (0.0, u8::MAX as f64),
+                    DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+                    DType::U16 => (0.0, u16::MAX as f64),
+                    DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+                    DType::U32 => (0.0, u32::MAX as f64),
+                    _ => (i64::MIN as f64, i64::MAX as f64),
+                };
+                let v: Vec<i64> = data.iter().map(|&x| x.clamp(lo, hi) as i64).collect();
+                return Tensor::from_i64_as(dims, &v, d);
+            }
+            d => {
+                let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+                return Tensor::from_f32_as(dims, &v, d);
+            }
+        };
+        Tensor::from_bytes(dims, dtype, &bytes)
+    }
+
+    /// A host tensor of a scalar `dtype` made from i64 values: integers wrap to the dtype's
+    /// width (two's complement), BOOL is `x != 0`, floats convert.
+    pub fn from_i64_as(dims: &[usize], data: &[i64], dtype: DType) -> Result<Tensor> {
+        let bytes: Vec<u8> = match dtype {
+            DType::I64 | DType::U64 => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DType::I32 | DType::U32 => data
+                .iter()
+                .flat_map(|&x| (x as i32).to_le_bytes())
+                .collect(),
+            DType::I16 | DType::U16 => data
+                .iter()
+                .flat_map(|&x| (x as i16).to_le_bytes())
+                .collect(),
+            DType::I8 | DType::U8 => data.iter().map(|&x| x as u8).collect(),
+            DType::Bool => data.iter().map(|&x| u8::from(x != 0)).collect(),
+            DType::F64 => data
+                .iter()
+                .flat_map(|&x| (x as f64).to_le_bytes())
+                .collect(),
+            d => {
+                let v: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+                return Tensor::from_f32_as(dims, &v, d);
+            }
+        };
+        Tensor::from_bytes(dims, dtype, &bytes)
     }
 }
 
@@ -268,6 +362,31 @@ pub(crate) fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<
         DType::I64 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
                 *o = i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32;
+            }
+        }
+        DType::F64 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                *o = f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32;
+            }
+        }
+        DType::U64 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                *o = u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32;
+            }
+        }
+        DType::I16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from(i16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        DType::U16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from(u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        DType::U32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32;
             }
         }
         _ => quant::dequantize(dtype, bytes, out)?,
@@ -329,6 +448,31 @@ pub(crate) fn encode_f32(dtype: DType, src: &[f32], out: &mut [u8]) -> Result<()
                 c.copy_from_slice(&(*v as i64).to_le_bytes());
             }
         }
+        DType::F64 => {
+            for (c, v) in out.chunks_exact_mut(8).zip(src) {
+                c.copy_from_slice(&f64::from(*v).to_le_bytes());
+            }
+        }
+        DType::U64 => {
+            for (c, v) in out.chunks_exact_mut(8).zip(src) {
+                c.copy_from_slice(&(*v as u64).to_le_bytes());
+            }
+        }
+        DType::I16 => {
+            for (c, v) in out.chunks_exact_mut(2).zip(src) {
+                c.copy_from_slice(&(*v as i16).to_le_bytes());
+            }
+        }
+        DType::U16 => {
+            for (c, v) in out.chunks_exact_mut(2).zip(src) {
+                c.copy_from_slice(&(*v as u16).to_le_bytes());
+            }
+        }
+        DType::U32 => {
+            for (c, v) in out.chunks_exact_mut(4).zip(src) {
+                c.copy_from_slice(&(*v as u32).to_le_bytes());
+            }
+        }
         _ => quant::quantize(dtype, src, out)?,
     }
     Ok(())
@@ -359,5 +503,23 @@ mod tests {
             .unwrap();
         assert_eq!(&*t.as_f32().unwrap(), &v);
         assert!(t.reshape(&[3]).is_err());
+    }
+
+    #[test]
+    fn wide_scalar_types_convert() {
+        let t = Tensor::from_f64_as(&[3], &[1.0e300, -0.1, 2.5], DType::F64).unwrap();
+        assert_eq!(t.to_f64_vec().unwrap(), [1.0e300, -0.1, 2.5]);
+        assert_eq!(t.to_f32_vec().unwrap()[2], 2.5);
+        let t = Tensor::from_f64_as(&[3], &[-3.7, 70000.0, f64::NAN], DType::I16).unwrap();
+        assert_eq!(t.to_i64_vec().unwrap(), [-3, 32767, 0]);
+        let t = Tensor::from_i64_as(&[2], &[65535, 65536], DType::U16).unwrap();
+        assert_eq!(t.to_i64_vec().unwrap(), [65535, 0]);
+        let t = Tensor::from_f64_as(&[2], &[4.0e9, -1.0], DType::U32).unwrap();
+        assert_eq!(t.to_i64_vec().unwrap(), [4_000_000_000, 0]);
+        let t = Tensor::from_f64_as(&[1], &[1.8e19], DType::U64).unwrap();
+        assert_eq!(t.to_f64_vec().unwrap(), [1.8e19]);
+        assert_eq!(t.to_i64_vec().unwrap(), [1.8e19 as u64 as i64]);
+        let t = Tensor::from_f32_as(&[2], &[-1.5, 2.0], DType::F64).unwrap();
+        assert_eq!(t.to_f64_vec().unwrap(), [-1.5, 2.0]);
     }
 }
