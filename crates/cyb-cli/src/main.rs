@@ -5,10 +5,12 @@ mod bench;
 mod chat;
 mod classify;
 mod embed;
+mod fetch;
 mod graph;
 mod import;
 mod infer;
 mod inspect;
+mod models;
 mod npy;
 mod perplexity;
 mod run;
@@ -59,6 +61,10 @@ enum Command {
     Infer(infer::InferArgs),
     /// OpenAI-compatible HTTP server (chat and text completions, streaming, several models).
     Serve(serve::ServeArgs),
+    /// Download a model repository from a Hugging Face-compatible hub into the hub cache.
+    Fetch(fetch::FetchArgs),
+    /// List, describe or remove the models in the hub cache.
+    Models(models::ModelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,15 +80,24 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Perplexity(args) => perplexity::run(args),
-        Command::Inspect(args) => inspect::run(args),
-        Command::Import(args) => import::run(args),
+        // A cached hub repo id (`org/name[@rev]`) stands for its snapshot wherever a model goes.
+        Command::Inspect(mut args) => {
+            fetch::resolve_in_place(&mut args.path).and_then(|()| inspect::run(args))
+        }
+        Command::Import(mut args) => {
+            fetch::resolve_in_place(&mut args.src).and_then(|()| import::run(args))
+        }
         Command::Backends(args) => backends::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(mut args) => {
+            fetch::resolve_in_place(&mut args.model).and_then(|()| bench::run(args))
+        }
         Command::Serve(args) => serve::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::Fetch(args) => fetch::run(args),
+        Command::Models(args) => models::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

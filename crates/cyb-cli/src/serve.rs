@@ -47,7 +47,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let paths: Vec<PathBuf> = if args.models.is_empty() {
         vec![ensure_default_model(&mut |msg| eprintln!("{msg}"))?]
     } else {
-        args.models.iter().map(PathBuf::from).collect()
+        args.models
+            .iter()
+            .map(crate::fetch::model_path)
+            .collect::<Result<_>>()?
     };
     let mut served = Vec::new();
     for (i, path) in paths.iter().enumerate() {

@@ -32,7 +32,7 @@ impl EngineArgs {
             path: ExecPath::parse(&self.path)?,
         })?;
         let path = match model {
-            Some(m) => PathBuf::from(m),
+            Some(m) => crate::fetch::model_path(m)?,
             None => ensure_default_model(&mut |msg| eprintln!("{msg}"))?,
         };
         if self.verify {

@@ -118,13 +118,15 @@ fn attempt(
     let start = match resp.status() {
         206 => match resp.header("content-range").and_then(range_start) {
             Some(s) if s == have => have,
-            _ => return Err(Error::Io {
-                path: PathBuf::from(url),
-                source: std::io::Error::other(format!(
+            _ => {
+                return Err(Error::Io {
+                    path: PathBuf::from(url),
+                    source: std::io::Error::other(format!(
                     "asked for bytes {have}- and got a partial answer starting elsewhere ({:?})",
                     resp.header("content-range")
                 )),
-            }),
+                })
+            }
         },
         _ => 0,
     };

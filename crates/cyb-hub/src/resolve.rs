@@ -52,6 +52,8 @@ pub fn resolve_in_cache(cache: &HubCache, r: &RepoRef) -> Result<PathBuf> {
     let mut models: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "gguf" || x == "model"))
+        // A SentencePiece `tokenizer.model` is not a `.model` container.
+        .filter(|p| p.file_stem().is_none_or(|s| s != "tokenizer"))
         .collect();
     models.sort();
     match models.as_slice() {
