@@ -95,6 +95,20 @@ impl BertModel {
                 "a ModernBERT checkpoint: load it with ModernBertModel",
             ));
         }
+        if config.deberta.is_some() || config.jina.is_some() {
+            return Err(Error::invalid(
+                "load",
+                format!(
+                    "a {} checkpoint: load it with {}",
+                    config.architecture,
+                    if config.jina.is_some() {
+                        "JinaBertModel"
+                    } else {
+                        "DebertaModel"
+                    }
+                ),
+            ));
+        }
         let weights = BertWeights::load(file, &config)?;
         Ok(BertModel {
             config,

@@ -16,13 +16,13 @@ pub const BERT_ARCHITECTURES: &[&str] = &[
     "camembert",
     "distilbert",
     "modernbert",
+    "deberta-v2",
 ];
 
 /// Encoder `model_type`s (Hugging Face) and GGUF architectures recognized as encoders but not
 /// run yet: loading one is an error naming it, not a decoder-family error.
 const ENCODERS_NOT_YET: &[&str] = &[
     "deberta",
-    "deberta-v2",
     "nomic_bert",
     "nomic-bert",
     "jina_bert",
@@ -94,6 +94,12 @@ pub struct BertConfig {
     /// ModernBERT's switches (its block is pre-LN with rope and GeGLU, run by
     /// [`crate::ModernBertModel`]); `None` for the post-LN members.
     pub modern: Option<crate::bert_modern::ModernSettings>,
+    /// DeBERTa-v2/v3's switches (disentangled relative attention, run by
+    /// [`crate::DebertaModel`]); `None` for the other members.
+    pub deberta: Option<crate::deberta::DebertaSettings>,
+    /// Jina-v2's switches (ALiBi instead of a position table, GLU feed-forward, run by
+    /// [`crate::JinaBertModel`]); `None` for the other members.
+    pub jina: Option<crate::jina::JinaSettings>,
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> Error {
@@ -169,7 +175,7 @@ impl BertConfig {
             "roberta" | "xlm-roberta" | "camembert" => BertVariant::Roberta,
             "distilbert" => BertVariant::DistilBert,
             // Tensor names and the block differ entirely; only the shared fields are used.
-            "modernbert" => BertVariant::Bert,
+            "modernbert" | "deberta-v2" => BertVariant::Bert,
             other if ENCODERS_NOT_YET.contains(&other) => {
                 return Err(invalid(
                     "model_type",
@@ -191,11 +197,15 @@ impl BertConfig {
             }
         };
         let distil = variant == BertVariant::DistilBert;
+        let alibi = get(&["position_embedding_type"]).and_then(Value::as_str) == Some("alibi");
         if let Some(kind) = get(&["position_embedding_type"]).and_then(Value::as_str) {
-            if kind != "absolute" {
+            if kind != "absolute" && !(alibi && variant == BertVariant::Bert) {
                 return Err(invalid(
                     "position_embedding_type",
-                    format!("\"{kind}\": only absolute position embeddings are supported"),
+                    format!(
+                        "\"{kind}\": supported are absolute position embeddings and ALiBi \
+                         (Jina-v2, model_type bert)"
+                    ),
                 ));
             }
         }
@@ -241,7 +251,11 @@ impl BertConfig {
             .and_then(|a| a.first())
             .and_then(Value::as_str)
             .unwrap_or("");
-        let head = if class.ends_with("ForSequenceClassification") {
+        let head = if alibi && class.ends_with("ForMaskedLM") {
+            // jina-embeddings-v2 checkpoints are saved under JinaBertForMaskedLM without the
+            // masked-LM head: they are bare encoders.
+            BertHead::None
+        } else if class.ends_with("ForSequenceClassification") {
             BertHead::SequenceClassification
         } else if class.ends_with("ForTokenClassification") {
             BertHead::TokenClassification
@@ -255,14 +269,21 @@ impl BertConfig {
         } else {
             labels_of(config)?
         };
-        let prefix = ["bert.", "roberta.", "distilbert.", "camembert.", ""]
-            .into_iter()
-            .find(|p| {
-                let want = format!("{p}embeddings.word_embeddings.weight");
-                tensor_names.contains(&want)
-            })
-            .unwrap_or("")
-            .to_string();
+        let prefix = [
+            "bert.",
+            "roberta.",
+            "distilbert.",
+            "camembert.",
+            "deberta.",
+            "",
+        ]
+        .into_iter()
+        .find(|p| {
+            let want = format!("{p}embeddings.word_embeddings.weight");
+            tensor_names.contains(&want)
+        })
+        .unwrap_or("")
+        .to_string();
         Ok(BertConfig {
             variant,
             head,
@@ -276,6 +297,8 @@ impl BertConfig {
             max_position: req(&["max_position_embeddings"])?,
             type_vocab_size: if distil || architecture == "modernbert" {
                 0
+            } else if architecture == "deberta-v2" {
+                uint(&["type_vocab_size"])?.unwrap_or(0)
             } else {
                 uint(&["type_vocab_size"])?.unwrap_or(2)
             },
@@ -291,6 +314,12 @@ impl BertConfig {
                         uint(&["num_hidden_layers"])?.unwrap_or(0),
                     )
                 })
+                .transpose()?,
+            deberta: (architecture == "deberta-v2")
+                .then(|| crate::deberta::DebertaSettings::from_hf_json(config, hidden_size))
+                .transpose()?,
+            jina: alibi
+                .then(|| crate::jina::JinaSettings::from_hf_json(config))
                 .transpose()?,
             architecture,
         })

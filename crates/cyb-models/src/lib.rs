@@ -12,6 +12,9 @@ mod bert_config;
 mod bert_modern;
 mod bert_pooling;
 mod bert_weights;
+mod deberta;
+mod deberta_weights;
+mod jina;
 mod kv_cache;
 mod llama;
 mod llama_config;
@@ -22,6 +25,8 @@ pub use bert_batch::BatchLayout;
 pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_ARCHITECTURES};
 pub use bert_modern::{ModernBertModel, ModernSettings};
 pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
+pub use deberta::{DebertaModel, DebertaSettings};
+pub use jina::{alibi_slopes, JinaBertModel, JinaSettings};
 pub use kv_cache::KvCache;
 pub use llama::LlamaModel;
 pub use llama_config::{

@@ -221,7 +221,7 @@ fn encoders_not_run_yet_are_named() {
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(dir("bert").join("config.json")).unwrap())
             .unwrap();
-    config["model_type"] = "deberta-v2".into();
+    config["model_type"] = "nomic_bert".into();
     std::fs::write(tmp.join("config.json"), config.to_string()).unwrap();
     std::fs::copy(
         dir("bert").join("model.safetensors"),
@@ -235,7 +235,7 @@ fn encoders_not_run_yet_are_named() {
         .to_string();
     std::fs::remove_dir_all(&tmp).ok();
     assert!(
-        e.contains("deberta-v2") && e.contains("does not run yet"),
+        e.contains("nomic_bert") && e.contains("does not run yet"),
         "{e}"
     );
 }

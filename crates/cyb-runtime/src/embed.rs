@@ -9,16 +9,21 @@
 
 use crate::embed_load::SentenceSettings;
 use crate::{Model, Tokenizer};
-use cyb_models::{BertConfig, BertModel, EncoderOutput, ModernBertModel, Pooling};
+use cyb_models::{
+    BertConfig, BertModel, DebertaModel, EncoderOutput, JinaBertModel, ModernBertModel, Pooling,
+};
 use cyb_tensor::{Error, Result};
 
 /// Texts per forward pass.
 const BATCH: usize = 32;
 
-/// The network of an encoder: the post-LN BertStyle block or ModernBERT's.
+/// The network of an encoder: the post-LN BertStyle block, ModernBERT's, DeBERTa-v2's or
+/// Jina-v2's.
 pub(crate) enum EncoderNet {
     Bert(Box<BertModel>),
     Modern(Box<ModernBertModel>),
+    Deberta(Box<DebertaModel>),
+    Jina(Box<JinaBertModel>),
 }
 
 impl EncoderNet {
@@ -26,6 +31,8 @@ impl EncoderNet {
         match self {
             EncoderNet::Bert(m) => m.config(),
             EncoderNet::Modern(m) => m.config(),
+            EncoderNet::Deberta(m) => m.config(),
+            EncoderNet::Jina(m) => m.config(),
         }
     }
 
@@ -33,27 +40,38 @@ impl EncoderNet {
         match self {
             EncoderNet::Bert(m) => m.hidden_states(seqs),
             EncoderNet::Modern(m) => m.hidden_states(seqs),
+            EncoderNet::Deberta(m) => m.hidden_states(seqs),
+            EncoderNet::Jina(m) => m.hidden_states(seqs),
         }
     }
 
     fn token_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         match self {
             EncoderNet::Bert(m) => m.token_logits(seqs),
-            EncoderNet::Modern(_) => Err(Error::invalid(
-                "classify",
-                "ModernBERT classification heads are not supported yet",
-            )),
+            EncoderNet::Deberta(m) => m.token_logits(seqs),
+            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(self.no_heads()),
         }
     }
 
     fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         match self {
             EncoderNet::Bert(m) => m.sequence_logits(seqs),
-            EncoderNet::Modern(_) => Err(Error::invalid(
-                "classify",
-                "ModernBERT classification heads are not supported yet",
-            )),
+            EncoderNet::Deberta(m) => m.sequence_logits(seqs),
+            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(self.no_heads()),
         }
+    }
+
+    fn no_heads(&self) -> Error {
+        Error::invalid(
+            "classify",
+            format!(
+                "{} classification heads are not supported yet",
+                match self {
+                    EncoderNet::Jina(_) => "Jina-v2",
+                    _ => "ModernBERT",
+                }
+            ),
+        )
     }
 }
 

@@ -8,7 +8,7 @@ use crate::model::{Model, Net};
 use crate::{ChatTemplate, Tokenizer};
 use cyb_backend::Dispatcher;
 use cyb_format::{ModelConfig, ModelFile};
-use cyb_models::{BertConfig, BertModel, ModernBertModel, Pooling};
+use cyb_models::{BertConfig, BertModel, DebertaModel, JinaBertModel, ModernBertModel, Pooling};
 use cyb_tensor::{Error, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -30,8 +30,13 @@ pub(crate) fn load_encoder(
     dispatcher: Arc<Dispatcher>,
     t0: Instant,
 ) -> Result<Model> {
-    let net = if BertConfig::from_file(file)?.modern.is_some() {
+    let config = BertConfig::from_file(file)?;
+    let net = if config.modern.is_some() {
         EncoderNet::Modern(Box::new(ModernBertModel::load(file, dispatcher)?))
+    } else if config.deberta.is_some() {
+        EncoderNet::Deberta(Box::new(DebertaModel::load(file, dispatcher)?))
+    } else if config.jina.is_some() {
+        EncoderNet::Jina(Box::new(JinaBertModel::load(file, dispatcher)?))
     } else {
         EncoderNet::Bert(Box::new(BertModel::load(file, dispatcher)?))
     };

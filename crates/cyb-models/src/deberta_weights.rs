@@ -1,0 +1,180 @@
+//! DeBERTa-v2/v3 weights under transformers' names (`deberta.encoder.layer.N.attention.self.
+//! query_proj`, `deberta.encoder.rel_embeddings`), checked for presence and shape at load.
+
+use crate::bert_config::{BertConfig, BertHead};
+use crate::bert_weights::{Linear, Norm};
+use crate::deberta::DebertaSettings;
+use cyb_format::ModelFile;
+use cyb_tensor::{Error, Result, Tensor};
+use std::collections::HashSet;
+
+pub(crate) struct DebertaLayer {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    /// Separate position projections (`share_att_key: false`).
+    pub pos_k: Option<Linear>,
+    pub pos_q: Option<Linear>,
+    pub attn_out: Linear,
+    pub attn_norm: Norm,
+    pub up: Linear,
+    pub down: Linear,
+    pub ffn_norm: Norm,
+}
+
+pub(crate) enum DebertaHead {
+    None,
+    /// `classifier(act(pooler.dense(h_first)))`.
+    Sequence {
+        pooler: Linear,
+        out: Linear,
+    },
+    /// `classifier(h)` per token.
+    Token {
+        out: Linear,
+    },
+}
+
+pub(crate) struct DebertaWeights {
+    pub word: Tensor,
+    pub position: Option<Tensor>,
+    pub token_type: Option<Tensor>,
+    pub embed_proj: Option<Linear>,
+    pub embed_norm: Norm,
+    pub rel: Option<Tensor>,
+    pub rel_norm: Option<Norm>,
+    pub layers: Vec<DebertaLayer>,
+    pub head: DebertaHead,
+}
+
+struct Loader<'a> {
+    file: &'a ModelFile,
+    names: HashSet<String>,
+}
+
+impl Loader<'_> {
+    fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
+        if !self.names.contains(name) {
+            return Err(Error::MissingTensor {
+                name: name.to_string(),
+                required_by: format!("deberta-v2 in {}", self.file.path().display()),
+            });
+        }
+        let t = self.file.tensor(name)?;
+        if t.dims() != dims {
+            return Err(Error::shape(format!("tensor {name}"), dims, t.dims()));
+        }
+        Ok(t)
+    }
+
+    fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear> {
+        Ok(Linear {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: Some(self.tensor(&format!("{name}.bias"), &[out])?),
+        })
+    }
+
+    fn norm(&self, name: &str, d: usize) -> Result<Norm> {
+        Ok(Norm {
+            w: self.tensor(&format!("{name}.weight"), &[d])?,
+            b: self.tensor(&format!("{name}.bias"), &[d])?,
+        })
+    }
+}
+
+impl DebertaWeights {
+    pub(crate) fn load(
+        file: &ModelFile,
+        c: &BertConfig,
+        s: &DebertaSettings,
+    ) -> Result<DebertaWeights> {
+        let names = file.tensors().into_iter().map(|t| t.name).collect();
+        let l = Loader { file, names };
+        let (p, h, f, e) = (
+            &c.prefix,
+            c.hidden_size,
+            c.intermediate_size,
+            s.embedding_size,
+        );
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                let b = format!("{p}encoder.layer.{i}");
+                let a = format!("{b}.attention.self");
+                let separate = s.relative && !s.share_att_key;
+                Ok(DebertaLayer {
+                    q: l.linear(&format!("{a}.query_proj"), h, h)?,
+                    k: l.linear(&format!("{a}.key_proj"), h, h)?,
+                    v: l.linear(&format!("{a}.value_proj"), h, h)?,
+                    pos_k: (separate && s.c2p)
+                        .then(|| l.linear(&format!("{a}.pos_key_proj"), h, h))
+                        .transpose()?,
+                    pos_q: (separate && s.p2c)
+                        .then(|| l.linear(&format!("{a}.pos_query_proj"), h, h))
+                        .transpose()?,
+                    attn_out: l.linear(&format!("{b}.attention.output.dense"), h, h)?,
+                    attn_norm: l.norm(&format!("{b}.attention.output.LayerNorm"), h)?,
+                    up: l.linear(&format!("{b}.intermediate.dense"), f, h)?,
+                    down: l.linear(&format!("{b}.output.dense"), h, f)?,
+                    ffn_norm: l.norm(&format!("{b}.output.LayerNorm"), h)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let n = c.labels.len();
+        let head = match c.head {
+            BertHead::SequenceClassification => DebertaHead::Sequence {
+                pooler: l.linear("pooler.dense", h, h)?,
+                out: l.linear("classifier", n, h)?,
+            },
+            BertHead::TokenClassification => DebertaHead::Token {
+                out: l.linear("classifier", n, h)?,
+            },
+            BertHead::None => DebertaHead::None,
+            BertHead::MaskedLm => {
+                return Err(Error::invalid(
+                    "load",
+                    "DeBERTa-v2 masked-LM heads are not supported yet; load the encoder \
+                     (DebertaV2Model) or a classification checkpoint",
+                ))
+            }
+        };
+        let emb = |n: &str| format!("{p}embeddings.{n}");
+        Ok(DebertaWeights {
+            word: l.tensor(&emb("word_embeddings.weight"), &[c.vocab_size, e])?,
+            position: s
+                .position_biased_input
+                .then(|| l.tensor(&emb("position_embeddings.weight"), &[c.max_position, e]))
+                .transpose()?,
+            token_type: (c.type_vocab_size > 0)
+                .then(|| {
+                    l.tensor(
+                        &emb("token_type_embeddings.weight"),
+                        &[c.type_vocab_size, e],
+                    )
+                })
+                .transpose()?,
+            embed_proj: if e == h {
+                None
+            } else {
+                Some(Linear {
+                    w: l.tensor(&emb("embed_proj.weight"), &[h, e])?,
+                    b: None,
+                })
+            },
+            embed_norm: l.norm(&emb("LayerNorm"), h)?,
+            rel: s
+                .relative
+                .then(|| {
+                    l.tensor(
+                        &format!("{p}encoder.rel_embeddings.weight"),
+                        &[2 * s.span, h],
+                    )
+                })
+                .transpose()?,
+            rel_norm: (s.relative && s.norm_rel)
+                .then(|| l.norm(&format!("{p}encoder.LayerNorm"), h))
+                .transpose()?,
+            layers,
+            head,
+        })
+    }
+}

@@ -1,0 +1,295 @@
+//! Jina-v2 (jina-embeddings-v2, jinaai's JinaBERT): the post-LN BERT block with ALiBi in place
+//! of a position table and a gated feed-forward:
+//!
+//! ```text
+//! x = LayerNorm(word[id] + token_type[0])
+//! per block:  x = LayerNorm(x + Wo·softmax(q·kᵀ/sqrt(d) - slope_h·|i - j| + mask)·v)
+//!             x = LayerNorm(x + wo(act(g) · u)),  [g; u] = gated_layers(x)
+//! ```
+//! The distance is symmetric because the encoder is bidirectional. Slopes are the ALiBi
+//! paper's: for `n` heads a power of two, `slope_h = start^(h+1)` with
+//! `start = 2^(-2^-(log2 n - 3))` (i.e. `2^(-8(h+1)/n)`); otherwise the `c` slopes of the
+//! largest power of two `c < n`, then every other slope of `2c` for the remaining heads.
+//! Config: `model_type: bert`, `position_embedding_type: alibi`, `feed_forward_type`
+//! (`geglu`: GELU, `reglu`: ReLU).
+
+use crate::bert::Step;
+use crate::bert_batch::{self, Batch};
+use crate::bert_config::BertConfig;
+use crate::bert_pooling::EncoderOutput;
+use crate::bert_weights::{Linear, Norm};
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_format::ModelFile;
+use cyb_ops::{GeluApprox, Op};
+use cyb_tensor::{Error, Result, Tensor};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What Jina-v2 adds to the family's config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JinaSettings {
+    /// `true` for GELU (`geglu`), `false` for ReLU (`reglu`) on the gated half.
+    pub gelu: bool,
+}
+
+impl JinaSettings {
+    pub(crate) fn from_hf_json(config: &Value) -> Result<JinaSettings> {
+        let kind = config
+            .get("feed_forward_type")
+            .and_then(Value::as_str)
+            .unwrap_or("geglu");
+        let gelu = match kind {
+            "geglu" | "glu" => true,
+            "reglu" => false,
+            other => {
+                return Err(Error::InvalidConfig {
+                    field: "feed_forward_type".into(),
+                    reason: format!("\"{other}\": supported are geglu, glu and reglu"),
+                })
+            }
+        };
+        Ok(JinaSettings { gelu })
+    }
+}
+
+/// ALiBi slopes for `n` heads (see the module comment).
+pub fn alibi_slopes(n: usize) -> Vec<f32> {
+    fn power_of_two(n: usize) -> Vec<f64> {
+        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
+        (0..n).map(|i| start * start.powi(i as i32)).collect()
+    }
+    fn slopes(n: usize) -> Vec<f64> {
+        if n.is_power_of_two() {
+            return power_of_two(n);
+        }
+        let c = 1usize << n.ilog2();
+        let mut s = power_of_two(c);
+        s.extend(slopes(2 * c).into_iter().step_by(2).take(n - c));
+        s
+    }
+    if n == 0 {
+        return Vec::new();
+    }
+    slopes(n).into_iter().map(|s| s as f32).collect()
+}
+
+struct JinaLayer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    attn_out: Linear,
+    attn_norm: Norm,
+    gated: Linear,
+    wo: Linear,
+    ffn_norm: Norm,
+}
+
+/// A loaded Jina-v2 encoder.
+pub struct JinaBertModel {
+    config: BertConfig,
+    settings: JinaSettings,
+    word: Tensor,
+    token_type: Option<Tensor>,
+    embed_norm: Norm,
+    layers: Vec<JinaLayer>,
+    slopes: Vec<f32>,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl std::fmt::Debug for JinaBertModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JinaBertModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Loader<'a> {
+    file: &'a ModelFile,
+    names: HashSet<String>,
+    prefix: &'a str,
+}
+
+impl Loader<'_> {
+    fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
+        let name = format!("{}{name}", self.prefix);
+        if !self.names.contains(&name) {
+            return Err(Error::MissingTensor {
+                name,
+                required_by: format!("jina-bert-v2 in {}", self.file.path().display()),
+            });
+        }
+        let t = self.file.tensor(&name)?;
+        if t.dims() != dims {
+            return Err(Error::shape(format!("tensor {name}"), dims, t.dims()));
+        }
+        Ok(t)
+    }
+
+    fn linear(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
+        Ok(Linear {
+            w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
+            b: if bias {
+                Some(self.tensor(&format!("{name}.bias"), &[out])?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn norm(&self, name: &str, d: usize) -> Result<Norm> {
+        Ok(Norm {
+            w: self.tensor(&format!("{name}.weight"), &[d])?,
+            b: self.tensor(&format!("{name}.bias"), &[d])?,
+        })
+    }
+}
+
+impl JinaBertModel {
+    /// Loads a Hugging Face Jina-v2 directory (`position_embedding_type: alibi`).
+    pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<JinaBertModel> {
+        let config = BertConfig::from_file(file)?;
+        let settings = config.jina.clone().ok_or_else(|| Error::InvalidConfig {
+            field: "position_embedding_type".into(),
+            reason: "not a Jina-v2 (ALiBi) config".into(),
+        })?;
+        let names = file.tensors().into_iter().map(|t| t.name).collect();
+        let l = Loader {
+            file,
+            names,
+            prefix: &config.prefix,
+        };
+        let (h, f) = (config.hidden_size, config.intermediate_size);
+        let layers = (0..config.num_layers)
+            .map(|i| {
+                let b = format!("encoder.layer.{i}");
+                Ok(JinaLayer {
+                    q: l.linear(&format!("{b}.attention.self.query"), h, h, true)?,
+                    k: l.linear(&format!("{b}.attention.self.key"), h, h, true)?,
+                    v: l.linear(&format!("{b}.attention.self.value"), h, h, true)?,
+                    attn_out: l.linear(&format!("{b}.attention.output.dense"), h, h, true)?,
+                    attn_norm: l.norm(&format!("{b}.attention.output.LayerNorm"), h)?,
+                    gated: l.linear(&format!("{b}.mlp.gated_layers"), 2 * f, h, false)?,
+                    wo: l.linear(&format!("{b}.mlp.wo"), h, f, true)?,
+                    ffn_norm: l.norm(&format!("{b}.mlp.layernorm"), h)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let token_type = match config.type_vocab_size {
+            0 => None,
+            n => Some(l.tensor("embeddings.token_type_embeddings.weight", &[n, h])?),
+        };
+        Ok(JinaBertModel {
+            word: l.tensor("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
+            token_type,
+            embed_norm: l.norm("embeddings.LayerNorm", h)?,
+            layers,
+            slopes: alibi_slopes(config.num_heads),
+            settings,
+            config,
+            dispatcher,
+        })
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// The final hidden states of every real token of each sequence.
+    pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
+        bert_batch::check(&self.config, seqs)?;
+        let batch = Batch::new(&self.config, seqs, true)?;
+        let mut step = Step {
+            dispatcher: &self.dispatcher,
+            ctx: ExecContext::default(),
+        };
+        let begun = self.dispatcher.begin_step(&mut step.ctx);
+        let result = begun
+            .and_then(|()| self.encode(&mut step, &batch))
+            .and_then(|t| self.dispatcher.to_host(&t));
+        let ended = self.dispatcher.end_step(&mut step.ctx);
+        let x = result?;
+        ended?;
+        let h = self.config.hidden_size;
+        let states = batch.split_rows(&x.to_f32_vec()?, h)?;
+        Ok(EncoderOutput { hidden: h, states })
+    }
+
+    fn encode(&self, step: &mut Step<'_>, batch: &Batch) -> Result<Tensor> {
+        let c = &self.config;
+        let (nh, d) = (c.num_heads, c.head_dim);
+        let b = batch.lens.len();
+        let (l, mask) = match &batch.padded {
+            Some((l, m)) => (*l, m.as_ref()),
+            None => return Err(Error::invalid("jina-bert-v2", "expected a padded batch")),
+        };
+        let alibi: Vec<f32> = self
+            .slopes
+            .iter()
+            .flat_map(|&s| (0..l).flat_map(move |i| (0..l).map(move |j| -s * i.abs_diff(j) as f32)))
+            .collect();
+        let alibi = Tensor::from_f32(&[1, nh, l, l], &alibi)?;
+        let bias = match mask {
+            Some(m) => step.run(Op::Add, &[&alibi, m])?,
+            None => alibi,
+        };
+        let mut x = step.run(Op::Embedding, &[&self.word, &batch.ids])?;
+        if let Some(tt) = &self.token_type {
+            let t = step.run(Op::Embedding, &[tt, &batch.types])?;
+            x = step.run(Op::Add, &[&x, &t])?;
+        }
+        x = step.layer_norm(&x, &self.embed_norm, c.norm_eps)?;
+        let sdpa = Op::Sdpa {
+            scale: 1.0 / (d as f32).sqrt(),
+            causal: false,
+            sliding_window: None,
+            softcap: None,
+            alibi_max_bias: None,
+        };
+        let geglu = Op::GeGlu {
+            approx: GeluApprox::Erf,
+        };
+        for layer in &self.layers {
+            let q = step.linear(&x, &layer.q)?;
+            let k = step.linear(&x, &layer.k)?;
+            let v = step.linear(&x, &layer.v)?;
+            let split = |step: &mut Step<'_>, t: &Tensor| -> Result<Tensor> {
+                let t = step.reshape(t, &[b, l, nh, d])?;
+                step.permute(&t, &[0, 2, 1, 3])
+            };
+            let (q, k, v) = (split(step, &q)?, split(step, &k)?, split(step, &v)?);
+            let a = step.run(sdpa.clone(), &[&q, &k, &v, &bias])?;
+            let a = step.permute(&a, &[0, 2, 1, 3])?;
+            let a = step.reshape(&a, &[batch.rows, nh * d])?;
+            let a = step.linear(&a, &layer.attn_out)?;
+            let y = step.run(Op::Add, &[&x, &a])?;
+            x = step.layer_norm(&y, &layer.attn_norm, c.norm_eps)?;
+            let gu = step.linear(&x, &layer.gated)?;
+            let m = if self.settings.gelu {
+                step.run(geglu.clone(), &[&gu])?
+            } else {
+                self.reglu(step, &gu)?
+            };
+            let m = step.linear(&m, &layer.wo)?;
+            let y = step.run(Op::Add, &[&x, &m])?;
+            x = step.layer_norm(&y, &layer.ffn_norm, c.norm_eps)?;
+        }
+        Ok(x)
+    }
+
+    /// `relu(g) · u` for `[g; u]`.
+    fn reglu(&self, step: &mut Step<'_>, gu: &Tensor) -> Result<Tensor> {
+        let f = self.config.intermediate_size;
+        let half = |start: usize| Op::Slice {
+            axis: -1,
+            start: start as isize,
+            end: (start + f) as isize,
+            step: 1,
+        };
+        let g = step.run(half(0), &[gu])?;
+        let u = step.run(half(f), &[gu])?;
+        let g = step.run(Op::Relu, &[&g])?;
+        step.run(Op::Mul, &[&g, &u])
+    }
+}

@@ -1,0 +1,161 @@
+//! DeBERTa-v2/v3 against transformers and Jina-v2 against the PyTorch reference module of
+//! tools/fixtures/make_deberta_jina_fixtures.py, on tiny random-weight models
+//! (tests/fixtures/encoders): last hidden states of every real token, pooled vectors and
+//! classification logits of a padded batch of three sequences of different lengths, and of
+//! each sequence alone. F32, relative error (max|a - b| / max|b|) ≤ 1e-5.
+
+use cyb_backend::Dispatcher;
+use cyb_models::{BertHead, BertModel, DebertaModel, EncoderOutput, JinaBertModel, Pooling};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn dir(variant: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/encoders")
+        .join(variant)
+}
+
+fn reference(variant: &str) -> Value {
+    let text = std::fs::read_to_string(dir(variant).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn seqs(r: &Value) -> Vec<Vec<u32>> {
+    r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn check(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    let e = diff / scale.max(1e-30);
+    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+}
+
+fn check_states(tag: &str, r: &Value, out: &EncoderOutput) {
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        check(
+            &format!("{tag} seq {i} hidden"),
+            &out.states[i],
+            &floats(&s["hidden"]),
+        );
+        for p in [Pooling::Cls, Pooling::Mean, Pooling::Max] {
+            check(
+                &format!("{tag} seq {i} {}", p.name()),
+                &out.pool(p, false)[i],
+                &floats(&s["pooled"][p.name()]),
+            );
+        }
+    }
+}
+
+fn deberta(variant: &str) {
+    let r = reference(variant);
+    let file = cyb_format::open(dir(variant)).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().head, BertHead::SequenceClassification);
+    assert_eq!(m.config().labels, ["negative", "neutral", "positive"]);
+    let seqs = seqs(&r);
+    check_states(variant, &r, &m.hidden_states(&seqs).unwrap());
+    let logits = m.sequence_logits(&seqs).unwrap();
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        check(
+            &format!("{variant} seq {i} logits"),
+            &logits[i],
+            &floats(&s["logits"]),
+        );
+        let alone = m.hidden_states(std::slice::from_ref(&seqs[i])).unwrap();
+        check(
+            &format!("{variant} seq {i} alone"),
+            &alone.states[0],
+            &floats(&s["hidden"]),
+        );
+    }
+    assert!(m.token_logits(&seqs).is_err(), "no token head here");
+    // The post-LN BERT loader refuses it rather than misreading it.
+    assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
+}
+
+#[test]
+fn deberta_v3_matches_transformers() {
+    deberta("deberta_v3");
+}
+
+#[test]
+fn deberta_v2_matches_transformers() {
+    deberta("deberta_v2");
+}
+
+#[test]
+fn deberta_v3_log_buckets() {
+    let file = cyb_format::open(dir("deberta_v3")).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let s = m.settings();
+    assert!(s.c2p && s.p2c && s.share_att_key && s.norm_rel && !s.position_biased_input);
+    assert_eq!((s.buckets, s.max_relative, s.span), (8, 40, 8));
+    // transformers' make_log_bucket_position over -12..=12, recorded by the fixture script.
+    let r = reference("deberta_v3");
+    let rel: Vec<i64> = r["log_buckets"]["relative"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let want: Vec<i64> = r["log_buckets"]["bucket"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let got: Vec<i64> = rel.iter().map(|&x| s.bucket(x)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn jina_v2_matches_pytorch_reference() {
+    let r = reference("jina_v2");
+    let file = cyb_format::open(dir("jina_v2")).unwrap();
+    let m = JinaBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().head, BertHead::None);
+    check(
+        "alibi slopes (6 heads: 4 + every other of 8)",
+        &cyb_models::alibi_slopes(6),
+        &floats(&r["alibi_slopes"]),
+    );
+    let seqs = seqs(&r);
+    check_states("jina_v2", &r, &m.hidden_states(&seqs).unwrap());
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        let alone = m.hidden_states(std::slice::from_ref(&seqs[i])).unwrap();
+        check(
+            &format!("jina_v2 seq {i} alone"),
+            &alone.states[0],
+            &floats(&s["hidden"]),
+        );
+    }
+    assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
+}
