@@ -1,4 +1,6 @@
-//! `cyb-llm graph MODEL.onnx`: prints the model's graph in its text form (docs/graph-format.md).
+//! `cyb-llm graph MODEL`: prints a model's graph in its text form (docs/graph-format.md): an
+//! ONNX model's imported graph, or for a GGUF file / Hugging Face directory of the LlamaStyle
+//! family the graph template that `--path graph` runs.
 
 use clap::Args;
 use cyb_tensor::Result;
@@ -6,18 +8,27 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct GraphArgs {
-    /// An ONNX model file.
+    /// An ONNX model file, or a LlamaStyle GGUF file / Hugging Face directory.
     pub model: PathBuf,
-    /// Print the graph as imported, before constant folding and dead-node elimination.
+    /// ONNX: print the graph as imported, before constant folding and dead-node elimination.
     #[arg(long)]
     pub raw: bool,
+    /// LlamaStyle: the template with the logits of every token (default: the last token's).
+    #[arg(long)]
+    pub all_logits: bool,
 }
 
 pub fn run(args: GraphArgs) -> Result<()> {
-    let g = if args.raw {
+    let is_onnx = args
+        .model
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    let g = if is_onnx && args.raw {
         cyb_format::onnx::read_onnx(&args.model)?
-    } else {
+    } else if is_onnx {
         cyb_format::onnx::load_onnx(&args.model)?
+    } else {
+        cyb_runtime::Model::template_graph(&args.model, !args.all_logits)?
     };
     print!("{}", cyb_graph::write_graph(&g)?);
     Ok(())

@@ -268,6 +268,29 @@ impl KvCache {
             .ok_or_else(|| Error::invalid("kv_cache", "internal: missing tensor"))
     }
 
+    /// The committed keys and values of `layer`, each `[kv_heads, len, head_dim]` (a host
+    /// cache; the graph path feeds them to its template as the past).
+    pub fn host_prefix(&self, layer: usize) -> Result<(Tensor, Tensor)> {
+        let (h, d, cap, len) = (self.kv_heads, self.head_dim, self.capacity, self.len);
+        let Layers::Host(layers) = &self.layers else {
+            return Err(Error::invalid(
+                "kv_cache",
+                "internal: the graph path needs a host cache",
+            ));
+        };
+        let slot = layers.get(layer).ok_or_else(|| {
+            Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
+        })?;
+        let gather = |buf: &[f32]| {
+            let mut out = Vec::with_capacity(h * len * d);
+            for head in 0..h {
+                out.extend_from_slice(&buf[head * cap * d..][..len * d]);
+            }
+            Tensor::from_f32(&[h, len, d], &out)
+        };
+        Ok((gather(&slot.k)?, gather(&slot.v)?))
+    }
+
     /// Makes the last `n` written tokens part of the cache.
     pub fn commit(&mut self, n: usize) -> Result<()> {
         if self.len + n > self.capacity {

@@ -9,6 +9,7 @@
 mod bert;
 mod bert_batch;
 mod bert_config;
+mod bert_gguf;
 mod bert_modern;
 mod bert_pooling;
 mod bert_weights;
@@ -18,11 +19,13 @@ mod jina;
 mod kv_cache;
 mod llama;
 mod llama_config;
+mod llama_graph;
 mod llama_weights;
 
 pub use bert::BertModel;
 pub use bert_batch::BatchLayout;
 pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_ARCHITECTURES};
+pub use bert_gguf::gguf_pooling;
 pub use bert_modern::{ModernBertModel, ModernSettings};
 pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
 pub use deberta::{DebertaModel, DebertaSettings};

@@ -13,11 +13,14 @@
 
 use crate::kv_cache::KvCache;
 use crate::llama_config::{Activation, LayerAttention, LlamaConfig};
+use crate::llama_graph::llama_graph;
 use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
+use cyb_graph::{Executor, Graph};
 use cyb_ops::{GeluApprox, Op};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A loaded LlamaStyle model: its config, its weights (in place in the file mapping) and the
@@ -26,6 +29,14 @@ pub struct LlamaModel {
     config: LlamaConfig,
     weights: LlamaWeights,
     dispatcher: Arc<Dispatcher>,
+    /// Set by [`LlamaModel::use_graph_path`]: steps run the graph template instead.
+    graphs: Option<Box<GraphTemplates>>,
+}
+
+/// The graph template twice: logits of the last token only, and of every token.
+struct GraphTemplates {
+    last: Graph,
+    all: Graph,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -107,7 +118,29 @@ impl LlamaModel {
             config,
             weights,
             dispatcher,
+            graphs: None,
         })
+    }
+
+    /// Runs every later step through the graph executor over the family's graph template
+    /// (`--path graph`) instead of the curated code; the KV cache stays on the host.
+    pub fn use_graph_path(&mut self) -> Result<()> {
+        self.graphs = Some(Box::new(GraphTemplates {
+            last: self.template_graph(true)?,
+            all: self.template_graph(false)?,
+        }));
+        Ok(())
+    }
+
+    /// Whether steps run through the graph executor.
+    pub fn uses_graph_path(&self) -> bool {
+        self.graphs.is_some()
+    }
+
+    /// The model as a graph (see `llama_graph`): logits of the last token when `last_only`,
+    /// else of every token.
+    pub fn template_graph(&self, last_only: bool) -> Result<Graph> {
+        llama_graph(&self.config, &self.weights, last_only)
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -134,7 +167,10 @@ impl LlamaModel {
                 dtype: DType::F32,
             },
         ];
-        if !primary.host_memory() && primary.supports(&Op::KvAppend { start: 0 }, &probe) {
+        if self.graphs.is_none()
+            && !primary.host_memory()
+            && primary.supports(&Op::KvAppend { start: 0 }, &probe)
+        {
             return KvCache::on_backend(primary.as_ref(), l, h, d, max_ctx);
         }
         KvCache::new(l, h, d, max_ctx)
@@ -202,6 +238,16 @@ impl LlamaModel {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
         };
+        if let Some(graphs) = &self.graphs {
+            let graph = if last_only { &graphs.last } else { &graphs.all };
+            let logits = self.graph_step(graph, cache, ids, positions, n)?;
+            let begun = self.dispatcher.begin_step(&mut step.ctx);
+            let result = begun.and_then(|()| finish(&mut step, logits));
+            let ended = self.dispatcher.end_step(&mut step.ctx);
+            let out = result?;
+            ended?;
+            return Ok(out);
+        }
         // The step is always ended, also after an error, and only once the logits are on the
         // host: a backend may recycle the step's buffers when the next step begins.
         let begun = self.dispatcher.begin_step(&mut step.ctx);
@@ -251,6 +297,43 @@ impl LlamaModel {
         if let Some(c) = cfg.final_softcap {
             logits = step.softcap(&logits, c)?;
         }
+        Ok(logits)
+    }
+
+    /// One step through the graph executor: the cached prefix goes in, the new keys and
+    /// values come out and are appended to the cache; returns the logits (on the host).
+    fn graph_step(
+        &self,
+        graph: &Graph,
+        cache: &mut KvCache,
+        ids: Tensor,
+        positions: Tensor,
+        n: usize,
+    ) -> Result<Tensor> {
+        let exec = Executor::new(graph, &self.dispatcher)?;
+        let mut inputs = HashMap::new();
+        inputs.insert("ids".to_string(), ids);
+        inputs.insert("positions".to_string(), positions);
+        for i in 0..self.config.num_layers {
+            let (k, v) = cache.host_prefix(i)?;
+            inputs.insert(format!("past_k.{i}"), k);
+            inputs.insert(format!("past_v.{i}"), v);
+        }
+        let (outs, _) = exec.run(&inputs)?;
+        let mut outs: HashMap<String, Tensor> = outs.into_iter().collect();
+        let mut take = |name: String| {
+            outs.remove(&name).ok_or_else(|| Error::MissingTensor {
+                name,
+                required_by: "llama graph template outputs".into(),
+            })
+        };
+        for i in 0..self.config.num_layers {
+            let k = take(format!("k.{i}"))?;
+            let v = take(format!("v.{i}"))?;
+            cache.write(i, &k, &v)?;
+        }
+        let logits = take("logits".to_string())?;
+        cache.commit(n)?;
         Ok(logits)
     }
 

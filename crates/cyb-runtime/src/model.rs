@@ -1,7 +1,7 @@
 //! `Model`: a loaded text model with its tokenizer and chat template. Cloning shares the
 //! weights; each [`Generator`] has its own KV cache.
 
-use crate::{ChatMessage, ChatTemplate, Generator, RenderOptions, Tokenizer};
+use crate::{ChatMessage, ChatTemplate, ExecPath, Generator, RenderOptions, Tokenizer};
 use cyb_backend::Dispatcher;
 use cyb_format::{ModelConfig, ModelFile};
 use cyb_models::LlamaModel;
@@ -32,14 +32,28 @@ struct Inner {
 }
 
 impl Model {
-    pub(crate) fn load(path: &Path, dispatcher: Arc<Dispatcher>) -> Result<Model> {
+    pub(crate) fn load(path: &Path, dispatcher: Arc<Dispatcher>, exec: ExecPath) -> Result<Model> {
         let t0 = Instant::now();
         let file = cyb_format::open(path)?;
         if cyb_models::BertConfig::is_bert_file(&file) {
+            if exec == ExecPath::Graph {
+                return Err(Error::InvalidConfig {
+                    field: "path".into(),
+                    reason: format!(
+                        "{}: the graph path has a template for LlamaStyle generators only \
+                         (ONNX graphs run with `cyb-llm infer`); run encoders with --path \
+                         curated or auto",
+                        path.display()
+                    ),
+                });
+            }
             return crate::embed_load::load_encoder(path, &file, dispatcher, t0);
         }
         let config = file.config()?;
-        let net = LlamaModel::load(&file, dispatcher)?;
+        let mut net = LlamaModel::load(&file, dispatcher)?;
+        if exec == ExecPath::Graph {
+            net.use_graph_path()?;
+        }
         let tokenizer = Tokenizer::from_model_file(&file)?;
         let template = ChatTemplate::from_model_file(&file)?;
         Ok(Model::from_parts(
@@ -71,6 +85,14 @@ impl Model {
                 load_ms: t0.elapsed().as_secs_f64() * 1e3,
             }),
         }
+    }
+
+    /// The graph template that `--path graph` runs for a LlamaStyle file (GGUF or Hugging Face
+    /// directory; no tokenizer needed): the logits of the last token when `last_only`, else
+    /// of every token.
+    pub fn template_graph(path: &Path, last_only: bool) -> Result<cyb_graph::Graph> {
+        let file = cyb_format::open(path)?;
+        LlamaModel::load(&file, Arc::new(Dispatcher::reference()))?.template_graph(last_only)
     }
 
     /// Opens the file only to describe it (no weights checked); see `cyb_format::open`.

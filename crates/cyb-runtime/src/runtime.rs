@@ -97,12 +97,6 @@ impl Runtime {
     /// Loads a model file (GGUF) or directory (Hugging Face): weights stay in the file
     /// mapping, the tokenizer and chat template come from the same source.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Model> {
-        if self.options.path == ExecPath::Graph {
-            return Err(Error::InvalidConfig {
-                field: "path".into(),
-                reason: "the graph path is not built yet; use --path curated or auto".into(),
-            });
-        }
-        Model::load(path.as_ref(), self.dispatcher.clone())
+        Model::load(path.as_ref(), self.dispatcher.clone(), self.options.path)
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Without the model file the test is skipped, except under CI (env `CI` set), where it fails.
 
-use cyb_runtime::{ChatMessage, Runtime, RuntimeOptions, SamplingParams};
+use cyb_runtime::{ChatMessage, ExecPath, Runtime, RuntimeOptions, SamplingParams};
 use serde_json::Value;
 use std::path::Path;
 
@@ -30,7 +30,18 @@ fn greedy_output_on_wgpu_equals_transformers() {
     check("wgpu", 1, 16);
 }
 
+/// The graph path (`--path graph`: the LlamaStyle graph template run by the graph executor)
+/// on the CPU reference gives transformers' greedy tokens too (first two cases).
+#[test]
+fn greedy_output_through_the_graph_path_equals_transformers() {
+    check_path("reference", ExecPath::Graph, 2, usize::MAX);
+}
+
 fn check(backend: &str, max_cases: usize, max_tokens: usize) {
+    check_path(backend, ExecPath::Auto, max_cases, max_tokens);
+}
+
+fn check_path(backend: &str, path_kind: ExecPath, max_cases: usize, max_tokens: usize) {
     let Some(path) = common::smollm2() else {
         return;
     };
@@ -42,7 +53,7 @@ fn check(backend: &str, max_cases: usize, max_tokens: usize) {
     // llama.cpp instead (crates/cyb-cpu/tests).
     let rt = Runtime::new(RuntimeOptions {
         backend: Some(backend.into()),
-        ..RuntimeOptions::default()
+        path: path_kind,
     })
     .unwrap();
     let model = rt.load(&path).unwrap();
