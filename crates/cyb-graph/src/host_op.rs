@@ -353,23 +353,24 @@ pub(crate) fn cast_to(r: &mut HostRun, x: Tensor, dtype: DType) -> Result<Tensor
 
 /// A tensor of `dims` filled with `value` as `dtype` (integer dtypes take `value as i64`).
 pub(crate) fn filled(dims: &[usize], dtype: DType, value: f64) -> Result<Tensor> {
+    if dtype == DType::F64 {
+        let n: usize = dims.iter().product();
+        return Tensor::from_f64_as(dims, &vec![value; n], dtype);
+    }
     filled_with(dims, dtype, value as f32, value as i64)
 }
 
 /// A tensor of `dims` filled with `f` (float dtypes) or `i` (integer and BOOL dtypes).
 pub(crate) fn filled_with(dims: &[usize], dtype: DType, f: f32, i: i64) -> Result<Tensor> {
     let n: usize = dims.iter().product();
+    if dtype.is_quantized() {
+        return Err(Error::invalid(
+            "fill",
+            format!("{dtype} is not a scalar dtype"),
+        ));
+    }
     if dtype.is_float() {
         return Tensor::from_f32_as(dims, &vec![f; n], dtype);
     }
-    let v = i;
-    let one: Vec<u8> = match dtype {
-        DType::I64 => v.to_le_bytes().to_vec(),
-        DType::I32 => (v as i32).to_le_bytes().to_vec(),
-        DType::I8 | DType::U8 => vec![v as u8],
-        DType::Bool => vec![u8::from(v != 0)],
-        d => return Err(Error::invalid("fill", format!("{d} is not a scalar dtype"))),
-    };
-    let bytes: Vec<u8> = one.iter().copied().cycle().take(n * one.len()).collect();
-    Tensor::from_bytes(dims, dtype, &bytes)
+    Tensor::from_i64_as(dims, &vec![i; n], dtype)
 }

@@ -492,9 +492,9 @@ fn range(r: &mut HostRun, inputs: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let (s, l, d) = (host(0)?, host(1)?, host(2)?);
     if dtype.is_float() {
         let v = |t: &Tensor| -> Result<f64> {
-            t.to_f32_vec()?
+            t.to_f64_vec()?
                 .first()
-                .map(|&x| x as f64)
+                .copied()
                 .ok_or_else(|| Error::invalid(name, "empty scalar"))
         };
         let (s, l, d) = (v(&s)?, v(&l)?, v(&d)?);
@@ -505,8 +505,8 @@ fn range(r: &mut HostRun, inputs: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         if n > 1e9 {
             return Err(Error::invalid(name, format!("{n} elements")));
         }
-        let vals: Vec<f32> = (0..n as usize).map(|i| (s + i as f64 * d) as f32).collect();
-        return Ok(vec![Tensor::from_f32_as(&[vals.len()], &vals, dtype)?]);
+        let vals: Vec<f64> = (0..n as usize).map(|i| s + i as f64 * d).collect();
+        return Ok(vec![Tensor::from_f64_as(&[vals.len()], &vals, dtype)?]);
     }
     let v = |t: &Tensor| -> Result<i64> {
         t.to_i64_vec()?

@@ -350,12 +350,7 @@ fn parse_constant(
         if v.len() != n || !dtype.is_integer() {
             return Err(format!("{} integers for {dtype} {dims:?}", v.len()));
         }
-        let bytes: Vec<u8> = match dtype {
-            DType::I64 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DType::I32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
-            _ => v.iter().map(|&x| x as u8).collect(),
-        };
-        return Tensor::from_bytes(dims, dtype, &bytes).map_err(|e| e.to_string());
+        return Tensor::from_i64_as(dims, &v, dtype).map_err(|e| e.to_string());
     }
     let h = p.ident_with("").ok_or("expected '[..]', 'hex:..' or '@'")?;
     if h != "hex" || !p.eat(':') {

@@ -191,8 +191,8 @@ pub enum Op {
         step: usize,
     },
     /// Index of the largest value along `axis` (first one on ties; NaN counts as largest).
-    /// Output I64 with that axis removed. Input float or integer (read as f32, like `TopK`
-    /// and `CumSum`); the axis must not be empty.
+    /// Output I64 with that axis removed. Input float or integer (read as f32, like `TopK`);
+    /// the axis must not be empty.
     ArgMax { axis: isize },
     /// The `k` largest (or smallest) values along `axis` in sorted order (ties: lower index
     /// first; NaN counts as largest). `k ≤` the axis length. Outputs: values F32 and indices
@@ -203,7 +203,8 @@ pub enum Op {
         largest: bool,
     },
     /// Running sum along `axis`: `y_i = Σ_{j ≤ i} x_j` (`exclusive`: `j < i`; `reverse`: sums
-    /// from the end). F32 output.
+    /// from the end). F64 and integer inputs keep their dtype (exact integer sums); other
+    /// float inputs give F32.
     CumSum {
         axis: isize,
         exclusive: bool,

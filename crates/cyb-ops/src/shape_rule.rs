@@ -132,7 +132,12 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
         Op::CumSum { axis, .. } => {
             let x = numeric_one(name, inputs)?;
             resolve_axis(name, x.shape.rank(), *axis)?;
-            vec![f32_info(name, x.shape.dims().to_vec())?]
+            let to = if x.dtype == DType::F64 || x.dtype.is_integer() {
+                x.dtype
+            } else {
+                DType::F32
+            };
+            vec![info(name, x.shape.dims().to_vec(), to)?]
         }
         Op::Unary { .. }
         | Op::Binary { .. }

@@ -15,10 +15,15 @@ pub(crate) fn dtype_of(code: i32, what: &str) -> Result<DType> {
         1 => DType::F32,
         2 => DType::U8,
         3 => DType::I8,
+        4 => DType::U16,
+        5 => DType::I16,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
         10 => DType::F16,
+        11 => DType::F64,
+        12 => DType::U32,
+        13 => DType::U64,
         16 => DType::BF16,
         c => {
             return Err(Error::UnsupportedTensorType {
@@ -120,6 +125,18 @@ pub(crate) fn to_tensor(t: &TensorProto, file: &Path, dir: Option<&Path>) -> Res
             .flat_map(|&v| (v as u16).to_le_bytes())
             .collect(),
         DType::I8 | DType::U8 | DType::Bool => t.int32_data.iter().map(|&v| v as u8).collect(),
+        DType::I16 | DType::U16 => t
+            .int32_data
+            .iter()
+            .flat_map(|&v| (v as u16).to_le_bytes())
+            .collect(),
+        DType::F64 => t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U64 => t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::U32 => t
+            .uint64_data
+            .iter()
+            .flat_map(|&v| (v as u32).to_le_bytes())
+            .collect(),
         d => return Err(fmt(format!("{d} in typed fields"))),
     };
     Tensor::from_bytes(&dims, dtype, &bytes)

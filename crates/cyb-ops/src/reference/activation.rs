@@ -102,7 +102,7 @@ pub(super) fn erf(x: f32) -> f32 {
     erf64(x as f64) as f32
 }
 
-fn erf64(x: f64) -> f64 {
+pub(super) fn erf64(x: f64) -> f64 {
     let ax = x.abs();
     let r = if ax < 2.5 {
         // erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1))

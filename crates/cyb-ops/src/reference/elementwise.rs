@@ -1,32 +1,42 @@
 //! `Unary`, `Binary` and `Where`: dtype-keeping elementwise ops with numpy broadcasting.
 
-use super::activation::erf;
-use super::values::{read, write_f32, write_i64, Vals};
+use super::real::{binary_f32, binary_f64, unary_f32, unary_f64};
+use super::values::{read, write_f32, write_f64, write_i64, Vals};
 use super::{broadcast_offset, broadcast_strides};
 use crate::{BinaryFn, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
 
 pub(super) fn unary(f: UnaryFn, x: &Tensor, out: &TensorInfo) -> Result<Tensor> {
     let dims = x.dims();
+    let flag = |nan: bool, inf: i8| -> i64 {
+        i64::from(match f {
+            UnaryFn::IsInf { positive, negative } => (positive && inf > 0) || (negative && inf < 0),
+            _ => nan,
+        })
+    };
+    let is_flag = matches!(f, UnaryFn::IsNaN | UnaryFn::IsInf { .. });
     match read(x)? {
+        Vals::F(v) if is_flag => {
+            let b: Vec<i64> = v
+                .iter()
+                .map(|&x| flag(x.is_nan(), inf_sign(x.is_infinite(), x > 0.0)))
+                .collect();
+            write_i64(dims, DType::Bool, &b)
+        }
+        Vals::D(v) if is_flag => {
+            let b: Vec<i64> = v
+                .iter()
+                .map(|&x| flag(x.is_nan(), inf_sign(x.is_infinite(), x > 0.0)))
+                .collect();
+            write_i64(dims, DType::Bool, &b)
+        }
         Vals::F(v) => {
-            if matches!(f, UnaryFn::IsNaN | UnaryFn::IsInf { .. }) {
-                let b: Vec<i64> = v
-                    .iter()
-                    .map(|&x| {
-                        i64::from(match f {
-                            UnaryFn::IsInf { positive, negative } => {
-                                (positive && x == f32::INFINITY)
-                                    || (negative && x == f32::NEG_INFINITY)
-                            }
-                            _ => x.is_nan(),
-                        })
-                    })
-                    .collect();
-                return write_i64(dims, DType::Bool, &b);
-            }
             let y: Vec<f32> = v.iter().map(|&x| unary_f32(f, x)).collect();
             write_f32(dims, out.dtype, &y)
+        }
+        Vals::D(v) => {
+            let y: Vec<f64> = v.iter().map(|&x| unary_f64(f, x)).collect();
+            write_f64(dims, out.dtype, &y)
         }
         Vals::I(v) => {
             let y: Vec<i64> = v
@@ -39,92 +49,30 @@ pub(super) fn unary(f: UnaryFn, x: &Tensor, out: &TensorInfo) -> Result<Tensor> 
                     _ => i64::from(x == 0),
                 })
                 .collect();
+            // Unsigned values are never negative: Abs, Relu and Sign read them as they are.
+            let y = if x.dtype().is_unsigned() && f != UnaryFn::Neg {
+                v.iter()
+                    .zip(y)
+                    .map(|(&x, y)| match f {
+                        UnaryFn::Sign => i64::from(x != 0),
+                        UnaryFn::Abs | UnaryFn::Relu => x,
+                        _ => y,
+                    })
+                    .collect()
+            } else {
+                y
+            };
             write_i64(dims, out.dtype, &y)
         }
     }
 }
 
-fn unary_f32(f: UnaryFn, x: f32) -> f32 {
-    match f {
-        UnaryFn::Abs => x.abs(),
-        UnaryFn::Neg => -x,
-        UnaryFn::Exp => x.exp(),
-        UnaryFn::Log => x.ln(),
-        UnaryFn::Sqrt => x.sqrt(),
-        UnaryFn::Reciprocal => 1.0 / x,
-        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryFn::Sin => x.sin(),
-        UnaryFn::Cos => x.cos(),
-        UnaryFn::Tan => x.tan(),
-        UnaryFn::Asin => x.asin(),
-        UnaryFn::Acos => x.acos(),
-        UnaryFn::Atan => x.atan(),
-        UnaryFn::Sinh => x.sinh(),
-        UnaryFn::Cosh => x.cosh(),
-        UnaryFn::Asinh => x.asinh(),
-        UnaryFn::Acosh => x.acosh(),
-        UnaryFn::Atanh => x.atanh(),
-        UnaryFn::Floor => x.floor(),
-        UnaryFn::Ceil => x.ceil(),
-        UnaryFn::Round => x.round_ties_even(),
-        UnaryFn::Erf => erf(x),
-        UnaryFn::Sign => {
-            if x.is_nan() {
-                x
-            } else if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                0.0
-            }
-        }
-        UnaryFn::Softplus => {
-            // ln(1 + eˣ) without overflow for large x.
-            if x > 20.0 {
-                x + (-x).exp().ln_1p()
-            } else {
-                x.exp().ln_1p()
-            }
-        }
-        UnaryFn::Softsign => x / (1.0 + x.abs()),
-        UnaryFn::Relu => x.max(0.0),
-        UnaryFn::Tanh => x.tanh(),
-        UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-        UnaryFn::LeakyRelu { alpha } => {
-            if x >= 0.0 {
-                x
-            } else {
-                alpha * x
-            }
-        }
-        UnaryFn::Elu { alpha } => {
-            if x > 0.0 {
-                x
-            } else {
-                alpha * x.exp_m1()
-            }
-        }
-        UnaryFn::Selu { alpha, gamma } => gamma * if x > 0.0 { x } else { alpha * x.exp_m1() },
-        UnaryFn::Celu { alpha } => x.max(0.0) + (alpha * (x / alpha).exp_m1()).min(0.0),
-        UnaryFn::HardSigmoid { alpha, beta } => (alpha * x + beta).clamp(0.0, 1.0),
-        UnaryFn::ThresholdedRelu { alpha } => {
-            if x > alpha {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryFn::Shrink { bias, lambd } => {
-            if x < -lambd {
-                x + bias
-            } else if x > lambd {
-                x - bias
-            } else {
-                0.0
-            }
-        }
-        UnaryFn::Not | UnaryFn::IsNaN | UnaryFn::IsInf { .. } => f32::NAN,
+/// +1, -1 or 0 for an infinite positive, infinite negative or finite value.
+fn inf_sign(infinite: bool, positive: bool) -> i8 {
+    match (infinite, positive) {
+        (false, _) => 0,
+        (true, true) => 1,
+        (true, false) => -1,
     }
 }
 
@@ -144,35 +92,50 @@ fn pairs(a: &[usize], b: &[usize], out: &[usize]) -> impl Iterator<Item = (usize
 pub(super) fn binary(f: BinaryFn, a: &Tensor, b: &Tensor, out: &TensorInfo) -> Result<Tensor> {
     let od = out.shape.dims();
     let name = "binary";
+    let idx = || pairs(a.dims(), b.dims(), od);
+    let cmp = |v: Vec<bool>| {
+        write_i64(
+            od,
+            DType::Bool,
+            &v.into_iter().map(i64::from).collect::<Vec<_>>(),
+        )
+    };
     match (read(a)?, read(b)?) {
         (Vals::F(x), Vals::F(y)) => {
-            let idx = pairs(a.dims(), b.dims(), od);
             if f.is_comparison() {
-                let v: Vec<i64> = idx
-                    .map(|(i, j)| i64::from(compare(f, x[i], y[j])))
-                    .collect();
-                return write_i64(od, DType::Bool, &v);
+                return cmp(idx().map(|(i, j)| compare(f, x[i], y[j])).collect());
             }
-            let v: Vec<f32> = idx.map(|(i, j)| binary_f32(f, x[i], y[j])).collect();
+            let v: Vec<f32> = idx().map(|(i, j)| binary_f32(f, x[i], y[j])).collect();
             write_f32(od, out.dtype, &v)
         }
-        (Vals::F(x), Vals::I(y)) if f == BinaryFn::Pow => {
-            let v: Vec<f32> = pairs(a.dims(), b.dims(), od)
-                .map(|(i, j)| x[i].powf(y[j] as f32))
-                .collect();
-            write_f32(od, out.dtype, &v)
+        (Vals::D(x), Vals::D(y)) => {
+            if f.is_comparison() {
+                return cmp(idx().map(|(i, j)| compare(f, x[i], y[j])).collect());
+            }
+            let v: Vec<f64> = idx().map(|(i, j)| binary_f64(f, x[i], y[j])).collect();
+            write_f64(od, out.dtype, &v)
         }
-        (Vals::I(x), Vals::F(y)) if f == BinaryFn::Pow => {
-            let v: Vec<i64> = pairs(a.dims(), b.dims(), od)
-                .map(|(i, j)| (x[i] as f64).powf(y[j] as f64) as i64)
-                .collect();
-            write_i64(od, out.dtype, &v)
+        // Pow with mixed types: the result has the base's type, computed in f64.
+        (x, y) if f == BinaryFn::Pow => {
+            let (x, y) = (as_f64(x, a.dtype()), as_f64(y, b.dtype()));
+            let v: Vec<f64> = idx().map(|(i, j)| x[i].powf(y[j])).collect();
+            if a.dtype().is_integer() {
+                let v: Vec<i64> = v.iter().map(|&p| p as i64).collect();
+                return write_i64(od, out.dtype, &v);
+            }
+            write_f64(od, out.dtype, &v)
         }
         (Vals::I(x), Vals::I(y)) => {
             let bits = a.dtype().block_bytes() as u32 * 8;
             let mut v = Vec::with_capacity(out.shape.numel());
-            for (i, j) in pairs(a.dims(), b.dims(), od) {
-                v.push(binary_i64(name, f, x[i], y[j], bits)?);
+            if a.dtype() == DType::U64 {
+                for (i, j) in idx() {
+                    v.push(binary_u64(name, f, x[i] as u64, y[j] as u64)? as i64);
+                }
+            } else {
+                for (i, j) in idx() {
+                    v.push(binary_i64(name, f, x[i], y[j], bits)?);
+                }
             }
             write_i64(od, out.dtype, &v)
         }
@@ -183,6 +146,31 @@ pub(super) fn binary(f: BinaryFn, a: &Tensor, b: &Tensor, out: &TensorInfo) -> R
     }
 }
 
+/// Values as f64 (U64 keeps its unsigned range).
+fn as_f64(v: Vals, dtype: DType) -> Vec<f64> {
+    match v {
+        Vals::F(v) => v.into_iter().map(f64::from).collect(),
+        Vals::D(v) => v,
+        Vals::I(v) if dtype == DType::U64 => v.into_iter().map(|x| x as u64 as f64).collect(),
+        Vals::I(v) => v.into_iter().map(|x| x as f64).collect(),
+    }
+}
+
+/// U64 arithmetic where the sign matters (order, division); the rest is the same bits as i64.
+fn binary_u64(op: &str, f: BinaryFn, a: u64, b: u64) -> Result<u64> {
+    let zero = || Error::invalid(op, format!("integer {f:?} by zero"));
+    Ok(match f {
+        BinaryFn::Div => a.checked_div(b).ok_or_else(zero)?,
+        BinaryFn::Mod { .. } => a.checked_rem(b).ok_or_else(zero)?,
+        BinaryFn::Max => a.max(b),
+        BinaryFn::Min => a.min(b),
+        BinaryFn::PRelu => a,
+        BinaryFn::Pow => (a as f64).powf(b as f64) as u64,
+        f if f.is_comparison() => u64::from(compare(f, a, b)),
+        _ => binary_i64(op, f, a as i64, b as i64, 64)? as u64,
+    })
+}
+
 fn compare<T: PartialOrd>(f: BinaryFn, a: T, b: T) -> bool {
     match f {
         BinaryFn::Equal => a == b,
@@ -190,36 +178,6 @@ fn compare<T: PartialOrd>(f: BinaryFn, a: T, b: T) -> bool {
         BinaryFn::LessOrEqual => a <= b,
         BinaryFn::Greater => a > b,
         _ => a >= b,
-    }
-}
-
-fn binary_f32(f: BinaryFn, a: f32, b: f32) -> f32 {
-    match f {
-        BinaryFn::Add => a + b,
-        BinaryFn::Sub => a - b,
-        BinaryFn::Mul => a * b,
-        BinaryFn::Div => a / b,
-        BinaryFn::Pow => a.powf(b),
-        BinaryFn::Max | BinaryFn::Min if a.is_nan() || b.is_nan() => f32::NAN,
-        BinaryFn::Max => a.max(b),
-        BinaryFn::Min => a.min(b),
-        BinaryFn::Mod { fmod: true } => a % b,
-        BinaryFn::Mod { fmod: false } => {
-            let r = a % b;
-            if r != 0.0 && (r < 0.0) != (b < 0.0) {
-                r + b
-            } else {
-                r
-            }
-        }
-        BinaryFn::PRelu => {
-            if a < 0.0 {
-                a * b
-            } else {
-                a
-            }
-        }
-        _ => f32::NAN,
     }
 }
 

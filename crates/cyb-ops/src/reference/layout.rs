@@ -2,7 +2,7 @@
 //! dtype conversion. These work on raw element bytes, so every scalar dtype keeps its bits.
 
 use super::{axis_of, floats, host, Lanes};
-use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
+use cyb_tensor::{DType, Result, Tensor, TensorInfo};
 use half::{bf16, f16};
 
 /// Joins `inputs` along `axis`.
@@ -94,51 +94,89 @@ pub(super) fn slice(
     Tensor::from_bytes(out.shape.dims(), out.dtype, &y)
 }
 
-/// Converts `x` to `to`: floats round to nearest even, float → integer truncates toward zero
-/// and saturates (NaN → 0), integer → integer saturates, block formats go through f32.
+/// Converts `x` to `to`: floats round to nearest even (F64 rounds once, straight to the target),
+/// float → integer truncates toward zero and saturates (NaN → 0), integer → integer saturates,
+/// block formats go through f32.
 pub(super) fn cast(to: DType, x: &Tensor) -> Result<Tensor> {
     let from = x.dtype();
     if from == to {
         return Ok(x.clone());
     }
+    if from == DType::F64 {
+        let v = x.to_f64_vec()?;
+        let bytes: Vec<u8> = match to {
+            DType::F16 => v
+                .iter()
+                .flat_map(|&d| f16::from_f64(d).to_le_bytes())
+                .collect(),
+            DType::BF16 => v
+                .iter()
+                .flat_map(|&d| bf16::from_f64(d).to_le_bytes())
+                .collect(),
+            q if q.is_quantized() => {
+                let f: Vec<f32> = v.iter().map(|&d| d as f32).collect();
+                return Tensor::from_f32_as(x.dims(), &f, q);
+            }
+            _ => return Tensor::from_f64_as(x.dims(), &v, to),
+        };
+        return Tensor::from_bytes(x.dims(), to, &bytes);
+    }
     if !from.is_integer() {
+        if to == DType::F64 {
+            let v: Vec<f64> = floats(x)?.iter().map(|&f| f64::from(f)).collect();
+            return Tensor::from_f64_as(x.dims(), &v, to);
+        }
         return Tensor::from_f32_as(x.dims(), &floats(x)?, to);
     }
-    // Integers go through i64 so large I64 values are not rounded to f32 on the way.
-    let v = x.to_i64_vec()?;
-    let bytes: Vec<u8> = match to {
-        DType::F32 => v.iter().flat_map(|&i| (i as f32).to_le_bytes()).collect(),
-        DType::F16 => v
-            .iter()
-            .flat_map(|&i| f16::from_f64(i as f64).to_le_bytes())
-            .collect(),
-        DType::BF16 => v
-            .iter()
-            .flat_map(|&i| bf16::from_f64(i as f64).to_le_bytes())
-            .collect(),
-        DType::I64 => v.iter().flat_map(|i| i.to_le_bytes()).collect(),
-        DType::I32 => v
-            .iter()
-            .flat_map(|&i| (i.clamp(i32::MIN as i64, i32::MAX as i64) as i32).to_le_bytes())
-            .collect(),
-        DType::I8 => v
-            .iter()
-            .map(|&i| i.clamp(i8::MIN as i64, i8::MAX as i64) as i8 as u8)
-            .collect(),
-        DType::U8 => v.iter().map(|&i| i.clamp(0, 255) as u8).collect(),
-        DType::Bool => v.iter().map(|&i| u8::from(i != 0)).collect(),
-        q if q.is_quantized() => {
-            let f: Vec<f32> = v.iter().map(|&i| i as f32).collect();
-            return Tensor::from_f32_as(x.dims(), &f, q);
-        }
-        other => {
-            return Err(Error::invalid(
-                "cast",
-                format!("no conversion from {from} to {other}"),
-            ))
-        }
+    // Integers go through i128 so neither large I64 nor U64 values are rounded or wrapped on
+    // the way.
+    let v: Vec<i128> = if from == DType::U64 {
+        x.to_i64_vec()?
+            .into_iter()
+            .map(|i| i128::from(i as u64))
+            .collect()
+    } else {
+        x.to_i64_vec()?.into_iter().map(i128::from).collect()
     };
-    Tensor::from_bytes(x.dims(), to, &bytes)
+    if to.is_float() {
+        let bytes: Vec<u8> = match to {
+            DType::F16 => v
+                .iter()
+                .flat_map(|&i| f16::from_f64(i as f64).to_le_bytes())
+                .collect(),
+            DType::BF16 => v
+                .iter()
+                .flat_map(|&i| bf16::from_f64(i as f64).to_le_bytes())
+                .collect(),
+            DType::F64 => v.iter().flat_map(|&i| (i as f64).to_le_bytes()).collect(),
+            _ => v.iter().flat_map(|&i| (i as f32).to_le_bytes()).collect(),
+        };
+        return Tensor::from_bytes(x.dims(), to, &bytes);
+    }
+    if to.is_quantized() {
+        let f: Vec<f32> = v.iter().map(|&i| i as f32).collect();
+        return Tensor::from_f32_as(x.dims(), &f, to);
+    }
+    let (lo, hi): (i128, i128) = match to {
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::U16 => (0, u16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::U32 => (0, u32::MAX.into()),
+        DType::U64 => (0, u64::MAX.into()),
+        DType::Bool => (i128::MIN, i128::MAX),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    };
+    let ints: Vec<i64> = v
+        .iter()
+        .map(|&i| match to {
+            DType::Bool => i64::from(i != 0),
+            // After the clamp the value fits the target; U64 is stored as its bits.
+            _ => i.clamp(lo, hi) as i64,
+        })
+        .collect();
+    Tensor::from_i64_as(x.dims(), &ints, to)
 }
 
 /// A copy of `cache` `[heads, capacity, d]` with the rows of `new` `[n, heads, d]` written at

@@ -16,6 +16,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod quant_linear;
+mod real;
 mod reduce;
 mod reduce_nd;
 mod rope;

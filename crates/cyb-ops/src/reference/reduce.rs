@@ -1,5 +1,7 @@
-//! Reductions along an axis: argmax, top-k and running sums. Integer inputs are read as f32.
+//! Reductions along an axis: argmax, top-k (integer inputs read as f32) and running sums (in
+//! the input's own arithmetic).
 
+use super::values::{read, write_f32, write_f64, write_i64, Vals};
 use super::{axis_of, floats, Lanes};
 use cyb_tensor::{Result, Tensor};
 use rayon::prelude::*;
@@ -70,9 +72,33 @@ pub(super) fn top_k(k: usize, axis: isize, largest: bool, x_t: &Tensor) -> Resul
 
 /// Running sum along `axis`, inclusive or exclusive, forwards or from the end.
 pub(super) fn cumsum(axis: isize, exclusive: bool, reverse: bool, x_t: &Tensor) -> Result<Tensor> {
-    let x = floats(x_t)?;
     let lanes = Lanes::new(x_t.dims(), axis_of("cumsum", x_t, axis)?);
-    let sums: Vec<Vec<f32>> = (0..lanes.count())
+    let dims = x_t.dims();
+    match read(x_t)? {
+        Vals::F(x) => {
+            let y = scan(&x, lanes, exclusive, reverse, |a, b| a + b);
+            write_f32(dims, x_t.dtype(), &y)
+        }
+        Vals::D(x) => {
+            let y = scan(&x, lanes, exclusive, reverse, |a, b| a + b);
+            write_f64(dims, x_t.dtype(), &y)
+        }
+        Vals::I(x) => {
+            let y = scan(&x, lanes, exclusive, reverse, i64::wrapping_add);
+            write_i64(dims, x_t.dtype(), &y)
+        }
+    }
+}
+
+/// A running `add` along every lane, in lane order or reversed, inclusive or exclusive.
+fn scan<T: Copy + Default + Send + Sync>(
+    x: &[T],
+    lanes: Lanes,
+    exclusive: bool,
+    reverse: bool,
+    add: impl Fn(T, T) -> T + Sync,
+) -> Vec<T> {
+    let sums: Vec<Vec<T>> = (0..lanes.count())
         .into_par_iter()
         .map(|lane| {
             let order: Vec<usize> = if reverse {
@@ -80,28 +106,28 @@ pub(super) fn cumsum(axis: isize, exclusive: bool, reverse: bool, x_t: &Tensor) 
             } else {
                 (0..lanes.len).collect()
             };
-            let mut acc = 0f32;
-            let mut out = vec![0f32; lanes.len];
+            let mut acc = T::default();
+            let mut out = vec![T::default(); lanes.len];
             for i in order {
                 let v = x[lanes.index(lane, i)];
                 if exclusive {
                     out[i] = acc;
-                    acc += v;
+                    acc = add(acc, v);
                 } else {
-                    acc += v;
+                    acc = add(acc, v);
                     out[i] = acc;
                 }
             }
             out
         })
         .collect();
-    let mut y = vec![0f32; x.len()];
+    let mut y = vec![T::default(); x.len()];
     for (lane, vals) in sums.iter().enumerate() {
         for (i, v) in vals.iter().enumerate() {
             y[lanes.index(lane, i)] = *v;
         }
     }
-    Tensor::from_f32(x_t.dims(), &y)
+    y
 }
 
 /// A total order on f32 where NaN is larger than every number (and equal to NaN).

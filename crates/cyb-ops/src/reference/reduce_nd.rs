@@ -1,7 +1,8 @@
 //! `Reduce` over any set of axes, `ArgReduce`, `LogSoftmax`, and the normalisations that
 //! reduce over more than the last dim (`BatchNorm`, `LayerNormNd`).
 
-use super::values::{read, strides, unravel, write_f32, write_i64, Vals};
+use super::real::{reduce_f32, reduce_f64};
+use super::values::{read, strides, unravel, write_f32, write_f64, write_i64, Vals};
 use super::{axis_of, floats, Lanes};
 use crate::shape_rule_nd::axis_mask;
 use crate::ReduceFn;
@@ -39,7 +40,15 @@ pub(super) fn reduce(f: ReduceFn, axes: &[isize], x: &Tensor, out: &TensorInfo) 
                 .collect();
             write_f32(od, out.dtype, &y)
         }
+        Vals::D(v) => {
+            let y: Vec<f64> = outer
+                .iter()
+                .map(|&o| reduce_f64(f, inner.iter().map(|&i| v[o + i]), inner.len()))
+                .collect();
+            write_f64(od, out.dtype, &y)
+        }
         Vals::I(v) => {
+            let unsigned = x.dtype() == DType::U64;
             let y: Vec<i64> = outer
                 .iter()
                 .map(|&o| {
@@ -48,6 +57,10 @@ pub(super) fn reduce(f: ReduceFn, axes: &[isize], x: &Tensor, out: &TensorInfo) 
                         ReduceFn::Sum => it.fold(0i64, i64::wrapping_add),
                         ReduceFn::Mean => {
                             it.fold(0i64, i64::wrapping_add) / (inner.len().max(1) as i64)
+                        }
+                        ReduceFn::Max if unsigned => it.map(|x| x as u64).max().unwrap_or(0) as i64,
+                        ReduceFn::Min if unsigned => {
+                            it.map(|x| x as u64).min().unwrap_or(u64::MAX) as i64
                         }
                         ReduceFn::Max => it.max().unwrap_or(i64::MIN),
                         ReduceFn::Min => it.min().unwrap_or(i64::MAX),
@@ -64,42 +77,6 @@ pub(super) fn reduce(f: ReduceFn, axes: &[isize], x: &Tensor, out: &TensorInfo) 
                 })
                 .collect();
             write_i64(od, out.dtype, &y)
-        }
-    }
-}
-
-fn reduce_f32(f: ReduceFn, it: impl Iterator<Item = f32>, n: usize) -> f32 {
-    let nan_max = |a: f32, b: f32| {
-        if a.is_nan() || b.is_nan() {
-            f32::NAN
-        } else {
-            a.max(b)
-        }
-    };
-    let nan_min = |a: f32, b: f32| {
-        if a.is_nan() || b.is_nan() {
-            f32::NAN
-        } else {
-            a.min(b)
-        }
-    };
-    match f {
-        ReduceFn::Sum => it.sum(),
-        ReduceFn::Mean => it.sum::<f32>() / n as f32,
-        ReduceFn::Max => it.fold(f32::NEG_INFINITY, nan_max),
-        ReduceFn::Min => it.fold(f32::INFINITY, nan_min),
-        ReduceFn::Prod => it.product(),
-        ReduceFn::L1 => it.map(f32::abs).sum(),
-        ReduceFn::L2 => it.map(|x| x * x).sum::<f32>().sqrt(),
-        ReduceFn::LogSum => it.sum::<f32>().ln(),
-        ReduceFn::SumSquare => it.map(|x| x * x).sum(),
-        ReduceFn::LogSumExp => {
-            let v: Vec<f32> = it.collect();
-            let m = v.iter().copied().fold(f32::NEG_INFINITY, nan_max);
-            if m.is_infinite() || m.is_nan() {
-                return v.iter().map(|x| x.exp()).sum::<f32>().ln();
-            }
-            m + v.iter().map(|x| (x - m).exp()).sum::<f32>().ln()
         }
     }
 }

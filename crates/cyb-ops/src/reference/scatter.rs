@@ -1,7 +1,7 @@
 //! `ScatterElements`, `ScatterNd` and `GatherNd`: index-driven writes and reads.
 
 use super::axis_of;
-use super::values::{move_elems, read, strides, unravel, write_f32, write_i64, Vals};
+use super::values::{move_elems, read, strides, unravel, write_f32, write_f64, write_i64, Vals};
 use crate::ScatterReduction;
 use cyb_tensor::{Error, Result, Tensor, TensorInfo};
 
@@ -55,6 +55,12 @@ fn apply(
                 y[t] = combine(r, y[t], u[s]);
             }
             write_f32(data.dims(), data.dtype(), &y)
+        }
+        (Vals::D(mut y), Vals::D(u)) => {
+            for &(t, s) in pairs {
+                y[t] = combine(r, y[t], u[s]);
+            }
+            write_f64(data.dims(), data.dtype(), &y)
         }
         (Vals::I(mut y), Vals::I(u)) => {
             for &(t, s) in pairs {

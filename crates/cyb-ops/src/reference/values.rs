@@ -1,5 +1,6 @@
-//! Dtype-generic reading and writing for the graph-level ops: values as f32 (float dtypes) or
-//! i64 (integer and BOOL dtypes), and raw element moves for ops that only rearrange data.
+//! Dtype-generic reading and writing for the graph-level ops: values as f64 (F64), f32 (the other
+//! float dtypes) or i64 (integer and BOOL dtypes; U64 as its bits), and raw element moves for ops
+//! that only rearrange data.
 
 use super::host;
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -7,11 +8,14 @@ use cyb_tensor::{DType, Error, Result, Tensor};
 /// The values of a scalar tensor, in the arithmetic its dtype uses.
 pub(super) enum Vals {
     F(Vec<f32>),
+    D(Vec<f64>),
     I(Vec<i64>),
 }
 
 pub(super) fn read(t: &Tensor) -> Result<Vals> {
-    if t.dtype().is_float() {
+    if t.dtype() == DType::F64 {
+        Ok(Vals::D(t.to_f64_vec()?))
+    } else if t.dtype().is_float() {
         Ok(Vals::F(t.to_f32_vec()?))
     } else {
         Ok(Vals::I(t.to_i64_vec()?))
@@ -33,24 +37,24 @@ pub(super) fn write_f32(dims: &[usize], dtype: DType, v: &[f32]) -> Result<Tenso
 /// A tensor of `dtype` from i64 values: integers wrap to the dtype's width, BOOL is `x != 0`,
 /// floats convert.
 pub(super) fn write_i64(dims: &[usize], dtype: DType, v: &[i64]) -> Result<Tensor> {
-    let bytes: Vec<u8> = match dtype {
-        DType::I64 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        DType::I32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
-        DType::I8 => v.iter().map(|&x| x as i8 as u8).collect(),
-        DType::U8 => v.iter().map(|&x| x as u8).collect(),
-        DType::Bool => v.iter().map(|&x| u8::from(x != 0)).collect(),
-        d if d.is_float() => {
-            let f: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-            return Tensor::from_f32_as(dims, &f, d);
-        }
-        d => {
-            return Err(Error::invalid(
-                "write",
-                format!("{d} is not a scalar dtype"),
-            ))
-        }
-    };
-    Tensor::from_bytes(dims, dtype, &bytes)
+    if dtype.is_quantized() {
+        return Err(Error::invalid(
+            "write",
+            format!("{dtype} is not a scalar dtype"),
+        ));
+    }
+    Tensor::from_i64_as(dims, v, dtype)
+}
+
+/// A tensor of `dtype` from f64 values (integer dtypes truncate toward zero and saturate).
+pub(super) fn write_f64(dims: &[usize], dtype: DType, v: &[f64]) -> Result<Tensor> {
+    if dtype.is_quantized() {
+        return Err(Error::invalid(
+            "write",
+            format!("{dtype} is not a scalar dtype"),
+        ));
+    }
+    Tensor::from_f64_as(dims, v, dtype)
 }
 
 /// Builds a tensor of `dims` whose element `i` is element `src(i)` of `x` (same dtype), or
