@@ -6,6 +6,7 @@
 pub use crate::host_grid::{GridMode, GridPadding};
 pub use crate::host_loss::LossReduction;
 pub use crate::host_misc::WindowKind;
+pub use crate::host_random::RandomDist;
 pub use crate::host_resize::ResizeSpec;
 pub use crate::host_rnn::RnnSpec;
 pub use crate::subgraph::{ScanSpec, SubGraph};
@@ -138,6 +139,13 @@ pub enum HostOp {
     Compress { axis: Option<i64> },
     /// An identity-like matrix shaped like input 0 with ones on diagonal `k`.
     EyeLike { k: i64, dtype: Option<String> },
+    /// ONNX RandomNormalLike / RandomUniformLike: samples shaped like input 0 from a fixed,
+    /// seeded generator (see `host_random`).
+    RandomLike {
+        dist: RandomDist,
+        seed: Option<f32>,
+        dtype: Option<String>,
+    },
     /// Local response normalisation across channels.
     Lrn {
         alpha: f32,
@@ -305,6 +313,7 @@ impl HostOp {
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",
             HostOp::EyeLike { .. } => "eye_like",
+            HostOp::RandomLike { .. } => "random_like",
             HostOp::Lrn { .. } => "lrn",
             HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",
             HostOp::ReverseSequence { .. } => "reverse_sequence",

@@ -430,6 +430,13 @@ pub(crate) fn run(
                 .transpose()?;
             crate::host_misc::eye_like(r, x()?, *k, dt)
         }
+        HostOp::RandomLike { dist, seed, dtype } => {
+            let dt = dtype
+                .as_deref()
+                .map(|d| DType::parse(d).ok_or_else(|| Error::invalid(name, format!("dtype {d}"))))
+                .transpose()?;
+            crate::host_random::random_like(r, x()?, *dist, *seed, dt)
+        }
         HostOp::Lrn {
             alpha,
             beta,

@@ -102,7 +102,31 @@ fn infer_op(op: &cyb_ops::Op, ins: &[&ValueType], fresh: &mut usize) -> Result<V
                 })
                 .collect())
         }
-        (Err(e), Err(_)) => return Err(e),
+        (Err(e), Err(_)) => {
+            // Distinct symbols may still be equal (or 1) at run time: only a rule that fails
+            // for every assignment tried is an error; otherwise the dims stay unknown.
+            let same = |v: usize| -> Result<Vec<TensorInfo>> {
+                let infos = ins
+                    .iter()
+                    .map(|t| {
+                        let dims = t.dims.iter().flatten().map(|d| match d {
+                            Dim::Fixed(n) => *n,
+                            Dim::Sym(_) => v,
+                        });
+                        info(t.dtype, dims.collect())
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                cyb_ops::output_infos(op, &infos)
+            };
+            let a = same(probe(0, 0)).or_else(|_| same(1)).map_err(|_| e)?;
+            return Ok(a
+                .into_iter()
+                .map(|i| ValueType {
+                    dtype: i.dtype,
+                    dims: None,
+                })
+                .collect());
+        }
     };
     let by_probe: HashMap<(usize, usize), &String> = syms
         .iter()

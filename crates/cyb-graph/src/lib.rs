@@ -18,6 +18,7 @@ mod host_loss;
 mod host_misc;
 mod host_op;
 mod host_quant;
+mod host_random;
 mod host_resize;
 mod host_rnn;
 mod host_run;
@@ -31,7 +32,9 @@ mod text_value;
 pub use exec::{Executor, RunStats};
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
 pub use host_grid::{GridMode, GridPadding};
-pub use host_op::{ConvTransposeSpec, HostOp, LossReduction, ResizeSpec, SoftmaxKind, WindowKind};
+pub use host_op::{
+    ConvTransposeSpec, HostOp, LossReduction, RandomDist, ResizeSpec, SoftmaxKind, WindowKind,
+};
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};
 pub use infer::infer_types;

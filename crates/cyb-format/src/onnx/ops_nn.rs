@@ -293,6 +293,28 @@ pub(crate) fn map(
                 ins,
             ))
         }
+        "RandomNormalLike" | "RandomUniformLike" => {
+            let dtype = match a.has("dtype") {
+                true => Some(
+                    super::tensor::dtype_of(a.i("dtype", 1) as i32, name)?
+                        .name()
+                        .to_string(),
+                ),
+                false => None,
+            };
+            let dist = match t {
+                "RandomNormalLike" => cyb_graph::RandomDist::Normal {
+                    mean: a.f("mean", 0.0),
+                    scale: a.f("scale", 1.0),
+                },
+                _ => cyb_graph::RandomDist::Uniform {
+                    low: a.f("low", 0.0),
+                    high: a.f("high", 1.0),
+                },
+            };
+            let seed = a.has("seed").then(|| a.f("seed", 0.0));
+            Ok((host(HostOp::RandomLike { dist, seed, dtype }), ins))
+        }
         "LRN" => Ok((
             host(HostOp::Lrn {
                 alpha: a.f("alpha", 1e-4),
