@@ -1,6 +1,7 @@
-//! `cyb-llm infer MODEL.onnx --input name=file.npy ... --output DIR`: runs a graph on `.npy`
-//! inputs through the chosen backend chain and writes one `.npy` per graph output, named after
-//! the output (characters other than `[A-Za-z0-9_.-]` become `_`).
+//! `cyb-llm infer MODEL.onnx|MODEL.model --input name=file.npy ... --output DIR`: runs a graph
+//! (an ONNX file, or a `.model` imported from one) on `.npy` inputs through the chosen backend
+//! chain and writes one `.npy` per graph output, named after the output (characters other than
+//! `[A-Za-z0-9_.-]` become `_`).
 
 use clap::Args;
 use cyb_runtime::{Runtime, RuntimeOptions};
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct InferArgs {
-    /// An ONNX model file.
+    /// An ONNX model file, or a `.model` file holding a graph (`cyb-llm import X.onnx`).
     pub model: PathBuf,
     /// A graph input: `NAME=FILE.npy` (repeat for each input).
     #[arg(long = "input", value_name = "NAME=FILE")]
@@ -25,7 +26,7 @@ pub struct InferArgs {
 }
 
 pub fn run(args: InferArgs) -> Result<()> {
-    let graph = cyb_format::onnx::load_onnx(&args.model)?;
+    let graph = cyb_format::model_container::load_graph(&args.model)?;
     let mut inputs = HashMap::new();
     for spec in &args.inputs {
         let (name, file) = spec

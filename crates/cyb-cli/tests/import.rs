@@ -1,8 +1,10 @@
 //! `cyb-llm import` end to end on the tiny chat model (tests/fixtures/tiny_chat, reference.json
 //! from transformers via tools/fixtures/make_tiny_chat_fixture.py): the `.model` written from the
-//! GGUF file and from the Hugging Face directory answers exactly like transformers (so the
-//! tokenizer, chat template and weights all came through), `inspect` shows the root that
-//! `import` printed, and a corrupted file is refused naming the tensor.
+//! GGUF file, from the Hugging Face directory and from the soma directory made of it
+//! (tools/fixtures/make_soma_fixture.py) answers exactly like transformers (so the tokenizer,
+//! chat template and weights all came through), `inspect` shows the root that `import` printed,
+//! and a corrupted file is refused naming the tensor. `--keep` rules decide tensor types, bad
+//! ones are refused; an ONNX graph imported into a `.model` runs with bit-identical outputs.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,7 @@ fn imported_models_answer_like_the_reference_and_show_their_root() {
     for (src, name) in [
         ("model-f32.gguf", "from_gguf.model"),
         ("hf", "from_hf.model"),
+        ("soma", "from_soma.model"),
     ] {
         let out = scratch(name);
         let out_s = out.to_string_lossy().into_owned();
@@ -103,4 +106,195 @@ fn import_refuses_bad_arguments() {
     assert!(!ok && stderr.contains("not a quantized type"), "{stderr}");
     let (ok, _, stderr) = cyb(&["import", &fixture("nope"), "-o", &out]);
     assert!(!ok && stderr.contains("nope"), "{stderr}");
+}
+
+/// `inspect --json`'s tensor name -> dtype.
+fn tensor_types(model: &str) -> std::collections::BTreeMap<String, String> {
+    let (ok, stdout, stderr) = cyb(&["inspect", "--json", model]);
+    assert!(ok, "{stderr}");
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    j["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["dtype"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn keep_rules_override_the_requantization_per_tensor() {
+    let out = scratch("keep.model").to_string_lossy().into_owned();
+    // The tiny model's rows are 32 or 64 values: Q4_K (256) does not fit, so bare --quant
+    // (Q4_K) falls back to Q5_0 for the matrices, as llama-quantize does.
+    let (ok, stdout, stderr) = cyb(&[
+        "import",
+        &fixture("model-f32.gguf"),
+        "-o",
+        &out,
+        "--quant",
+        "--keep",
+        "output.weight=Q8_0",
+        "--keep",
+        "*.attn_v.weight=f16",
+        "--keep",
+        "token_embd.weight=keep",
+        "--keep",
+        "*_norm.weight=keep",
+        "--keep",
+        "blk.?.ffn_*=Q4_0",
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.split_whitespace().next().unwrap().len(), 64);
+    assert!(
+        stderr.contains("output.weight F32 -> Q8_0 (--keep output.weight)"),
+        "{stderr}"
+    );
+    let types = tensor_types(&out);
+    let source = tensor_types(&fixture("model-f32.gguf"));
+    assert_eq!(types.len(), source.len());
+    let mut seen = [0usize; 5];
+    for (name, ty) in &types {
+        let (k, want) = if name == "output.weight" {
+            (0, "Q8_0")
+        } else if name.ends_with(".attn_v.weight") {
+            (1, "F16")
+        } else if name == "token_embd.weight" || name.ends_with("_norm.weight") {
+            (2, source[name].as_str())
+        } else if name.contains(".ffn_") {
+            (3, "Q4_0")
+        } else {
+            (4, "Q5_0")
+        };
+        seen[k] += 1;
+        assert_eq!(ty, want, "{name}");
+    }
+    assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+    // The requantized model still runs.
+    let (ok, stdout, stderr) = cyb(&["run", &out, "hi", "--temp", "0", "-n", "4"]);
+    assert!(ok && !stdout.is_empty(), "{stderr}");
+
+    // Without --keep, bare --quant: matrices Q5_0 (the Q4_K fallback), vectors as they were.
+    let out2 = scratch("quant.model").to_string_lossy().into_owned();
+    let (ok, _, stderr) = cyb(&["import", &fixture("hf"), "-o", &out2, "--quant"]);
+    assert!(ok, "{stderr}");
+    for (name, ty) in tensor_types(&out2) {
+        let want = if name.contains("norm") { "F32" } else { "Q5_0" };
+        assert_eq!(ty, want, "{name}");
+    }
+}
+
+#[test]
+fn bad_keep_rules_are_refused_and_write_nothing() {
+    let out = scratch("badkeep.model");
+    let out_s = out.to_string_lossy().into_owned();
+    let gguf = fixture("model-f32.gguf");
+    for (keep, says) in [
+        ("nothing.*=Q8_0", "matches no tensor"),
+        ("output.weight=Q6_K", "output.weight"),
+        ("output.weight", "NAME_PATTERN=TYPE"),
+        ("output.weight=I32", "not a type"),
+        ("output.weight=Q9_K", "not a type"),
+    ] {
+        let (ok, _, stderr) = cyb(&["import", &gguf, "-o", &out_s, "--keep", keep]);
+        assert!(!ok && stderr.contains(says), "{keep}: {stderr}");
+        assert!(!out.exists(), "{keep}: a refused import left {out_s}");
+    }
+    // A later rule whose tensors an earlier one took matches nothing.
+    let (ok, _, stderr) = cyb(&[
+        "import",
+        &gguf,
+        "-o",
+        &out_s,
+        "--keep",
+        "*=keep",
+        "--keep",
+        "output.weight=Q8_0",
+    ]);
+    assert!(!ok && stderr.contains("output.weight"), "{stderr}");
+}
+
+/// ONNX's own test models (libonnx-testdata) with initializers; `None` outside CI when the
+/// package is missing.
+fn onnx_model(name: &str) -> Option<PathBuf> {
+    let d = Path::new("/usr/share/libonnx-testdata/data/pytorch-converted").join(name);
+    if d.is_dir() {
+        return Some(d);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{} missing (apt-get install libonnx-testdata)",
+        d.display()
+    );
+    None
+}
+
+#[test]
+fn onnx_import_runs_with_bit_identical_outputs() {
+    for name in ["test_Conv2d", "test_Linear", "test_BatchNorm2d_eval"] {
+        let Some(dir) = onnx_model(name) else {
+            return;
+        };
+        let onnx = dir.join("model.onnx").to_string_lossy().into_owned();
+        let out = scratch(&format!("{name}.model"))
+            .to_string_lossy()
+            .into_owned();
+        let (ok, stdout, stderr) = cyb(&["import", &onnx, "-o", &out]);
+        assert!(ok, "{name}: {stderr}");
+        assert_eq!(stdout.split_whitespace().next().unwrap().len(), 64);
+        let (ok, _, stderr) = cyb(&["import", &onnx, "-o", &out, "--quant", "Q8_0"]);
+        assert!(!ok && stderr.contains("--quant"), "{stderr}");
+
+        let (_, input) =
+            cyb_format::onnx::read_tensor_pb(&dir.join("test_data_set_0/input_0.pb")).unwrap();
+        let npy = scratch(&format!("{name}_input.npy"));
+        write_f32_npy(&npy, input.dims(), &input.to_f32_vec().unwrap());
+        let graph = cyb_format::onnx::load_onnx(Path::new(&onnx)).unwrap();
+        let input_name = graph.name_of(graph.inputs[0]).to_string();
+        let spec = format!("{input_name}={}", npy.display());
+        let mut outputs = Vec::new();
+        for (model, tag) in [(&onnx, "onnx"), (&out, "model")] {
+            let dir_out = scratch(&format!("{name}_out_{tag}"));
+            let d = dir_out.to_string_lossy().into_owned();
+            let (ok, _, stderr) = cyb(&["infer", model, "--input", &spec, "--output", &d]);
+            assert!(ok, "{name} {tag}: {stderr}");
+            let mut files: Vec<_> = std::fs::read_dir(&dir_out)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.sort();
+            let bytes: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+            assert!(!bytes.is_empty(), "{name} {tag}: no outputs");
+            outputs.push(bytes);
+        }
+        assert!(
+            outputs[0] == outputs[1],
+            "{name}: outputs differ after import"
+        );
+    }
+}
+
+fn write_f32_npy(path: &Path, dims: &[usize], v: &[f32]) {
+    let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    let tuple = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(dict.as_bytes());
+    for x in v {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
 }

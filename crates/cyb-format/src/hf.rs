@@ -82,20 +82,7 @@ impl HfModel {
         for name in &shard_names {
             shards.push(SafetensorsFile::open(dir.join(name))?);
         }
-        let mut order = Vec::new();
-        let mut by_name = HashMap::new();
-        for (s, shard) in shards.iter().enumerate() {
-            for (i, t) in shard.tensor_infos().iter().enumerate() {
-                if by_name.insert(t.name.clone(), order.len()).is_some() {
-                    return Err(format_error(
-                        shard.path(),
-                        8,
-                        format!("tensor {:?} appears in more than one shard", t.name),
-                    ));
-                }
-                order.push((t.name.clone(), s, i));
-            }
-        }
+        let (order, by_name) = index_shards(&shards)?;
         check_weight_map(&dir.join(INDEX), &weight_map, &shards, &by_name, &order)?;
         let tokenizer_config_json = optional(&dir, "tokenizer_config.json");
         let generation_config_json = optional(&dir, "generation_config.json");
@@ -118,6 +105,32 @@ impl HfModel {
             shards,
             order,
             by_name,
+            container: None,
+        })
+    }
+
+    /// A model described by files other than a Hugging Face directory's (a soma directory):
+    /// `config` stands for config.json, `shards` are its weights in order.
+    pub(crate) fn from_parts(
+        dir: PathBuf,
+        config: Value,
+        shards: Vec<SafetensorsFile>,
+        tokenizer_json: Option<PathBuf>,
+        tokenizer_config: Option<Value>,
+        generation_config: Option<Value>,
+    ) -> Result<HfModel> {
+        let (order, by_name) = index_shards(&shards)?;
+        Ok(HfModel {
+            dir,
+            config,
+            shards,
+            order,
+            by_name,
+            tokenizer_json,
+            tokenizer_config_json: None,
+            generation_config_json: None,
+            tokenizer_config,
+            generation_config,
             container: None,
         })
     }
@@ -212,6 +225,29 @@ impl HfModel {
         }
         m
     }
+}
+
+/// Tensor name → (shard, index in that shard's infos) in shard then data order, and name →
+/// position in that order; a name in two shards is an error.
+#[allow(clippy::type_complexity)]
+fn index_shards(
+    shards: &[SafetensorsFile],
+) -> Result<(Vec<(String, usize, usize)>, HashMap<String, usize>)> {
+    let mut order = Vec::new();
+    let mut by_name = HashMap::new();
+    for (s, shard) in shards.iter().enumerate() {
+        for (i, t) in shard.tensor_infos().iter().enumerate() {
+            if by_name.insert(t.name.clone(), order.len()).is_some() {
+                return Err(format_error(
+                    shard.path(),
+                    8,
+                    format!("tensor {:?} appears in more than one shard", t.name),
+                ));
+            }
+            order.push((t.name.clone(), s, i));
+        }
+    }
+    Ok((order, by_name))
 }
 
 /// `(tensor name, shard file name)` pairs from the index.

@@ -1,6 +1,7 @@
 //! cyb-format: model file readers.
 //!
-//! GGUF (llama.cpp) and Hugging Face directories (config.json + safetensors), each parsed into
+//! GGUF (llama.cpp), Hugging Face directories (config.json + safetensors) and soma directories
+//! (config.toml + safetensors, opened as the Hugging Face model they describe), each parsed into
 //! tensor tables whose tensors borrow the mapped file in place, plus one normalized
 //! [`ModelConfig`]. [`open`] picks the reader from what the path holds.
 //!
@@ -17,6 +18,7 @@ pub mod model_container;
 mod model_file;
 pub mod onnx;
 pub mod safetensors;
+pub mod soma;
 
 pub use config::{ModelConfig, RopeScaling};
 pub use gguf::{GgmlType, GgufFile, GgufTensorInfo};

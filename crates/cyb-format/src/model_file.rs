@@ -31,8 +31,9 @@ pub struct TensorEntry {
     pub file: PathBuf,
 }
 
-/// Opens a GGUF file (recognized by its magic) or a Hugging Face model directory (a directory
-/// with `config.json`; a `config.json` or `*.safetensors` path inside one opens the directory).
+/// Opens a `.model` or GGUF file (recognized by their magic), a Hugging Face model directory (a
+/// directory with `config.json`; a `config.json` or `*.safetensors` path inside one opens the
+/// directory) or a soma directory (with `config.toml`, see [`crate::soma`]).
 pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     let path = path.as_ref();
     let io = |source| Error::Io {
@@ -44,9 +45,13 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
         if hf::is_hf_dir(path) {
             return HfModel::open(path).map(ModelFile::HuggingFace);
         }
+        if crate::soma::is_soma_dir(path) {
+            return crate::soma::open(path).map(ModelFile::HuggingFace);
+        }
         return Err(unrecognized(
             path,
-            "a directory without config.json (expected a Hugging Face model directory)",
+            "a directory without config.json or config.toml (expected a Hugging Face or soma \
+             model directory)",
         ));
     }
     let mut magic = [0u8; 10];

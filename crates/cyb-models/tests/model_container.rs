@@ -90,6 +90,7 @@ fn quant_q8_0_matches_the_reference_q8_0_conversion() {
         std::env::temp_dir().join(format!("cyb-model-test-{}-quant.model", std::process::id()));
     let opts = WriteOptions {
         quant: Some(cyb_tensor::DType::Q8_0),
+        ..Default::default()
     };
     write_model(&source, &out, &opts).unwrap();
     let m = cyb_format::open(&out).unwrap();
@@ -116,4 +117,20 @@ fn quant_q8_0_matches_the_reference_q8_0_conversion() {
     let same = logits(&m) == logits(&reference);
     std::fs::remove_file(out).ok();
     assert!(same, "logits differ from the reference Q8_0 file's");
+}
+
+/// A soma directory (tests/fixtures/tiny_chat/soma, written by tools/fixtures/make_soma_fixture.py
+/// from the Hugging Face directory beside it) and the `.model` imported from it compute that
+/// directory's logits bit for bit.
+#[test]
+fn soma_dir_to_model_gives_the_hf_dirs_logits() {
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny_chat");
+    let want = logits(&cyb_format::open(tiny.join("hf")).unwrap());
+    let direct = logits(&cyb_format::open(tiny.join("soma")).unwrap());
+    let (m, out) = import(&tiny.join("soma"), "soma");
+    assert!(matches!(m, ModelFile::HuggingFace(_)));
+    let imported = logits(&m);
+    std::fs::remove_file(out).ok();
+    assert!(direct == want, "the soma directory's logits differ from the HF directory's");
+    assert!(imported == want, "logits differ after import");
 }

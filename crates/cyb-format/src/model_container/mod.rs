@@ -7,12 +7,19 @@
 //! consumer of those (curated models, tokenizer, chat template) works unchanged. Their tensors
 //! are zero-copy slices of the container's mapping.
 
+mod graph;
 mod header;
 mod meta_toml;
+mod plan;
 mod writer;
 
+pub use graph::{graph_from_bytes, load_graph, open_graph, GraphModel};
 pub use header::IndexEntry;
-pub use writer::{write_model, WriteOptions};
+pub use plan::{KeepRule, Target};
+pub use writer::{
+    write_graph_model, write_graph_to, write_model, write_model_with, write_to, Progress,
+    TensorReport, WriteOptions, WriteReport,
+};
 
 pub(crate) use header::ALIGN;
 
@@ -32,7 +39,7 @@ use std::sync::Arc;
 pub struct ContainerInfo {
     pub path: PathBuf,
     pub version: u32,
-    /// `"gguf"` or `"huggingface"`: the kind of model it opens as.
+    /// `"gguf"`, `"huggingface"` or `"graph"`: the kind of model it opens as.
     pub source: String,
     /// blake3 of the header: the file's content address.
     pub root: [u8; 32],
@@ -88,6 +95,11 @@ impl ContainerInfo {
     }
 }
 
+/// A root as 64 lowercase hex digits.
+pub fn hex_root(root: &[u8; 32]) -> String {
+    header::hex(root)
+}
+
 /// True when `bytes` start like a `.model` file.
 pub fn has_model_magic(bytes: &[u8]) -> bool {
     bytes.starts_with(header::MAGIC)
@@ -107,8 +119,35 @@ pub fn from_bytes(bytes: SharedBytes, name: impl Into<PathBuf>) -> Result<ModelF
 }
 
 fn parse(bytes: SharedBytes, path: PathBuf, write_vocab: bool) -> Result<ModelFile> {
+    let (info, config) = parse_header(&bytes, &path)?;
     let owner = bytes.clone();
     let buf: &[u8] = (*owner).as_ref();
+    let sections = header::split(buf, &path)?;
+    let cfg_at = sections.get("config").map_or(0, |(a, _)| a);
+    match info.source.as_str() {
+        "gguf" => open_gguf(&sections, &config, info, bytes, path),
+        "huggingface" => open_hf(&sections, &config, info, bytes, path, write_vocab),
+        "graph" => Err(format_error(
+            &path,
+            cfg_at,
+            "this .model holds a graph (config source \"graph\"): run it with `cyb-llm infer`, \
+             or open it with model_container::open_graph",
+        )),
+        other => Err(format_error(
+            &path,
+            cfg_at,
+            format!(
+                "section \"config\": source {other:?} is not \"gguf\", \"huggingface\" or \
+                 \"graph\""
+            ),
+        )),
+    }
+}
+
+/// Checks the header and the tensor index; returns them with the parsed config.
+fn parse_header(bytes: &SharedBytes, path: &Path) -> Result<(Arc<ContainerInfo>, toml::Table)> {
+    let path = path.to_path_buf();
+    let buf: &[u8] = (**bytes).as_ref();
     let sections = header::split(buf, &path)?;
     let (cfg_at, cfg_body) = sections.get("config").unwrap_or_default();
     let config = parse_toml(cfg_body, cfg_at, "config", &path)?;
@@ -133,15 +172,7 @@ fn parse(bytes: SharedBytes, path: PathBuf, write_vocab: bool) -> Result<ModelFi
         graph,
         bytes: bytes.clone(),
     });
-    match source.as_str() {
-        "gguf" => open_gguf(&sections, &config, info, bytes, path),
-        "huggingface" => open_hf(&sections, &config, info, bytes, path, write_vocab),
-        other => Err(format_error(
-            &path,
-            cfg_at,
-            format!("section \"config\": source {other:?} is not \"gguf\" or \"huggingface\""),
-        )),
-    }
+    Ok((info, config))
 }
 
 fn text<'a>(body: &'a [u8], at: usize, section: &str, path: &Path) -> Result<&'a str> {

@@ -11,7 +11,7 @@ fn fixture(rel: &str) -> PathBuf {
 fn import(src: &Path) -> Vec<u8> {
     let m = crate::open(src).unwrap();
     let mut out = Vec::new();
-    write_to(&m, &mut out, &WriteOptions::default()).unwrap();
+    write_to(&m, &mut out, &WriteOptions::default(), &mut |_| {}).unwrap();
     out
 }
 
