@@ -129,14 +129,7 @@ impl BertConfig {
                 let names: Vec<String> = h.tensor_infos().map(|(t, _)| t.name.clone()).collect();
                 BertConfig::from_hf_json(h.config_json(), &names)
             }
-            ModelFile::Gguf(g) => Err(invalid(
-                "format",
-                format!(
-                    "{}: BertStyle encoders load from Hugging Face directories \
-                     (config.json + safetensors); GGUF encoders are not supported yet",
-                    g.path().display()
-                ),
-            )),
+            ModelFile::Gguf(g) => crate::bert_gguf::config(file, g),
         }
     }
 

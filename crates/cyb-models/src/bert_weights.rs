@@ -73,6 +73,15 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
+        // GGUF files keep llama.cpp's names; the loader asks in Hugging Face's.
+        let mapped;
+        let name = match self.file {
+            ModelFile::Gguf(_) => {
+                mapped = crate::bert_gguf::gguf_name(name).unwrap_or_else(|| name.to_string());
+                mapped.as_str()
+            }
+            _ => name,
+        };
         if !self.names.contains(name) {
             return Err(Error::MissingTensor {
                 name: name.to_string(),

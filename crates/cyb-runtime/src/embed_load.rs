@@ -43,8 +43,8 @@ pub(crate) fn load_encoder(
     let tokenizer = Tokenizer::from_model_file(file)?;
     let settings = match file {
         ModelFile::HuggingFace(h) => sentence_settings(h.dir())?,
-        ModelFile::Gguf(_) => SentenceSettings {
-            pooling: Pooling::Mean,
+        ModelFile::Gguf(g) => SentenceSettings {
+            pooling: cyb_models::gguf_pooling(g).unwrap_or(Pooling::Mean),
             normalize: false,
             max_seq_length: None,
         },

@@ -169,10 +169,11 @@ pub(super) fn from_gguf(g: &GgufFile) -> Result<Tokenizer> {
     let (body, default_add_bos) = match model {
         "gpt2" => byte_level(&m, &tokens)?,
         "llama" => (sentencepiece(&m, &tokens, unk)?, true),
+        "bert" => (wordpiece(&tokens, &types, unk), true),
         other => {
             return Err(m.err(
                 "tokenizer.ggml.model",
-                format!("tokenizer type {other:?} is not supported (supported: gpt2, llama)"),
+                format!("tokenizer type {other:?} is not supported (supported: gpt2, llama, bert)"),
             ))
         }
     };
@@ -184,8 +185,14 @@ pub(super) fn from_gguf(g: &GgufFile) -> Result<Tokenizer> {
 
     let mut doc = body;
     doc["added_tokens"] = added_tokens(&tokens, &types, model == "llama");
-    doc["post_processor"] =
-        post_processor(&tokens, bos.filter(|_| add_bos), eos.filter(|_| add_eos));
+    doc["post_processor"] = if model == "bert" {
+        // [CLS] A [SEP] (B [SEP]) with token types 0/1, as BertTokenizer does; llama.cpp
+        // stores [CLS] as bos and [SEP] as the separator (or eos).
+        let sep = m.id("tokenizer.ggml.seperator_token_id", n)?.or(eos);
+        bert_post_processor(&tokens, bos.filter(|_| add_bos), sep)
+    } else {
+        post_processor(&tokens, bos.filter(|_| add_bos), eos.filter(|_| add_eos))
+    };
     let inner: tokenizers::Tokenizer = serde_json::from_value(doc).map_err(|e| {
         tok_err(format!(
             "{}: building the tokenizer from tokenizer.ggml.* failed: {e}",
@@ -329,6 +336,58 @@ fn sentencepiece(m: &Meta, tokens: &[&str], unk: Option<u32>) -> Result<Value> {
         "decoder": {"type": "Sequence", "decoders": decoders},
         "model": model,
     }))
+}
+
+/// WordPiece from llama.cpp's "phantom space" spelling of a BERT vocabulary, undone: control
+/// tokens are kept, a leading `▁` marks a word start (dropped), anything else is a
+/// continuation (`##` restored). Normalized and split as BertTokenizer does (lowercasing:
+/// llama.cpp's WordPiece tokenizer always lowercases).
+fn wordpiece(tokens: &[&str], types: &[i64], unk: Option<u32>) -> Value {
+    let spelled: Vec<String> = tokens
+        .iter()
+        .zip(types)
+        .map(|(t, &ty)| {
+            if ty == CONTROL {
+                (*t).to_string()
+            } else if let Some(word) = t.strip_prefix('\u{2581}') {
+                word.to_string()
+            } else {
+                format!("##{t}")
+            }
+        })
+        .collect();
+    let unk = unk
+        .and_then(|u| spelled.get(u as usize))
+        .cloned()
+        .unwrap_or_else(|| "[UNK]".into());
+    json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "normalizer": {"type": "BertNormalizer", "clean_text": true,
+                       "handle_chinese_chars": true, "strip_accents": null, "lowercase": true},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": vocab_map(&spelled)},
+    })
+}
+
+fn bert_post_processor(tokens: &[&str], cls: Option<u32>, sep: Option<u32>) -> Value {
+    let mut specials = Map::new();
+    let mut piece = |id: Option<u32>, type_id: u32| -> Option<Value> {
+        let id = id?;
+        let t = tokens.get(id as usize).copied().unwrap_or_default();
+        specials.insert(t.to_string(), json!({"id": t, "ids": [id], "tokens": [t]}));
+        Some(json!({"SpecialToken": {"id": t, "type_id": type_id}}))
+    };
+    let mut single = Vec::new();
+    single.extend(piece(cls, 0));
+    single.push(json!({"Sequence": {"id": "A", "type_id": 0}}));
+    single.extend(piece(sep, 0));
+    let mut pair = single.clone();
+    pair.push(json!({"Sequence": {"id": "B", "type_id": 1}}));
+    pair.extend(piece(sep, 1));
+    json!({"type": "TemplateProcessing", "single": single, "pair": pair,
+           "special_tokens": specials})
 }
 
 /// Token → id, the first id winning when a file repeats a token.

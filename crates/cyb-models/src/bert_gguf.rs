@@ -1,0 +1,146 @@
+//! BERT encoders from GGUF, as llama.cpp's convert_hf_to_gguf.py writes them: the `bert.*`
+//! hyper-parameters and llama.cpp's tensor names (`token_embd`, `token_types`,
+//! `position_embd`, `token_embd_norm`, `blk.N.attn_q/k/v`, `blk.N.attn_output`,
+//! `blk.N.attn_output_norm`, `blk.N.ffn_up/down`, `blk.N.layer_output_norm`). The config is
+//! resolved into the same [`BertConfig`] as a Hugging Face directory, and tensors are looked up
+//! by translating the Hugging Face name the loader asks for, so the forward pass is shared.
+
+use crate::bert_config::{BertActivation, BertConfig, BertHead, BertVariant};
+use cyb_format::{GgufFile, ModelFile};
+use cyb_ops::GeluApprox;
+use cyb_tensor::{Error, Result};
+
+fn invalid(g: &GgufFile, field: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        field: format!("{}: {field}", g.path().display()),
+        reason: reason.into(),
+    }
+}
+
+/// The rows of tensor `name`, if the file has it.
+fn rows(file: &ModelFile, name: &str) -> Result<Option<usize>> {
+    if !file.tensors().iter().any(|t| t.name == name) {
+        return Ok(None);
+    }
+    Ok(file.tensor(name)?.dims().first().copied())
+}
+
+/// A GGUF file's BERT config (`general.architecture = "bert"`).
+pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
+    let arch = g
+        .get("general.architecture")
+        .and_then(cyb_format::MetaValue::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if arch != "bert" {
+        return Err(invalid(
+            g,
+            "general.architecture",
+            format!(
+                "\"{arch}\": GGUF encoders are supported for llama.cpp's \"bert\" architecture \
+                 (BERT, MiniLM, e5, bge); load this one from its Hugging Face directory"
+            ),
+        ));
+    }
+    let uint = |key: &str| -> Result<usize> {
+        let full = format!("bert.{key}");
+        match g.get(&full).and_then(cyb_format::MetaValue::as_u64) {
+            Some(0) => Err(invalid(g, &full, "must be at least 1")),
+            Some(v) => usize::try_from(v).map_err(|_| invalid(g, &full, "too large")),
+            None => Err(invalid(g, &full, "required but absent")),
+        }
+    };
+    let hidden_size = uint("embedding_length")?;
+    let num_heads = uint("attention.head_count")?;
+    if !hidden_size.is_multiple_of(num_heads) {
+        return Err(invalid(
+            g,
+            "bert.attention.head_count",
+            format!("{num_heads} does not divide embedding_length {hidden_size}"),
+        ));
+    }
+    let vocab_size = rows(file, "token_embd.weight")?.ok_or_else(|| Error::MissingTensor {
+        name: "token_embd.weight".into(),
+        required_by: format!("bert in {}", g.path().display()),
+    })?;
+    let max_position = match rows(file, "position_embd.weight")? {
+        Some(n) => n,
+        None => uint("context_length")?,
+    };
+    let pad = g
+        .get("tokenizer.ggml.padding_token_id")
+        .and_then(cyb_format::MetaValue::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| (p as usize) < vocab_size)
+        .unwrap_or(0);
+    Ok(BertConfig {
+        architecture: arch,
+        variant: BertVariant::Bert,
+        head: BertHead::None,
+        prefix: String::new(),
+        vocab_size,
+        hidden_size,
+        intermediate_size: uint("feed_forward_length")?,
+        num_layers: uint("block_count")?,
+        num_heads,
+        head_dim: hidden_size / num_heads,
+        max_position,
+        type_vocab_size: rows(file, "token_types.weight")?.unwrap_or(0),
+        position_offset: 0,
+        pad_token_id: pad,
+        norm_eps: g
+            .get("bert.attention.layer_norm_epsilon")
+            .and_then(cyb_format::MetaValue::as_f64)
+            .map_or(1e-12, |e| e as f32),
+        activation: BertActivation::Gelu(GeluApprox::Erf),
+        labels: Vec::new(),
+        modern: None,
+        deberta: None,
+        jina: None,
+    })
+}
+
+/// llama.cpp's name for a Hugging Face BERT tensor name (prefix already stripped), or `None`
+/// for a tensor llama.cpp does not keep.
+pub(crate) fn gguf_name(hf: &str) -> Option<String> {
+    let (stem, suffix) = hf.rsplit_once('.')?;
+    let fixed = match stem {
+        "embeddings.word_embeddings" => Some("token_embd"),
+        "embeddings.token_type_embeddings" => Some("token_types"),
+        "embeddings.position_embeddings" => Some("position_embd"),
+        "embeddings.LayerNorm" => Some("token_embd_norm"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(format!("{f}.{suffix}"));
+    }
+    let rest = stem.strip_prefix("encoder.layer.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let part = match part {
+        "attention.self.query" => "attn_q",
+        "attention.self.key" => "attn_k",
+        "attention.self.value" => "attn_v",
+        "attention.output.dense" => "attn_output",
+        "attention.output.LayerNorm" => "attn_output_norm",
+        "intermediate.dense" => "ffn_up",
+        "output.dense" => "ffn_down",
+        "output.LayerNorm" => "layer_output_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{part}.{suffix}"))
+}
+
+/// The pooling a GGUF encoder asks for (`bert.pooling_type`: 1 mean, 2 cls), if any.
+pub fn gguf_pooling(g: &GgufFile) -> Option<crate::Pooling> {
+    let arch = g
+        .get("general.architecture")
+        .and_then(cyb_format::MetaValue::as_str)?;
+    match g
+        .get(&format!("{arch}.pooling_type"))
+        .and_then(cyb_format::MetaValue::as_u64)?
+    {
+        1 => Some(crate::Pooling::Mean),
+        2 => Some(crate::Pooling::Cls),
+        _ => None,
+    }
+}

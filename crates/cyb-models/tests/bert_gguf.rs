@@ -1,0 +1,98 @@
+//! A BERT encoder from GGUF (llama.cpp's `bert` naming): tests/fixtures/bert_gguf/model.gguf is
+//! the tiny BERT of tests/fixtures/bert/bert converted by
+//! tools/fixtures/make_bert_gguf_fixture.py with the `gguf` package. Its hidden states must
+//! equal transformers' (that fixture's reference.json, F32 relative error ≤ 1e-5) and the
+//! Hugging Face directory's, in padded and packed batches.
+
+use cyb_backend::Dispatcher;
+use cyb_models::{BatchLayout, BertHead, BertModel, Pooling};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(rel)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn check(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    let e = diff / scale.max(1e-30);
+    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+}
+
+#[test]
+fn gguf_bert_matches_transformers_and_the_hf_directory() {
+    let text = std::fs::read_to_string(fixture("bert/bert/reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    let gguf = cyb_format::open(fixture("bert_gguf/model.gguf")).unwrap();
+    let hf = cyb_format::open(fixture("bert/bert")).unwrap();
+    let hf = BertModel::load(&hf, Arc::new(Dispatcher::reference())).unwrap();
+    let from_hf = hf.hidden_states(&seqs).unwrap();
+    for layout in [BatchLayout::Padded, BatchLayout::Packed] {
+        let mut m = BertModel::load(&gguf, Arc::new(Dispatcher::reference())).unwrap();
+        m.set_layout(layout);
+        let c = m.config();
+        assert_eq!(c.architecture, "bert");
+        assert_eq!(c.head, BertHead::None);
+        assert_eq!(
+            (
+                c.vocab_size,
+                c.hidden_size,
+                c.num_layers,
+                c.num_heads,
+                c.type_vocab_size
+            ),
+            (96, 24, 2, 4, 2)
+        );
+        let out = m.hidden_states(&seqs).unwrap();
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            let tag = format!("gguf seq {i} ({layout:?})");
+            check(&tag, &out.states[i], &floats(&s["hidden"]));
+            check(
+                &format!("{tag} vs hf dir"),
+                &out.states[i],
+                &from_hf.states[i],
+            );
+            for p in [Pooling::Cls, Pooling::Mean, Pooling::Max] {
+                check(
+                    &format!("{tag} {}", p.name()),
+                    &out.pool(p, false)[i],
+                    &floats(&s["pooled"][p.name()]),
+                );
+            }
+        }
+    }
+    let cyb_format::ModelFile::Gguf(g) = &gguf else {
+        panic!("not a GGUF file")
+    };
+    assert_eq!(cyb_models::gguf_pooling(g), Some(Pooling::Mean));
+}
