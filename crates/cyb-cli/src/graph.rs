@@ -1,6 +1,6 @@
 //! `cyb-llm graph MODEL`: prints a model's graph in its text form (docs/graph-format.md): an
-//! ONNX model's imported graph, or for a GGUF file / Hugging Face directory of the LlamaStyle
-//! family the graph template that `--path graph` runs.
+//! ONNX model's imported graph (or a `.model` imported from one), or for a GGUF file / Hugging
+//! Face directory of the LlamaStyle family the graph template that `--path graph` runs.
 
 use clap::Args;
 use cyb_tensor::Result;
@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct GraphArgs {
-    /// An ONNX model file, or a LlamaStyle GGUF file / Hugging Face directory.
+    /// An ONNX model file (or a `.model` imported from one), or a LlamaStyle GGUF file / Hugging
+    /// Face directory.
     pub model: PathBuf,
     /// ONNX: print the graph as imported, before constant folding and dead-node elimination.
     #[arg(long)]
@@ -27,6 +28,9 @@ pub fn run(args: GraphArgs) -> Result<()> {
         cyb_format::onnx::read_onnx(&args.model)?
     } else if is_onnx {
         cyb_format::onnx::load_onnx(&args.model)?
+    } else if let Ok(m) = cyb_format::model_container::open_graph(&args.model) {
+        // A .model imported from ONNX; other files are architecture templates' business.
+        m.graph
     } else {
         cyb_runtime::Model::template_graph(&args.model, !args.all_logits)?
     };

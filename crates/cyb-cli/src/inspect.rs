@@ -29,7 +29,13 @@ pub struct InspectArgs {
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
-    let model = cyb_format::open(&args.path)?;
+    let model = match cyb_format::open(&args.path) {
+        Ok(m) => m,
+        Err(e) => match cyb_format::model_container::open_graph(&args.path) {
+            Ok(g) => return inspect_graph(&g, &args),
+            Err(_) => return Err(e),
+        },
+    };
     if args.verify {
         model.verify()?;
     }
@@ -41,6 +47,86 @@ pub fn run(args: InspectArgs) -> Result<()> {
     } else {
         emit(&human(&model))
     }
+}
+
+/// A `.model` holding a graph (imported from ONNX): its root, graph size and tensors (the
+/// graph's large constants). `cyb-llm graph` prints the graph itself.
+fn inspect_graph(m: &cyb_format::model_container::GraphModel, args: &InspectArgs) -> Result<()> {
+    let info = &m.info;
+    if args.verify {
+        info.verify()?;
+    }
+    if args.tensor.is_some() {
+        return Err(Error::invalid(
+            "inspect --tensor",
+            "not available for a graph .model; `cyb-llm graph` prints its constants",
+        ));
+    }
+    let g = &m.graph;
+    let version = format!("v{}, from {}", info.version, info.source);
+    let tensors: Vec<Value> = info
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "dtype": t.type_name,
+                "supported": true,
+                "shape": t.shape.dims(),
+                "bytes": t.byte_len,
+                "offset": t.file_offset,
+                "file": args.path.display().to_string(),
+            })
+        })
+        .collect();
+    if args.json {
+        let j = json!({
+            "path": args.path.display().to_string(),
+            "format": "model",
+            "format_version": version,
+            "root": info.root_hex(),
+            "graph": {
+                "nodes": g.nodes.len(),
+                "inputs": g.inputs.iter().map(|&i| g.name_of(i)).collect::<Vec<_>>(),
+                "outputs": g.outputs.iter().map(|&i| g.name_of(i)).collect::<Vec<_>>(),
+                "constants": g.constants.len(),
+            },
+            "tensors": tensors,
+        });
+        return emit(&format!("{j}\n"));
+    }
+    let mut o = String::new();
+    let _ = writeln!(o, "path:         {}", args.path.display());
+    let _ = writeln!(o, "format:       model ({version})");
+    let _ = writeln!(o, "root:         {}", info.root_hex());
+    let names = |ids: &[usize]| {
+        ids.iter()
+            .map(|&i| g.name_of(i))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        o,
+        "graph:        {} nodes, {} constants; inputs {}; outputs {}",
+        g.nodes.len(),
+        g.constants.len(),
+        names(&g.inputs),
+        names(&g.outputs)
+    );
+    let total: usize = info.tensors.iter().map(|t| t.byte_len).sum();
+    let _ = writeln!(o, "tensors ({}, {} bytes):", info.tensors.len(), total);
+    for t in &info.tensors {
+        let _ = writeln!(
+            o,
+            "  {}  {} {:?} {} bytes @ {}",
+            t.name,
+            t.type_name,
+            t.shape.dims(),
+            t.byte_len,
+            t.file_offset
+        );
+    }
+    emit(&o)
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.

@@ -246,6 +246,20 @@ fn onnx_import_runs_with_bit_identical_outputs() {
         let (ok, stdout, stderr) = cyb(&["import", &onnx, "-o", &out]);
         assert!(ok, "{name}: {stderr}");
         assert_eq!(stdout.split_whitespace().next().unwrap().len(), 64);
+        let root = stdout.split_whitespace().next().unwrap().to_string();
+        let (ok, stdout, stderr) = cyb(&["inspect", "--verify", "--json", &out]);
+        assert!(ok, "{name}: {stderr}");
+        let j: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(j["root"].as_str(), Some(root.as_str()), "{name}");
+        assert_eq!(
+            j["format_version"].as_str(),
+            Some("v1, from graph"),
+            "{name}"
+        );
+        let (ok, text_model, stderr) = cyb(&["graph", &out]);
+        assert!(ok, "{name}: {stderr}");
+        let (ok, text_onnx, stderr) = cyb(&["graph", &onnx]);
+        assert!(ok && text_model == text_onnx, "{name}: {stderr}");
         let (ok, _, stderr) = cyb(&["import", &onnx, "-o", &out, "--quant", "Q8_0"]);
         assert!(!ok && stderr.contains("--quant"), "{stderr}");
 
