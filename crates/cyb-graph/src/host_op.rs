@@ -139,6 +139,8 @@ pub enum HostOp {
     Compress { axis: Option<i64> },
     /// An identity-like matrix shaped like input 0 with ones on diagonal `k`.
     EyeLike { k: i64, dtype: Option<String> },
+    /// ONNX Einsum with its equation (see `host_einsum`).
+    Einsum { equation: String },
     /// ONNX RandomNormalLike / RandomUniformLike: samples shaped like input 0 from a fixed,
     /// seeded generator (see `host_random`).
     RandomLike {
@@ -313,6 +315,7 @@ impl HostOp {
             HostOp::Window { .. } => "window",
             HostOp::Compress { .. } => "compress",
             HostOp::EyeLike { .. } => "eye_like",
+            HostOp::Einsum { .. } => "einsum",
             HostOp::RandomLike { .. } => "random_like",
             HostOp::Lrn { .. } => "lrn",
             HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",

@@ -423,6 +423,7 @@ pub(crate) fn run(
             dtype,
         } => crate::host_misc::window(r, x()?, *kind, *periodic, *dtype),
         HostOp::Compress { axis: a } => crate::host_misc::compress(r, inputs, *a),
+        HostOp::Einsum { equation } => crate::host_einsum::einsum(r, equation, inputs),
         HostOp::EyeLike { k, dtype } => {
             let dt = dtype
                 .as_deref()

@@ -168,6 +168,12 @@ pub(crate) fn map(
             Ok((op(Op::Cast { to }), ins))
         }
         "CastLike" => Ok((host(HostOp::CastLike), ins)),
+        "Einsum" => {
+            let equation = a
+                .s("equation")
+                .ok_or_else(|| unsupported(name, t, "no equation"))?;
+            Ok((host(HostOp::Einsum { equation }), ins))
+        }
         "Identity" => Ok((host(HostOp::Identity), ins)),
         "Dropout" => {
             if opset < 7 && a.i("is_test", 0) == 0 {
