@@ -50,11 +50,14 @@ fn model_path(rel: &str) -> Option<PathBuf> {
     None
 }
 
-fn dispatcher() -> Dispatcher {
-    match cyb_cpu::CpuBackend::new() {
+/// The CPU reference alone, and the fast CPU backend in front of it (falling back to the
+/// reference for what it does not implement): both must match onnxruntime.
+fn dispatchers() -> Vec<(&'static str, Dispatcher)> {
+    let cpu = match cyb_cpu::CpuBackend::new() {
         Ok(b) => Dispatcher::new(vec![std::sync::Arc::new(b)]),
         Err(e) => panic!("cpu backend: {e}"),
-    }
+    };
+    vec![("reference", Dispatcher::reference()), ("cpu", cpu)]
 }
 
 /// The fixture's `.npy` (v1, C order): its shape and raw little-endian bytes.
@@ -110,16 +113,23 @@ fn image_input(g: &[u8], h: usize, w: usize, mean: &[f32], std: &[f32]) -> Tenso
     Tensor::from_f32(&[1, 3, h, w], &x).expect("input tensor")
 }
 
-fn run_model(rel: &str, inputs: HashMap<String, Tensor>) -> Option<Tensor> {
+/// The model's single output on each of [`dispatchers`], or `None` when the model is missing
+/// outside CI.
+fn run_model(rel: &str, inputs: HashMap<String, Tensor>) -> Option<Vec<(String, Tensor)>> {
     let path = model_path(rel)?;
-    let t0 = std::time::Instant::now();
     let graph = load_onnx(&path).unwrap_or_else(|e| panic!("import {rel}: {e}"));
-    let d = dispatcher();
-    let ex = Executor::new(&graph, &d).unwrap_or_else(|e| panic!("plan {rel}: {e}"));
-    let (mut outs, _) = ex.run(&inputs).unwrap_or_else(|e| panic!("run {rel}: {e}"));
-    eprintln!("{rel}: {:.2?}", t0.elapsed());
-    assert_eq!(outs.len(), 1, "{rel}: outputs");
-    Some(outs.remove(0).1)
+    let mut results = Vec::new();
+    for (backend, d) in dispatchers() {
+        let t0 = std::time::Instant::now();
+        let ex = Executor::new(&graph, &d).unwrap_or_else(|e| panic!("plan {rel}: {e}"));
+        let (mut outs, _) = ex
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("run {rel} on {backend}: {e}"));
+        eprintln!("{rel} on {backend}: {:.2?}", t0.elapsed());
+        assert_eq!(outs.len(), 1, "{rel}: outputs");
+        results.push((format!("{rel} on {backend}"), outs.remove(0).1));
+    }
+    Some(results)
 }
 
 /// Checks `got` against onnxruntime's summary: shape, the strided sample element by element,
@@ -190,10 +200,12 @@ fn ppocr_v4_detector_matches_onnxruntime() {
     let std: Vec<f32> = f64s(&want["std"]).iter().map(|&v| v as f32).collect();
     let x = image_input(&g, dims[0], dims[1], &mean, &std);
     let inputs = HashMap::from([("x".to_string(), x)]);
-    let Some(y) = run_model("ppocr-v4/ch_PP-OCRv4_det_infer.onnx", inputs) else {
+    let Some(ys) = run_model("ppocr-v4/ch_PP-OCRv4_det_infer.onnx", inputs) else {
         return;
     };
-    check("detector", &y, &want["output"]);
+    for (what, y) in &ys {
+        check(what, y, &want["output"]);
+    }
 }
 
 #[test]
@@ -202,33 +214,40 @@ fn ppocr_v4_recognizer_matches_onnxruntime_and_reads_the_line() {
     let (dims, g) = read_npy("rec_image.npy", "|u1");
     let x = image_input(&g, dims[0], dims[1], &[0.5; 3], &[0.5; 3]);
     let inputs = HashMap::from([("x".to_string(), x)]);
-    let Some(y) = run_model("ppocr-v4/ch_PP-OCRv4_rec_infer.onnx", inputs) else {
+    let Some(ys) = run_model("ppocr-v4/ch_PP-OCRv4_rec_infer.onnx", inputs) else {
         return;
     };
-    check("recognizer", &y, &want["output"]);
-
-    // CTC greedy decoding: class 0 is the blank, class i the dictionary's line i-1, the last
-    // class a space.
     let Some(keys_path) = model_path("ppocr-v4/ppocr_keys_v1.txt") else {
         return;
     };
     let keys = std::fs::read_to_string(&keys_path).expect("dictionary");
     let mut chars: Vec<&str> = keys.lines().collect();
     chars.push(" ");
-    let (steps, classes) = (y.dims()[1], y.dims()[2]);
-    assert_eq!(classes, chars.len() + 1, "classes vs dictionary");
-    let p = y.to_f32_vec().expect("f32");
-    let mut text = String::new();
-    let mut prev = 0;
-    for t in 0..steps {
-        let row = &p[t * classes..(t + 1) * classes];
-        let best = (0..classes).fold(0, |b, c| if row[c] > row[b] { c } else { b });
-        if best != 0 && best != prev {
-            text.push_str(chars[best - 1]);
+    let want_best: Vec<usize> = f64s(&want["argmax"]).iter().map(|&v| v as usize).collect();
+    for (what, y) in &ys {
+        check(what, y, &want["output"]);
+        let (steps, classes) = (y.dims()[1], y.dims()[2]);
+        assert_eq!(classes, chars.len() + 1, "classes vs dictionary");
+        let p = y.to_f32_vec().expect("f32");
+        let best: Vec<usize> = (0..steps)
+            .map(|t| {
+                let row = &p[t * classes..(t + 1) * classes];
+                (0..classes).fold(0, |b, c| if row[c] > row[b] { c } else { b })
+            })
+            .collect();
+        assert_eq!(best, want_best, "{what}: best class per step");
+        // CTC greedy decoding: class 0 is the blank, class i the dictionary's line i-1, the
+        // last class a space; repeats without a blank between them are one character.
+        let mut text = String::new();
+        let mut prev = 0;
+        for &c in &best {
+            if c != 0 && c != prev {
+                text.push_str(chars[c - 1]);
+            }
+            prev = c;
         }
-        prev = best;
+        assert_eq!(text, want["text"].as_str().expect("text"), "{what}");
     }
-    assert_eq!(text, want["text"].as_str().expect("text"));
 }
 
 #[test]
@@ -246,8 +265,10 @@ fn piper_joe_medium_matches_onnxruntime() {
             Tensor::from_f32(&[3], &scales).expect("scales"),
         ),
     ]);
-    let Some(y) = run_model("piper/en_US-joe-medium.onnx", inputs) else {
+    let Some(ys) = run_model("piper/en_US-joe-medium.onnx", inputs) else {
         return;
     };
-    check("piper", &y, &want["output"]);
+    for (what, y) in &ys {
+        check(what, y, &want["output"]);
+    }
 }
