@@ -11,7 +11,8 @@ pub struct ServeArgs {
     /// GGUF files or Hugging Face directories; clients name each by its file stem (or
     /// `--alias`). None: the default model (SmolLM2-135M-Instruct Q4_1).
     pub models: Vec<String>,
-    /// The id of each model, in order (repeatable); default: the file stem.
+    /// The id of each model, in order (repeatable); default: the file stem (`org/name` for a
+    /// model from the hub cache).
     #[arg(long)]
     pub alias: Vec<String>,
     /// Address to listen on (keep the loopback address unless the server must be reachable).
@@ -56,7 +57,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     for (i, path) in paths.iter().enumerate() {
         let id = match args.alias.get(i) {
             Some(a) => a.clone(),
-            None => model_id(path),
+            None => cyb_hub::cached_repo_of(path).unwrap_or_else(|| model_id(path)),
         };
         let model = rt.load(path)?;
         eprintln!(

@@ -20,5 +20,5 @@ pub use cache::HubCache;
 pub use client::{HubClient, RemoteFile, RepoInfo};
 pub use fetch::{fetch, FetchOptions, Snapshot};
 pub use repo_ref::RepoRef;
-pub use resolve::{resolve_in_cache, resolve_model_arg};
+pub use resolve::{cached_repo_of, resolve_in_cache, resolve_model_arg};
 pub use scan::{CachedFile, CachedRepo, CachedRevision, Removed};

@@ -72,3 +72,27 @@ pub fn resolve_in_cache(cache: &HubCache, r: &RepoRef) -> Result<PathBuf> {
         )),
     }
 }
+
+/// `org/name` when `path` lies in a hub cache snapshot (`models--org--name/snapshots/...`).
+pub fn cached_repo_of(path: &Path) -> Option<String> {
+    let mut parts = path.components().rev().peekable();
+    while let Some(c) = parts.next() {
+        if c.as_os_str() == "snapshots" {
+            let folder = parts.peek()?.as_os_str().to_str()?;
+            return crate::repo_ref::repo_from_folder(folder);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_of_a_snapshot_path() {
+        let p = Path::new("/c/hub/models--org--name/snapshots/abc/sub/m.gguf");
+        assert_eq!(cached_repo_of(p).as_deref(), Some("org/name"));
+        assert_eq!(cached_repo_of(Path::new("/c/models/m.gguf")), None);
+    }
+}
