@@ -111,6 +111,16 @@ fn hostile_graph_models_are_refused_naming_the_problem() {
     let e = graph_from_bytes(shared(b), Path::new("t.model")).unwrap_err();
     assert!(reason(e).contains("section \"graph\""));
 
+    // Any flipped header byte gives Ok or an error, never a panic.
+    let header_len = text.find("~~~end\n").unwrap() + 7;
+    for i in 0..header_len {
+        for bit in [0x01, 0x20, 0x80] {
+            let mut b = good.clone();
+            b[i] ^= bit;
+            let _ = graph_from_bytes(shared(b), Path::new("t.model"));
+        }
+    }
+
     // Every truncation is an error, never a panic.
     for n in (0..good.len()).step_by(7) {
         assert!(graph_from_bytes(shared(good[..n].to_vec()), Path::new("t.model")).is_err());
