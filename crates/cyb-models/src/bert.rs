@@ -135,7 +135,7 @@ impl BertModel {
     /// The final hidden states of every real token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
         let h = self.config.hidden_size;
-        let (x, batch) = self.in_step(seqs, |m, step, batch| m.encode(step, batch))?;
+        let (x, batch) = self.in_step(seqs, None, |m, step, batch| m.encode(step, batch))?;
         let states = batch.split_rows(&x.to_f32_vec()?, h)?;
         Ok(EncoderOutput { hidden: h, states })
     }
@@ -143,11 +143,21 @@ impl BertModel {
     /// Sequence classification logits `[labels]` per sequence (models saved as
     /// `*ForSequenceClassification`).
     pub fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        self.sequence_logits_typed(seqs, None)
+    }
+
+    /// [`sequence_logits`](Self::sequence_logits) with token types (text pairs: 0 for the
+    /// first text's tokens, 1 for the second's).
+    pub fn sequence_logits_typed(
+        &self,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+    ) -> Result<Vec<Vec<f32>>> {
         let HeadWeights::Sequence { dense, out } = &self.weights.head else {
             return Err(self.no_head("sequence classification"));
         };
         let n = self.config.labels.len();
-        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+        let (logits, batch) = self.in_step(seqs, types, |m, step, batch| {
             let x = m.encode(step, batch)?;
             // The first row of each sequence, gathered as a lookup in the states.
             let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
@@ -176,7 +186,7 @@ impl BertModel {
             return Err(self.no_head("token classification"));
         };
         let n = self.config.labels.len();
-        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
             let x = m.encode(step, batch)?;
             step.linear(&x, out)
         })?;
@@ -195,7 +205,7 @@ impl BertModel {
         else {
             return Err(self.no_head("masked LM"));
         };
-        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
             let x = m.encode(step, batch)?;
             let x = step.linear(&x, dense)?;
             let x = step.run(activation_op(*act), &[&x])?;
@@ -226,6 +236,7 @@ impl BertModel {
     fn in_step(
         &self,
         seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
         body: impl FnOnce(&Self, &mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
         crate::bert_batch::check(&self.config, seqs)?;
@@ -234,7 +245,7 @@ impl BertModel {
             BatchLayout::Packed => false,
             BatchLayout::Auto => self.native_masked_attention(seqs),
         };
-        let batch = Batch::new(&self.config, seqs, padded)?;
+        let batch = Batch::with_types(&self.config, seqs, types, padded)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),

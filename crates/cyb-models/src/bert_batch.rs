@@ -76,7 +76,37 @@ pub(crate) fn check(c: &BertConfig, seqs: &[Vec<u32>]) -> Result<()> {
 impl Batch {
     /// Lays out checked `seqs`; `padded` picks the padded layout.
     pub(crate) fn new(c: &BertConfig, seqs: &[Vec<u32>], padded: bool) -> Result<Batch> {
+        Batch::with_types(c, seqs, None, padded)
+    }
+
+    /// [`Batch::new`] with the token type of every token (a text pair: 0 for the first text,
+    /// 1 for the second), checked against the model's token type table; `None` is all 0.
+    pub(crate) fn with_types(
+        c: &BertConfig,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+        padded: bool,
+    ) -> Result<Batch> {
         check(c, seqs)?;
+        // A model without a token type table ignores them (DeBERTa-v3, DistilBERT).
+        let types = types.filter(|_| c.type_vocab_size > 0);
+        if let Some(types) = types {
+            let fits = types.len() == seqs.len()
+                && types.iter().zip(seqs).all(|(t, s)| t.len() == s.len());
+            if !fits {
+                return Err(Error::invalid(
+                    "encode",
+                    "token types must give one type per token of every sequence",
+                ));
+            }
+            let limit = c.type_vocab_size;
+            if let Some(t) = types.iter().flatten().find(|&&t| t as usize >= limit) {
+                return Err(Error::invalid(
+                    "encode",
+                    format!("token type {t} is outside the model's {limit} token types"),
+                ));
+            }
+        }
         let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
         let longest = lens.iter().copied().max().unwrap_or(0);
         let all_full = lens.iter().all(|&n| n == longest);
@@ -85,11 +115,14 @@ impl Batch {
         let slots = if padded { longest } else { 0 };
         let pad = i64::from(c.pad_token_id);
         let (mut ids, mut positions, mut starts) = (Vec::new(), Vec::new(), Vec::new());
-        for s in seqs {
+        let mut type_ids = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
             starts.push(ids.len());
             for j in 0..s.len().max(slots) {
                 let real = s.get(j).map(|&t| i64::from(t));
                 ids.push(real.unwrap_or(pad));
+                let ty = types.and_then(|t| t.get(i)).and_then(|t| t.get(j));
+                type_ids.push(ty.map_or(0, |&t| i64::from(t)));
                 // RoBERTa gives padding the pad id's own position (transformers'
                 // create_position_ids_from_input_ids); BERT numbers every slot.
                 positions.push(match (real, c.variant) {
@@ -116,7 +149,7 @@ impl Batch {
         Ok(Batch {
             ids: Tensor::from_i64(&[rows], &ids)?,
             positions: Tensor::from_i64(&[rows], &positions)?,
-            types: Tensor::from_i64(&[rows], &vec![0; rows])?,
+            types: Tensor::from_i64(&[rows], &type_ids)?,
             lens,
             starts,
             rows,

@@ -230,13 +230,23 @@ impl DebertaModel {
     /// The final hidden states of every real token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
         let h = self.config.hidden_size;
-        let (x, batch) = self.in_step(seqs, |m, step, batch| m.encode(step, batch))?;
+        let (x, batch) = self.in_step(seqs, None, |m, step, batch| m.encode(step, batch))?;
         let states = batch.split_rows(&x.to_f32_vec()?, h)?;
         Ok(EncoderOutput { hidden: h, states })
     }
 
     /// Sequence classification logits per sequence: `classifier(act(pooler(h_first)))`.
     pub fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        self.sequence_logits_typed(seqs, None)
+    }
+
+    /// [`sequence_logits`](Self::sequence_logits) with token types (text pairs); they only
+    /// matter when the model has a token type table (DeBERTa-v3 has none).
+    pub fn sequence_logits_typed(
+        &self,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+    ) -> Result<Vec<Vec<f32>>> {
         let DebertaHead::Sequence { pooler, out } = &self.weights.head else {
             return Err(self.no_head(BertHead::SequenceClassification));
         };
@@ -245,7 +255,7 @@ impl DebertaModel {
             BertActivation::Gelu(approx) => Op::Gelu { approx },
             BertActivation::Relu => Op::Relu,
         };
-        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+        let (logits, batch) = self.in_step(seqs, types, |m, step, batch| {
             let x = m.encode(step, batch)?;
             let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
             let first = Tensor::from_i64(&[first.len()], &first)?;
@@ -267,7 +277,7 @@ impl DebertaModel {
         let DebertaHead::Token { out } = &self.weights.head else {
             return Err(self.no_head(BertHead::TokenClassification));
         };
-        let (logits, batch) = self.in_step(seqs, |m, step, batch| {
+        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
             let x = m.encode(step, batch)?;
             step.linear(&x, out)
         })?;
@@ -287,10 +297,11 @@ impl DebertaModel {
     fn in_step(
         &self,
         seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
         body: impl FnOnce(&Self, &mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
         bert_batch::check(&self.config, seqs)?;
-        let batch = Batch::new(&self.config, seqs, true)?;
+        let batch = Batch::with_types(&self.config, seqs, types, true)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),

@@ -53,10 +53,14 @@ impl EncoderNet {
         }
     }
 
-    fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+    pub(crate) fn sequence_logits(
+        &self,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+    ) -> Result<Vec<Vec<f32>>> {
         match self {
-            EncoderNet::Bert(m) => m.sequence_logits(seqs),
-            EncoderNet::Deberta(m) => m.sequence_logits(seqs),
+            EncoderNet::Bert(m) => m.sequence_logits_typed(seqs, types),
+            EncoderNet::Deberta(m) => m.sequence_logits_typed(seqs, types),
             EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(self.no_heads()),
         }
     }
@@ -77,10 +81,10 @@ impl EncoderNet {
 
 /// The encoder half of a [`Model`].
 pub(crate) struct Encoder {
-    net: EncoderNet,
+    pub(crate) net: EncoderNet,
     settings: SentenceSettings,
     /// The longest token sequence accepted (special tokens included).
-    max_tokens: usize,
+    pub(crate) max_tokens: usize,
     /// Special tokens the tokenizer appends after the text (`[SEP]`, `</s>`), kept when
     /// truncating.
     suffix_specials: usize,
@@ -150,7 +154,7 @@ pub struct LabelScore {
 }
 
 impl Model {
-    fn encoder_or_err(&self, what: &str) -> Result<&Encoder> {
+    pub(crate) fn encoder_or_err(&self, what: &str) -> Result<&Encoder> {
         self.encoder().ok_or_else(|| {
             Error::invalid(
                 what,
@@ -223,7 +227,7 @@ impl Model {
         let mut out = vec![Vec::new(); seqs.len()];
         for chunk in by_length(&seqs).chunks(BATCH) {
             let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
-            let logits = enc.net.sequence_logits(&batch)?;
+            let logits = enc.net.sequence_logits(&batch, None)?;
             for (&i, l) in chunk.iter().zip(logits) {
                 let mut scores: Vec<LabelScore> = softmax(&l)
                     .into_iter()
@@ -327,13 +331,13 @@ impl Model {
 }
 
 /// Indices of `seqs` from shortest to longest, so each batch pads little.
-fn by_length(seqs: &[Vec<u32>]) -> Vec<usize> {
+pub(crate) fn by_length(seqs: &[Vec<u32>]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..seqs.len()).collect();
     order.sort_by_key(|&i| seqs[i].len());
     order
 }
 
-fn softmax(x: &[f32]) -> Vec<f32> {
+pub(crate) fn softmax(x: &[f32]) -> Vec<f32> {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let e: Vec<f32> = x.iter().map(|v| (v - m).exp()).collect();
     let s: f32 = e.iter().sum();

@@ -96,6 +96,21 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// The text pair `(a, b)` with the model's special tokens (`[CLS] a [SEP] b [SEP]` for
+    /// BERT), as Hugging Face's tokenizer encodes it: ids, token types (0 then 1 for BERT, all
+    /// 0 for RoBERTa), and which text each token came from (`None` for special tokens).
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<PairEncoding> {
+        let enc = self
+            .inner
+            .encode((a, b), true)
+            .map_err(|e| tok_err(format!("encode failed: {e}")))?;
+        Ok(PairEncoding {
+            ids: enc.get_ids().to_vec(),
+            type_ids: enc.get_type_ids().to_vec(),
+            sequence: enc.get_sequence_ids(),
+        })
+    }
+
     /// The text of `ids`. Ids outside the vocabulary are an error, not silently dropped.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.check_ids(ids)?;
@@ -152,6 +167,14 @@ impl Tokenizer {
 }
 
 /// Whether the tokenizer's post-processor puts `bos` in front of encoded text.
+/// A text pair's tokens: see [`Tokenizer::encode_pair`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairEncoding {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+    pub sequence: Vec<Option<usize>>,
+}
+
 pub(crate) fn probes_add_bos(inner: &tokenizers::Tokenizer, bos: Option<u32>) -> bool {
     let Some(bos) = bos else { return false };
     let with = inner
