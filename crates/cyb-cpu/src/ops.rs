@@ -41,7 +41,8 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
         }
         Op::Embedding => {
             let t = inputs[0].dtype;
-            t.is_float() || cyb_tensor::quant::dequantize(t, &[], &mut []).is_ok()
+            matches!(t, DType::F32 | DType::F16 | DType::BF16)
+                || cyb_tensor::quant::dequantize(t, &[], &mut []).is_ok()
         }
         _ => false,
     }
