@@ -391,7 +391,20 @@ fn write_support_doc() {
             }
         }
     }
-    s.push_str(&details);
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/onnx-support.md");
+    s.push_str(&kept_real_models_section(&out));
+    s.push_str(&details);
     std::fs::write(&out, s).expect("write docs/onnx-support.md");
+}
+
+/// The hand-written `## Real models` section of the existing doc (tests/real_onnx_models.rs),
+/// kept across regenerations, up to the next `## ` heading.
+fn kept_real_models_section(doc: &Path) -> String {
+    let old = std::fs::read_to_string(doc).unwrap_or_default();
+    let Some(start) = old.find("\n## Real models\n") else {
+        return String::new();
+    };
+    let rest = &old[start..];
+    let end = rest[1..].find("\n## ").map_or(rest.len(), |i| i + 1);
+    rest[..end].to_string()
 }
