@@ -10,6 +10,7 @@
 use crate::repo_ref::{valid_revision, RepoRef};
 use cyb_tensor::{Error, Result};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The root of a hub cache.
 #[derive(Clone, Debug)]
@@ -102,9 +103,6 @@ impl HubCache {
     ) -> Result<PathBuf> {
         let link = self.snapshot_dir(repo, commit).join(file);
         create_parent(&link)?;
-        if std::fs::symlink_metadata(&link).is_ok() {
-            std::fs::remove_file(&link).map_err(|e| io_err(&link, e))?;
-        }
         // snapshots/{commit}/a/b → ../../../blobs/{blob}: one `..` per folder below the repo.
         let depth = 2 + file.split('/').count() - 1;
         let mut target = PathBuf::new();
@@ -113,10 +111,20 @@ impl HubCache {
         }
         target.push("blobs");
         target.push(blob);
+        // Made under a private name and renamed over the old one, so a concurrent fetch of the
+        // same snapshot never sees the file missing or trips over a half-made link.
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = link.with_file_name(format!(
+            ".{}.{}.{}.tmp",
+            link.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&target, &link).map_err(|e| io_err(&link, e))?;
+        std::os::unix::fs::symlink(&target, &tmp).map_err(|e| io_err(&tmp, e))?;
         #[cfg(not(unix))]
-        std::fs::copy(self.blob_path(repo, blob), &link).map_err(|e| io_err(&link, e))?;
+        std::fs::copy(self.blob_path(repo, blob), &tmp).map_err(|e| io_err(&tmp, e))?;
+        std::fs::rename(&tmp, &link).map_err(|e| io_err(&link, e))?;
         Ok(link)
     }
 }

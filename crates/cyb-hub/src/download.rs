@@ -40,6 +40,13 @@ pub(crate) fn download_blob(
         }
     }
     create_parent(blob)?;
+    // Two fetches of the same file would append to one partial file; the second waits.
+    let _lock = lock_blob(blob)?;
+    if let (Ok(meta), Some(size)) = (std::fs::metadata(blob), want.size) {
+        if meta.len() == size {
+            return Ok(());
+        }
+    }
     let partial = incomplete_path(blob);
     let mut tries = 0;
     loop {
@@ -84,6 +91,33 @@ pub(crate) fn download_blob(
     }
     verify(&partial, want)?;
     std::fs::rename(&partial, blob).map_err(|e| io_err(blob, e))
+}
+
+/// An exclusive lock on `{root}/.locks/models--org--name/{hash}.lock` (huggingface_hub's
+/// place for them), held until the returned file is dropped.
+fn lock_blob(blob: &Path) -> Result<File> {
+    let name = blob.file_name().unwrap_or_default();
+    let repo_dir = blob.parent().and_then(Path::parent);
+    let (Some(repo_dir), Some(root)) = (repo_dir, repo_dir.and_then(Path::parent)) else {
+        return Err(Error::invalid(
+            "fetch",
+            format!("{} is not inside a hub cache", blob.display()),
+        ));
+    };
+    let mut lock = root
+        .join(".locks")
+        .join(repo_dir.file_name().unwrap_or_default())
+        .join(name);
+    lock.set_extension("lock");
+    create_parent(&lock)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(|e| io_err(&lock, e))?;
+    file.lock().map_err(|e| io_err(&lock, e))?;
+    Ok(file)
 }
 
 /// `blobs/{hash}.incomplete`, huggingface_hub's name for a download in progress.

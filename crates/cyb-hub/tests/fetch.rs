@@ -108,6 +108,36 @@ fn full_fetch_builds_the_hub_cache_layout() {
 }
 
 #[test]
+fn two_fetches_at_once_take_turns_per_file() {
+    let hub = FakeHub::start(vec![repo("org/tiny")], Behavior::default());
+    let cache = HubCache::new(scratch("together"));
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, cache) = (hub.url.clone(), cache.clone());
+            std::thread::spawn(move || {
+                let client = HubClient::new(&url, None);
+                fetch(
+                    &client,
+                    &cache,
+                    &RepoRef::parse("org/tiny").unwrap(),
+                    &opts(&[]),
+                )
+            })
+        })
+        .collect();
+    for run in runs {
+        let snap = run.join().unwrap().unwrap();
+        assert_eq!(
+            std::fs::read(snap.dir.join("model.safetensors")).unwrap(),
+            random_bytes(300_000, 1)
+        );
+    }
+    // The lock files live where huggingface_hub keeps them, outside the repo folder.
+    assert!(cache.root().join(".locks/models--org--tiny").is_dir());
+    assert_eq!(blobs(&cache, "org/tiny").len(), 4);
+}
+
+#[test]
 fn include_globs_select_files() {
     let hub = FakeHub::start(vec![repo("org/tiny")], Behavior::default());
     let cache = HubCache::new(scratch("include"));
