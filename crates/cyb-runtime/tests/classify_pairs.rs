@@ -1,5 +1,5 @@
-//! Text pairs and zero-shot classification on a tiny BERT NLI classifier
-//! (tests/fixtures/nli/bert_nli, made by tools/fixtures/make_nli_fixture.py): pair token ids
+//! Text pairs and zero-shot classification on tiny BERT and DeBERTa-v3 NLI classifiers
+//! (tests/fixtures/nli/{bert_nli,deberta_nli}, made by tools/fixtures/make_nli_fixture.py): pair token ids
 //! and token types equal transformers' tokenizer's, pair probabilities are the softmax of
 //! transformers' logits, and zero-shot results equal transformers' zero-shot pipeline
 //! (single- and multi-label), within 1e-5.
@@ -8,8 +8,12 @@ use cyb_runtime::{Model, Runtime, RuntimeOptions, ZeroShotOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 
-fn setup() -> (Model, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nli/bert_nli");
+const FIXTURES: [&str; 2] = ["bert_nli", "deberta_nli"];
+
+fn setup(name: &str) -> (Model, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/nli")
+        .join(name);
     let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
     let rt = Runtime::new(RuntimeOptions::default()).unwrap();
     (rt.load(&dir).unwrap(), serde_json::from_str(&text).unwrap())
@@ -25,7 +29,13 @@ fn u32s(v: &Value) -> Vec<u32> {
 
 #[test]
 fn pairs_match_transformers() {
-    let (m, r) = setup();
+    for name in FIXTURES {
+        pairs(name);
+    }
+}
+
+fn pairs(name: &str) {
+    let (m, r) = setup(name);
     let labels = ["contradiction", "neutral", "entailment"];
     for p in r["pairs"].as_array().unwrap() {
         let (a, b) = (
@@ -33,7 +43,7 @@ fn pairs_match_transformers() {
             p["text_pair"].as_str().unwrap(),
         );
         let enc = m.tokenizer().encode_pair(a, b).unwrap();
-        assert_eq!(enc.ids, u32s(&p["ids"]), "{a} / {b}: ids");
+        assert_eq!(enc.ids, u32s(&p["ids"]), "{name} {a} / {b}: ids");
         assert_eq!(enc.type_ids, u32s(&p["token_type_ids"]), "{a} / {b}: types");
         let logits: Vec<f32> = p["logits"]
             .as_array()
@@ -60,7 +70,13 @@ fn pairs_match_transformers() {
 
 #[test]
 fn zero_shot_matches_the_transformers_pipeline() {
-    let (m, r) = setup();
+    for name in FIXTURES {
+        zero_shot(name);
+    }
+}
+
+fn zero_shot(name: &str) {
+    let (m, r) = setup(name);
     for z in r["zero_shot"].as_array().unwrap() {
         let text = z["text"].as_str().unwrap();
         let cands: Vec<&str> = z["candidate_labels"]
@@ -78,7 +94,7 @@ fn zero_shot_matches_the_transformers_pipeline() {
         let scores = z["scores"].as_array().unwrap();
         assert_eq!(got.len(), labels.len());
         for (g, (l, s)) in got.iter().zip(labels.iter().zip(scores)) {
-            assert_eq!(g.label, l.as_str().unwrap(), "{text} ({opts:?})");
+            assert_eq!(g.label, l.as_str().unwrap(), "{name} {text} ({opts:?})");
             let want = s.as_f64().unwrap() as f32;
             assert!(
                 (g.score - want).abs() <= 1e-5,
