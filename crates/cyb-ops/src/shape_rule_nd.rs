@@ -2,7 +2,7 @@
 
 pub(crate) use crate::geometry::{axis_mask, reduced, slice_steps, window_geometry};
 use crate::shape_rule::{broadcast_dims, resolve_axis};
-use crate::{BinaryFn, Op, UnaryFn};
+use crate::{BinaryFn, Op, PoolKind, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Shape, TensorInfo};
 
 pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
@@ -217,15 +217,19 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             vec![info(name, d, DType::F32)?]
         }
         Op::Pool {
+            kind,
             kernel,
             strides,
             dilations,
             pads,
             ceil_mode,
-            ..
         } => {
             arity(name, inputs, 1, 1)?;
-            floats(name, inputs)?;
+            // Max pooling also takes 8-bit integers (exact in f32) and keeps their dtype.
+            let int8 = *kind == PoolKind::Max && matches!(inputs[0].dtype, DType::U8 | DType::I8);
+            if !int8 {
+                floats(name, inputs)?;
+            }
             let x = dims(0);
             if x.len() < 3 {
                 return Err(Error::invalid(name, "input must be [n, c, spatial..]"));
@@ -233,7 +237,8 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             let g = window_geometry(name, &x[2..], kernel, strides, dilations, pads, *ceil_mode)?;
             let mut d = x[..2].to_vec();
             d.extend(g.out);
-            vec![info(name, d, DType::F32)?]
+            let to = if int8 { inputs[0].dtype } else { DType::F32 };
+            vec![info(name, d, to)?]
         }
         Op::LogSoftmax { axis } => {
             arity(name, inputs, 1, 1)?;

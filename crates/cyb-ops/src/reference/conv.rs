@@ -3,7 +3,7 @@
 //! thread count.
 
 use super::floats;
-use super::values::{strides, unravel};
+use super::values::{strides, unravel, write_f32};
 use crate::shape_rule_nd::window_geometry;
 use crate::{PadSpec, PoolKind};
 use cyb_tensor::{Result, Tensor, TensorInfo};
@@ -227,5 +227,5 @@ pub(super) fn pool(
                 };
             }
         });
-    Tensor::from_f32(od, &y)
+    write_f32(od, out.dtype, &y)
 }
