@@ -99,7 +99,7 @@ fn info(cache: &HubCache, arg: &str, as_json: bool) -> Result<()> {
     println!("repo      {}", repo.repo);
     println!("path      {}", repo.path.display());
     println!(
-        "size      {} in {} blobs",
+        "size      {} in {} blob(s)",
         human_bytes(repo.size_on_disk),
         repo.blobs
     );

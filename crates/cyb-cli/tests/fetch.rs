@@ -153,6 +153,16 @@ fn fetch_then_run_inspect_and_models_by_repo_id() {
     assert!(!run_id.stdout.trim().is_empty());
     assert_eq!(run_id.stdout, run_path.stdout);
 
+    let out = cache.join("tiny.model").display().to_string();
+    let import = cyb(
+        &["import", "org/tiny-chat", "-o", &out],
+        &hub.url,
+        &cache,
+        None,
+    );
+    assert!(import.ok, "{}", import.stderr);
+    assert!(Path::new(&out).is_file());
+
     let list = cyb(&["models", "list", "--json"], &hub.url, &cache, None);
     assert!(list.ok, "{}", list.stderr);
     let repos: Value = serde_json::from_str(&list.stdout).unwrap();

@@ -139,7 +139,7 @@ fn progress_bar(show: bool, msg: &str, size: Option<u64>) -> ProgressBar {
     }
     let bar = ProgressBar::with_draw_target(size, ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template(
-        "{msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        "{msg} {bar:30} {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} eta {eta}",
     ) {
         bar.set_style(style);
     }
