@@ -96,3 +96,39 @@ fn gguf_bert_matches_transformers_and_the_hf_directory() {
     };
     assert_eq!(cyb_models::gguf_pooling(g), Some(Pooling::Mean));
 }
+
+/// llama.cpp's usual `--outtype f16` layout (matrices F16, vectors F32) against transformers
+/// run with the same F16-rounded matrices.
+#[test]
+fn gguf_bert_f16_matches_transformers_with_rounded_weights() {
+    let text = std::fs::read_to_string(fixture("bert_gguf/reference_f16.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    let file = cyb_format::open(fixture("bert_gguf/model_f16.gguf")).unwrap();
+    let w = file.tensor("blk.0.attn_q.weight").unwrap();
+    assert_eq!(w.dtype(), cyb_tensor::DType::F16);
+    for layout in [BatchLayout::Padded, BatchLayout::Packed] {
+        let mut m = BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+        m.set_layout(layout);
+        let out = m.hidden_states(&seqs).unwrap();
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            check(
+                &format!("f16 gguf seq {i} ({layout:?})"),
+                &out.states[i],
+                &floats(&s["hidden"]),
+            );
+        }
+    }
+}
