@@ -444,3 +444,83 @@ fn remove_refuses_a_repo_folder_that_leads_outside_the_cache() {
     assert!(err.to_string().contains("outside the cache"), "{err}");
     assert!(Path::new(&outside.join("precious")).exists());
 }
+
+#[test]
+fn a_stale_partial_longer_than_the_file_is_restarted() {
+    let hub = FakeHub::start(vec![repo("org/tiny")], Behavior::default());
+    let cache = HubCache::new(scratch("stale"));
+    let want = random_bytes(300_000, 1);
+    let partial = cache
+        .repo_dir("org/tiny")
+        .join("blobs")
+        .join(format!("{}.incomplete", sha256_hex(&want)));
+    std::fs::create_dir_all(partial.parent().unwrap()).unwrap();
+    std::fs::write(&partial, vec![7u8; 300_010]).unwrap();
+    let client = HubClient::new(&hub.url, None);
+    let snap = fetch(
+        &client,
+        &cache,
+        &RepoRef::parse("org/tiny").unwrap(),
+        &opts(&["*.safetensors"]),
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read(snap.dir.join("model.safetensors")).unwrap(),
+        want
+    );
+    let gets = hub.requests_to("/cdn/org/tiny");
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(gets[0].header("range"), Some("bytes=300010-"));
+    assert_eq!(gets[1].header("range"), None);
+}
+
+#[test]
+fn a_server_sending_too_much_is_refused() {
+    let hub = FakeHub::start(
+        vec![repo("org/tiny")],
+        Behavior {
+            extra_bytes: 5,
+            ..Behavior::default()
+        },
+    );
+    let cache = HubCache::new(scratch("toomuch"));
+    let client = HubClient::new(&hub.url, None);
+    let err = fetch(
+        &client,
+        &cache,
+        &RepoRef::parse("org/tiny").unwrap(),
+        &opts(&["README.md"]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("README.md") && err.contains("more than"),
+        "{err}"
+    );
+    assert!(
+        blobs(&cache, "org/tiny").is_empty(),
+        "{:?}",
+        blobs(&cache, "org/tiny")
+    );
+}
+
+#[test]
+fn file_names_that_leave_the_snapshot_are_refused() {
+    let mut evil = repo("org/evil");
+    evil.files
+        .push(FakeFile::new("../../../escaped", b"x".to_vec(), false));
+    let hub = FakeHub::start(vec![evil], Behavior::default());
+    let root = scratch("evilnames");
+    let cache = HubCache::new(root.join("hub"));
+    let client = HubClient::new(&hub.url, None);
+    let err = fetch(
+        &client,
+        &cache,
+        &RepoRef::parse("org/evil").unwrap(),
+        &opts(&[]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("would leave the snapshot folder"), "{err}");
+    assert!(!cache.root().exists());
+}

@@ -49,6 +49,8 @@ pub struct Behavior {
     pub ignore_range: bool,
     /// Answer 401 unless `Authorization: Bearer {token}` is sent.
     pub require_token: Option<String>,
+    /// Serve this many bytes more than each file has (the listing keeps the true size).
+    pub extra_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -283,7 +285,8 @@ fn serve(mut stream: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
             b"",
         );
     }
-    let data = f.data.clone();
+    let mut data = f.data.clone();
+    data.extend(std::iter::repeat_n(0x5a, b.extra_bytes));
     let key = f.name.clone();
     let n = s.downloads.entry(key).or_insert(0);
     *n += 1;
