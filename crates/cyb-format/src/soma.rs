@@ -14,7 +14,8 @@
 //! - the weights are the files config.toml names in `weights` (a file name or a list), else
 //!   every `weights*.safetensors` in the directory, in name order.
 //!
-//! Multi-component models (`[components]`) are refused with a clear error.
+//! `vocab.toml` (tokenizer metadata) is not read: tokenizer.json has all of it. Multi-component
+//! models (`[components]`) are refused with a clear error.
 
 use crate::cursor::format_error;
 use crate::hf::HfModel;

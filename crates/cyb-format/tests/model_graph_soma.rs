@@ -191,6 +191,7 @@ fn soma_dir_opens_as_its_hf_model_and_imports() {
         .tensors
         .iter()
         .all(|t| t.from == t.to && t.rule.is_none()));
+    assert!(String::from_utf8_lossy(&out).contains("imported_from = \"soma\""));
     let m = cyb_format::model_container::from_bytes(shared(out), "t.model").unwrap();
     same_model(&src, &m);
     m.verify().unwrap();

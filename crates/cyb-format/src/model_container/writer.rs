@@ -11,7 +11,7 @@ use crate::model_file::ModelFile;
 use cyb_tensor::{DType, Error, Result, Shape, Tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// How to import.
@@ -72,7 +72,10 @@ pub fn write_model_with(
     opts: &WriteOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<WriteReport> {
-    write_file(out, |w| write_to(src, w, opts, progress))
+    let maps = map_sources(src)?;
+    let (sections, planned, tensors) = plan_model(src, &maps, opts)?;
+    let root = write_file(out, |w| stream(&sections, &planned, w, progress))?;
+    Ok(WriteReport { root, tensors })
 }
 
 /// Writes `graph` (imported from the file `origin`, e.g. an `.onnx`) as a `.model` file at
@@ -84,13 +87,52 @@ pub fn write_graph_model(
     out: &Path,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<WriteReport> {
-    write_file(out, |w| write_graph_to(graph, origin, w, progress))
+    let (sections, planned, tensors) = plan_graph(graph, origin)?;
+    let root = write_file(out, |w| stream(&sections, &planned, w, progress))?;
+    Ok(WriteReport { root, tensors })
+}
+
+/// Writes `src` as a `.model` into `w` (held in memory first: the header, written first, holds
+/// every tensor's hash) and returns what was stored.
+pub fn write_to(
+    src: &ModelFile,
+    w: &mut impl Write,
+    opts: &WriteOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<WriteReport> {
+    let maps = map_sources(src)?;
+    let (sections, planned, tensors) = plan_model(src, &maps, opts)?;
+    let mut buf = std::io::Cursor::new(Vec::new());
+    let root = stream(&sections, &planned, &mut buf, progress)?;
+    w.write_all(buf.get_ref()).map_err(write_err)?;
+    Ok(WriteReport { root, tensors })
+}
+
+/// The graph form of [`write_to`].
+pub fn write_graph_to(
+    graph: &cyb_graph::Graph,
+    origin: &Path,
+    w: &mut impl Write,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<WriteReport> {
+    let (sections, planned, tensors) = plan_graph(graph, origin)?;
+    let mut buf = std::io::Cursor::new(Vec::new());
+    let root = stream(&sections, &planned, &mut buf, progress)?;
+    w.write_all(buf.get_ref()).map_err(write_err)?;
+    Ok(WriteReport { root, tensors })
+}
+
+fn write_err(source: std::io::Error) -> Error {
+    Error::Io {
+        path: PathBuf::from("<.model output>"),
+        source,
+    }
 }
 
 fn write_file(
     out: &Path,
-    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<WriteReport>,
-) -> Result<WriteReport> {
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<[u8; 32]>,
+) -> Result<[u8; 32]> {
     let tmp = out.with_extension("model.partial");
     let io = |p: &Path| {
         let p = p.to_path_buf();
@@ -98,12 +140,12 @@ fn write_file(
     };
     let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-    let report = body(&mut w).and_then(|r| {
+    let root = body(&mut w).and_then(|r| {
         w.flush().map_err(io(&tmp))?;
         Ok(r)
     });
     drop(w);
-    match report {
+    match root {
         Ok(r) => {
             std::fs::rename(&tmp, out).map_err(io(out))?;
             Ok(r)
@@ -115,21 +157,38 @@ fn write_file(
     }
 }
 
-/// A tensor ready to be written.
-struct Stored<'a> {
+/// One tensor to write: its index fields, and how to get its bytes (read from the mapping or
+/// converted when the writer gets to it, so at most one converted tensor is held at a time).
+struct Planned<'a> {
     name: String,
     type_name: String,
     shape: Shape,
-    data: Cow<'a, [u8]>,
+    /// The stored byte length.
+    len: usize,
+    /// The source's byte length (what progress counts).
+    source_len: usize,
+    bytes: Box<dyn Fn() -> Result<Cow<'a, [u8]>> + 'a>,
 }
 
-/// Writes `src` as a `.model` into `w` and returns what was stored.
-pub fn write_to(
-    src: &ModelFile,
-    w: &mut impl Write,
+type Plan<'a> = (Bodies, Vec<Planned<'a>>, Vec<TensorReport>);
+
+fn map_sources(src: &ModelFile) -> Result<HashMap<PathBuf, SharedBytes>> {
+    let mut maps: HashMap<PathBuf, SharedBytes> = HashMap::new();
+    for t in src.tensors() {
+        if let std::collections::hash_map::Entry::Vacant(v) = maps.entry(t.file) {
+            let m = map_file(v.key())?;
+            v.insert(m);
+        }
+    }
+    Ok(maps)
+}
+
+/// Decides every tensor's stored type (refusing bad `--keep` rules before anything is written).
+fn plan_model<'a>(
+    src: &'a ModelFile,
+    maps: &'a HashMap<PathBuf, SharedBytes>,
     opts: &WriteOptions,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<WriteReport> {
+) -> Result<Plan<'a>> {
     if let Some(q) = opts
         .quant
         .filter(|q| !q.is_quantized() || !plan::storable(*q))
@@ -141,26 +200,10 @@ pub fn write_to(
     }
     let sections = sections(src)?;
     let tensors = src.tensors();
-    let mut maps: HashMap<PathBuf, SharedBytes> = HashMap::new();
-    for t in &tensors {
-        if !maps.contains_key(&t.file) {
-            maps.insert(t.file.clone(), map_file(&t.file)?);
-        }
-    }
-    let total_bytes = tensors.iter().map(|t| t.byte_len as u64).sum();
-    let mut done_bytes = 0u64;
-    let count = tensors.len();
-    progress(Progress {
-        done: 0,
-        count,
-        done_bytes,
-        total_bytes,
-        name: "",
-    });
     let mut used = vec![false; opts.keep.len()];
-    let mut stored = Vec::with_capacity(count);
-    let mut report = Vec::with_capacity(count);
-    for (i, t) in tensors.iter().enumerate() {
+    let mut planned = Vec::with_capacity(tensors.len());
+    let mut report = Vec::with_capacity(tensors.len());
+    for t in tensors {
         if !header::valid_name(&t.name) {
             return Err(format_error(
                 &t.file,
@@ -182,7 +225,19 @@ pub fn write_to(
         if let Some(k) = choice.rule.and_then(|k| used.get_mut(k)) {
             *k = true;
         }
-        let (type_name, data) = tensor_bytes(src, t, &maps, choice.convert_to)?;
+        let to = choice.convert_to;
+        let (type_name, len) = match to {
+            None => (t.type_name.clone(), t.byte_len),
+            Some(q) => {
+                let len = q
+                    .bytes_for(t.shape.numel())
+                    .ok_or_else(|| Error::InvalidArgument {
+                        op: "import".into(),
+                        reason: format!("tensor {:?}: {q} {} does not fit", t.name, t.shape),
+                    })?;
+                (q.name().to_string(), len)
+            }
+        };
         report.push(TensorReport {
             name: t.name.clone(),
             from: t.type_name.clone(),
@@ -192,92 +247,60 @@ pub fn write_to(
                 .and_then(|k| opts.keep.get(k))
                 .map(|r| r.pattern.clone()),
         });
-        stored.push(Stored {
+        planned.push(Planned {
             name: t.name.clone(),
             type_name,
             shape: t.shape.clone(),
-            data,
-        });
-        done_bytes += t.byte_len as u64;
-        progress(Progress {
-            done: i + 1,
-            count,
-            done_bytes,
-            total_bytes,
-            name: &t.name,
+            len,
+            source_len: t.byte_len,
+            bytes: Box::new(move || tensor_bytes(src, &t, maps, to)),
         });
     }
     plan::check_all_used(&opts.keep, &used)?;
-    let root = assemble(sections, &stored, w)?;
-    Ok(WriteReport {
-        root,
-        tensors: report,
-    })
+    Ok((sections, planned, report))
 }
 
-/// The graph form of [`write_to`].
-pub fn write_graph_to(
-    graph: &cyb_graph::Graph,
-    origin: &Path,
-    w: &mut impl Write,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<WriteReport> {
+fn plan_graph<'a>(graph: &'a cyb_graph::Graph, origin: &Path) -> Result<Plan<'a>> {
     let text = cyb_graph::write_graph(graph)?;
     let mut cfg = toml::Table::new();
     cfg.insert("source".into(), "graph".into());
     if let Some(ext) = origin.extension().and_then(|e| e.to_str()) {
         cfg.insert("imported_from".into(), ext.to_ascii_lowercase().into());
     }
-    // The constants the text form refers to as `@` (see cyb_graph::write_graph).
-    let external: Vec<(&str, &Tensor)> = graph
-        .constants
-        .iter()
-        .filter(|(_, t)| t.numel() > cyb_graph::INLINE_CONSTANT_LIMIT || t.host_bytes().is_none())
-        .map(|(&id, t)| (graph.name_of(id), t))
-        .collect();
-    let total_bytes = external.iter().map(|(_, t)| t.byte_len() as u64).sum();
-    let (count, mut done_bytes) = (external.len(), 0u64);
-    progress(Progress {
-        done: 0,
-        count,
-        done_bytes,
-        total_bytes,
-        name: "",
-    });
-    let mut stored = Vec::with_capacity(count);
-    let mut report = Vec::with_capacity(count);
-    for (i, (name, t)) in external.iter().enumerate() {
-        let what = |reason: String| format_error(origin, 0, format!("constant {name:?}: {reason}"));
+    let mut planned = Vec::new();
+    let mut report = Vec::new();
+    for (&id, t) in &graph.constants {
+        // The constants the text form refers to as `@` (see cyb_graph::write_graph).
+        if t.numel() <= cyb_graph::INLINE_CONSTANT_LIMIT && t.host_bytes().is_some() {
+            continue;
+        }
+        let name = graph.name_of(id);
+        let what = |reason: &str| format_error(origin, 0, format!("constant {name:?}: {reason}"));
         if !header::valid_name(name) {
             return Err(what(
-                "names with spaces or control characters cannot be stored as tensors".into(),
+                "names with spaces or control characters cannot be stored as tensors",
             ));
         }
         let data = t
             .host_bytes()
-            .ok_or_else(|| what("its data is not on the host".into()))?;
+            .ok_or_else(|| what("its data is not on the host"))?;
         if t.dims().contains(&0) {
-            return Err(what("an empty tensor cannot be stored".into()));
+            return Err(what("an empty tensor cannot be stored"));
         }
-        stored.push(Stored {
-            name: name.to_string(),
-            type_name: t.dtype().name().to_string(),
-            shape: t.shape().clone(),
-            data: Cow::Borrowed(data),
-        });
+        let ty = t.dtype().name().to_string();
         report.push(TensorReport {
             name: name.to_string(),
-            from: t.dtype().name().to_string(),
-            to: t.dtype().name().to_string(),
+            from: ty.clone(),
+            to: ty.clone(),
             rule: None,
         });
-        done_bytes += data.len() as u64;
-        progress(Progress {
-            done: i + 1,
-            count,
-            done_bytes,
-            total_bytes,
-            name,
+        planned.push(Planned {
+            name: name.to_string(),
+            type_name: ty,
+            shape: t.shape().clone(),
+            len: data.len(),
+            source_len: data.len(),
+            bytes: Box::new(move || Ok(Cow::Borrowed(data))),
         });
     }
     let sections = Bodies {
@@ -287,28 +310,25 @@ pub fn write_graph_to(
         sampling: None,
         graph: Some(text.into_bytes()),
     };
-    let root = assemble(sections, &stored, w)?;
-    Ok(WriteReport {
-        root,
-        tensors: report,
-    })
+    Ok((sections, planned, report))
 }
 
-/// Writes the header (sections and the tensor index), then the tensors, each padded to 64.
-fn assemble(sections: Bodies, stored: &[Stored<'_>], w: &mut impl Write) -> Result<[u8; 32]> {
+/// The header: magic, sections, the tensor index with `hashes`, `~~~end` (unpadded). Its length
+/// does not depend on the hashes (64 hex digits each), so a placeholder can be written first.
+fn header_bytes(sections: &Bodies, planned: &[Planned<'_>], hashes: &[[u8; 32]]) -> Vec<u8> {
     let mut index = String::new();
     let mut offset = 0usize;
-    for s in stored {
+    for (p, h) in planned.iter().zip(hashes) {
         let e = IndexEntry {
-            name: s.name.clone(),
-            type_name: s.type_name.clone(),
-            shape: s.shape.clone(),
+            name: p.name.clone(),
+            type_name: p.type_name.clone(),
+            shape: p.shape.clone(),
             file_offset: 0,
-            byte_len: s.data.len(),
-            blake3: *blake3::hash(&s.data).as_bytes(),
+            byte_len: p.len,
+            blake3: *h,
         };
         index.push_str(&header::index_line(&e, offset));
-        offset = (offset + s.data.len()).div_ceil(ALIGN) * ALIGN;
+        offset = (offset + p.len).div_ceil(ALIGN) * ALIGN;
     }
     let mut head = format!(
         "{} {VERSION}\n",
@@ -316,37 +336,84 @@ fn assemble(sections: Bodies, stored: &[Stored<'_>], w: &mut impl Write) -> Resu
     )
     .into_bytes();
     for (name, body) in [
-        ("config", Some(sections.config.into_bytes())),
-        ("tensors", Some(index.into_bytes())),
-        ("vocab", sections.vocab),
-        ("chat", sections.chat),
-        ("sampling", sections.sampling),
-        ("graph", sections.graph),
+        ("config", Some(sections.config.as_bytes())),
+        ("tensors", Some(index.as_bytes())),
+        ("vocab", sections.vocab.as_deref()),
+        ("chat", sections.chat.as_deref()),
+        ("sampling", sections.sampling.as_deref()),
+        ("graph", sections.graph.as_deref()),
     ] {
         if let Some(body) = body {
             head.extend_from_slice(format!("~~~{name} {}\n", body.len()).as_bytes());
-            head.extend_from_slice(&body);
+            head.extend_from_slice(body);
             head.push(b'\n');
         }
     }
     head.extend_from_slice(END);
-    let root = *blake3::hash(&head).as_bytes();
-    let pad = head.len().div_ceil(ALIGN) * ALIGN - head.len();
-    head.resize(head.len() + pad, 0);
-    let werr = |source| Error::Io {
-        path: PathBuf::from("<.model output>"),
-        source,
-    };
-    w.write_all(&head).map_err(werr)?;
-    let n = stored.len();
-    for (i, s) in stored.iter().enumerate() {
-        w.write_all(&s.data).map_err(werr)?;
-        if i + 1 < n {
-            let pad = s.data.len().div_ceil(ALIGN) * ALIGN - s.data.len();
-            w.write_all(&[0u8; ALIGN][..pad]).map_err(werr)?;
+    head
+}
+
+/// Writes a placeholder header, then each tensor (padded to 64) as it is read or converted,
+/// then the real header over the placeholder; returns the root.
+fn stream<W: Write + Seek>(
+    sections: &Bodies,
+    planned: &[Planned<'_>],
+    w: &mut W,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<[u8; 32]> {
+    let mut hashes = vec![[0u8; 32]; planned.len()];
+    let head_len = header_bytes(sections, planned, &hashes).len();
+    let data_start = head_len.div_ceil(ALIGN) * ALIGN;
+    w.write_all(&vec![0u8; data_start]).map_err(write_err)?;
+    let total_bytes = planned.iter().map(|p| p.source_len as u64).sum();
+    let (count, mut done_bytes) = (planned.len(), 0u64);
+    progress(Progress {
+        done: 0,
+        count,
+        done_bytes,
+        total_bytes,
+        name: "",
+    });
+    for (i, p) in planned.iter().enumerate() {
+        let data = (p.bytes)()?;
+        if data.len() != p.len {
+            return Err(Error::InvalidArgument {
+                op: "import".into(),
+                reason: format!(
+                    "tensor {:?}: {} bytes where {} {} needs {}",
+                    p.name,
+                    data.len(),
+                    p.type_name,
+                    p.shape,
+                    p.len
+                ),
+            });
         }
+        if let Some(h) = hashes.get_mut(i) {
+            *h = *blake3::hash(&data).as_bytes();
+        }
+        w.write_all(&data).map_err(write_err)?;
+        if i + 1 < count {
+            let pad = data.len().div_ceil(ALIGN) * ALIGN - data.len();
+            w.write_all(&[0u8; ALIGN][..pad]).map_err(write_err)?;
+        }
+        done_bytes += p.source_len as u64;
+        progress(Progress {
+            done: i + 1,
+            count,
+            done_bytes,
+            total_bytes,
+            name: &p.name,
+        });
     }
-    Ok(root)
+    let head = header_bytes(sections, planned, &hashes);
+    if head.len() != head_len {
+        return Err(Error::invalid("import", "the header changed length"));
+    }
+    w.seek(SeekFrom::Start(0)).map_err(write_err)?;
+    w.write_all(&head).map_err(write_err)?;
+    w.seek(SeekFrom::End(0)).map_err(write_err)?;
+    Ok(*blake3::hash(&head).as_bytes())
 }
 
 /// A tensor's bytes as stored: converted to `to` when the plan says so, else as they are.
@@ -355,7 +422,7 @@ fn tensor_bytes<'m>(
     t: &crate::model_file::TensorEntry,
     maps: &'m HashMap<PathBuf, SharedBytes>,
     to: Option<DType>,
-) -> Result<(String, Cow<'m, [u8]>)> {
+) -> Result<Cow<'m, [u8]>> {
     if let Some(q) = to {
         let values = src.tensor(&t.name)?.to_f32_vec()?;
         let fail = |e: Error| Error::InvalidArgument {
@@ -376,7 +443,7 @@ fn tensor_bytes<'m>(
             let c = Tensor::from_f32_as(t.shape.dims(), &values, q).map_err(fail)?;
             c.host_bytes().unwrap_or_default().to_vec()
         };
-        return Ok((q.name().to_string(), Cow::Owned(out)));
+        return Ok(Cow::Owned(out));
     }
     let bytes: &[u8] = maps.get(&t.file).map_or(&[], |m| (**m).as_ref());
     let start = usize::try_from(t.offset).unwrap_or(usize::MAX);
@@ -390,7 +457,7 @@ fn tensor_bytes<'m>(
                 format!("tensor {:?} lies outside the file", t.name),
             )
         })?;
-    Ok((t.type_name.clone(), Cow::Borrowed(data)))
+    Ok(Cow::Borrowed(data))
 }
 
 struct Bodies {
@@ -451,6 +518,10 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
             };
             let mut cfg = toml::Table::new();
             cfg.insert("source".into(), "huggingface".into());
+            if h.container().is_none() && crate::soma::is_soma_dir(h.dir()) {
+                // Provenance only: a soma directory is stored as the HF model it describes.
+                cfg.insert("imported_from".into(), "soma".into());
+            }
             cfg.insert("config_json".into(), js(h.config_json())?.into());
             if let Some(tc) = &h.tokenizer_config {
                 cfg.insert("tokenizer_config_json".into(), js(tc)?.into());
