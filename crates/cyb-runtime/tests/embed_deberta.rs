@@ -1,7 +1,9 @@
 //! `Model::embed` / `classify` on the tiny random-weight DeBERTa-v3 with a SentencePiece-style
 //! Unigram tokenizer (tests/fixtures/encoders/deberta_v3, made by
 //! tools/fixtures/make_deberta_jina_fixtures.py): text in, token ids, mean-pooled vectors and
-//! label probabilities equal to transformers' (tokenized by transformers' own tokenizer).
+//! label probabilities equal to transformers' (tokenized by transformers' own tokenizer). And
+//! the tiny Jina-v2 (tests/fixtures/encoders/jina_v2, WordPiece tokenizer): text in, mean
+//! vectors equal to the fixture script's PyTorch reference.
 
 use cyb_runtime::{Runtime, RuntimeOptions};
 use serde_json::Value;
@@ -66,4 +68,24 @@ fn deberta_v3_text_matches_transformers() {
             );
         }
     }
+}
+
+#[test]
+fn jina_v2_text_matches_reference() {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/encoders/jina_v2");
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let m = rt.load(&dir).unwrap();
+    assert!(m.is_encoder());
+    let cases = r["texts"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let got = m.embed(&texts).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        let e = rel_err(&got[i], &floats(&c["mean"]));
+        assert!(e <= 1e-5, "text {i} mean: relative error {e:e}");
+    }
+    let e = m.classify("hello").unwrap_err().to_string();
+    assert!(e.contains("Jina-v2"), "{e}");
 }
