@@ -143,9 +143,12 @@ pub fn choose(
                         t.name()
                     ),
                 };
-                let convertible = dtype.is_some_and(|d| d.is_float() || d.is_quantized());
-                if !convertible {
-                    return Err(bad("does not hold float values to convert".into()));
+                match dtype {
+                    None => return Err(bad("is of a type this build cannot convert from".into())),
+                    Some(d) if !d.is_float() && !d.is_quantized() => {
+                        return Err(bad("holds integers, not values to convert".into()))
+                    }
+                    Some(_) => {}
                 }
                 if t.is_quantized() && !fits(t, shape) {
                     return Err(bad(format!(
