@@ -131,6 +131,9 @@ fn soma_dir_to_model_gives_the_hf_dirs_logits() {
     assert!(matches!(m, ModelFile::HuggingFace(_)));
     let imported = logits(&m);
     std::fs::remove_file(out).ok();
-    assert!(direct == want, "the soma directory's logits differ from the HF directory's");
+    assert!(
+        direct == want,
+        "the soma directory's logits differ from the HF directory's"
+    );
     assert!(imported == want, "logits differ after import");
 }
