@@ -9,6 +9,7 @@ pub use crate::host_misc::WindowKind;
 pub use crate::host_random::RandomDist;
 pub use crate::host_resize::ResizeSpec;
 pub use crate::host_rnn::RnnSpec;
+pub use crate::host_train::Optimizer;
 pub use crate::subgraph::{ScanSpec, SubGraph};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
@@ -141,6 +142,8 @@ pub enum HostOp {
     EyeLike { k: i64, dtype: Option<String> },
     /// ONNX Einsum with its equation (see `host_einsum`).
     Einsum { equation: String },
+    /// An optimizer step of ONNX's training domain (see `host_train`).
+    Optimizer(Optimizer),
     /// ONNX RandomNormalLike / RandomUniformLike: samples shaped like input 0 from a fixed,
     /// seeded generator (see `host_random`).
     RandomLike {
@@ -316,6 +319,7 @@ impl HostOp {
             HostOp::Compress { .. } => "compress",
             HostOp::EyeLike { .. } => "eye_like",
             HostOp::Einsum { .. } => "einsum",
+            HostOp::Optimizer(_) => "optimizer",
             HostOp::RandomLike { .. } => "random_like",
             HostOp::Lrn { .. } => "lrn",
             HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",

@@ -424,6 +424,7 @@ pub(crate) fn run(
         } => crate::host_misc::window(r, x()?, *kind, *periodic, *dtype),
         HostOp::Compress { axis: a } => crate::host_misc::compress(r, inputs, *a),
         HostOp::Einsum { equation } => crate::host_einsum::einsum(r, equation, inputs),
+        HostOp::Optimizer(o) => crate::host_train::optimizer(r, o, inputs),
         HostOp::EyeLike { k, dtype } => {
             let dt = dtype
                 .as_deref()

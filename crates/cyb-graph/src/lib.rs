@@ -23,6 +23,7 @@ mod host_random;
 mod host_resize;
 mod host_rnn;
 mod host_run;
+mod host_train;
 mod infer;
 mod passes;
 mod plan;
@@ -34,7 +35,8 @@ pub use exec::{Executor, RunStats};
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
 pub use host_grid::{GridMode, GridPadding};
 pub use host_op::{
-    ConvTransposeSpec, HostOp, LossReduction, RandomDist, ResizeSpec, SoftmaxKind, WindowKind,
+    ConvTransposeSpec, HostOp, LossReduction, Optimizer, RandomDist, ResizeSpec, SoftmaxKind,
+    WindowKind,
 };
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};

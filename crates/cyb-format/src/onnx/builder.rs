@@ -128,14 +128,17 @@ impl<'p> Builder<'p> {
         } else {
             n.name.clone()
         };
-        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        let training_step = n.domain == "ai.onnx.preview.training"
+            && matches!(n.op_type.as_str(), "Adagrad" | "Adam" | "Momentum");
+        if !(n.domain.is_empty() || n.domain == "ai.onnx" || training_step) {
             return Err(unsupported(
                 &name,
                 &format!("{}:{}", n.domain, n.op_type),
                 "domain not supported",
             ));
         }
-        if self.opset < 7 {
+        // The training domain has its own opset (1); the default domain's does not apply.
+        if self.opset < 7 && !training_step {
             legacy_check(&n.op_type, self.opset, &Attrs::new(&n.attribute)).map_err(|why| {
                 unsupported(&name, &n.op_type, &format!("opset {}: {why}", self.opset))
             })?;

@@ -5,7 +5,7 @@ use super::attrs::Attrs;
 use super::builder::{Builder, Mapped};
 use super::proto::NodeProto;
 use super::tensor;
-use cyb_graph::{Graph, HostOp, NodeOp, ScanSpec, SubGraph, ValueId};
+use cyb_graph::{Graph, HostOp, NodeOp, Optimizer, ScanSpec, SubGraph, ValueId};
 use cyb_ops::{BinaryFn, Op, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
 
@@ -168,6 +168,40 @@ pub(crate) fn map(
             Ok((op(Op::Cast { to }), ins))
         }
         "CastLike" => Ok((host(HostOp::CastLike), ins)),
+        "Adagrad" => Ok((
+            host(HostOp::Optimizer(Optimizer::Adagrad {
+                decay_factor: a.f("decay_factor", 0.0),
+                epsilon: a.f("epsilon", 1e-6),
+                norm_coefficient: a.f("norm_coefficient", 0.0),
+            })),
+            ins,
+        )),
+        "Adam" => Ok((
+            host(HostOp::Optimizer(Optimizer::Adam {
+                alpha: a.f("alpha", 0.9),
+                beta: a.f("beta", 0.999),
+                epsilon: a.f("epsilon", 1e-6),
+                norm_coefficient: a.f("norm_coefficient", 0.0),
+                norm_coefficient_post: a.f("norm_coefficient_post", 0.0),
+            })),
+            ins,
+        )),
+        "Momentum" => {
+            let nesterov = match a.s("mode").as_deref() {
+                Some("nesterov") => true,
+                Some("standard") | None => false,
+                Some(m) => return Err(unsupported(name, t, &format!("mode {m:?}"))),
+            };
+            Ok((
+                host(HostOp::Optimizer(Optimizer::Momentum {
+                    alpha: a.f("alpha", 0.0),
+                    beta: a.f("beta", 0.0),
+                    norm_coefficient: a.f("norm_coefficient", 0.0),
+                    nesterov,
+                })),
+                ins,
+            ))
+        }
         "Einsum" => {
             let equation = a
                 .s("equation")
