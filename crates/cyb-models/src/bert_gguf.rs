@@ -1,5 +1,5 @@
-//! BERT encoders from GGUF, as llama.cpp's convert_hf_to_gguf.py writes them: the `bert.*`
-//! hyper-parameters and llama.cpp's tensor names (`token_embd`, `token_types`,
+//! BERT and Jina-v2 encoders from GGUF, as llama.cpp's convert_hf_to_gguf.py writes them: the
+//! `bert.*` / `jina-bert-v2.*` hyper-parameters and llama.cpp's tensor names (`token_embd`, `token_types`,
 //! `position_embd`, `token_embd_norm`, `blk.N.attn_q/k/v`, `blk.N.attn_output`,
 //! `blk.N.attn_output_norm`, `blk.N.ffn_up/down`, `blk.N.layer_output_norm`). The config is
 //! resolved into the same [`BertConfig`] as a Hugging Face directory, and tensors are looked up
@@ -32,18 +32,20 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         .and_then(cyb_format::MetaValue::as_str)
         .unwrap_or_default()
         .to_string();
-    if arch != "bert" {
+    let jina = arch == "jina-bert-v2";
+    if arch != "bert" && !jina {
         return Err(invalid(
             g,
             "general.architecture",
             format!(
-                "\"{arch}\": GGUF encoders are supported for llama.cpp's \"bert\" architecture \
-                 (BERT, MiniLM, e5, bge); load this one from its Hugging Face directory"
+                "\"{arch}\": GGUF encoders are supported for llama.cpp's \"bert\" (BERT, \
+                 MiniLM, e5, bge) and \"jina-bert-v2\" architectures; load this one from its \
+                 Hugging Face directory"
             ),
         ));
     }
     let uint = |key: &str| -> Result<usize> {
-        let full = format!("bert.{key}");
+        let full = format!("{arch}.{key}");
         match g.get(&full).and_then(cyb_format::MetaValue::as_u64) {
             Some(0) => Err(invalid(g, &full, "must be at least 1")),
             Some(v) => usize::try_from(v).map_err(|_| invalid(g, &full, "too large")),
@@ -63,6 +65,7 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         name: "token_embd.weight".into(),
         required_by: format!("bert in {}", g.path().display()),
     })?;
+    // Jina-v2 has no position table (ALiBi): its length limit is the context length.
     let max_position = match rows(file, "position_embd.weight")? {
         Some(n) => n,
         None => uint("context_length")?,
@@ -74,7 +77,7 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         .filter(|&p| (p as usize) < vocab_size)
         .unwrap_or(0);
     Ok(BertConfig {
-        architecture: arch,
+        architecture: arch.clone(),
         variant: BertVariant::Bert,
         head: BertHead::None,
         prefix: String::new(),
@@ -89,14 +92,15 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         position_offset: 0,
         pad_token_id: pad,
         norm_eps: g
-            .get("bert.attention.layer_norm_epsilon")
+            .get(&format!("{arch}.attention.layer_norm_epsilon"))
             .and_then(cyb_format::MetaValue::as_f64)
             .map_or(1e-12, |e| e as f32),
         activation: BertActivation::Gelu(GeluApprox::Erf),
         labels: Vec::new(),
         modern: None,
         deberta: None,
-        jina: None,
+        // llama.cpp runs every jina-bert-v2 file's fused feed-forward as GEGLU.
+        jina: jina.then_some(crate::jina::JinaSettings { gelu: true }),
     })
 }
 
@@ -125,6 +129,11 @@ pub(crate) fn gguf_name(hf: &str) -> Option<String> {
         "intermediate.dense" => "ffn_up",
         "output.dense" => "ffn_down",
         "output.LayerNorm" => "layer_output_norm",
+        // Jina-v2's gated feed-forward: the fused [gate; up] matrix, the down projection and
+        // the post-LN after it.
+        "mlp.gated_layers" => "ffn_up",
+        "mlp.wo" => "ffn_down",
+        "mlp.layernorm" => "layer_output_norm",
         _ => return None,
     };
     Some(format!("blk.{layer}.{part}.{suffix}"))

@@ -114,6 +114,11 @@ struct Loader<'a> {
 impl Loader<'_> {
     fn tensor(&self, name: &str, dims: &[usize]) -> Result<Tensor> {
         let name = format!("{}{name}", self.prefix);
+        // GGUF files keep llama.cpp's names; the loader asks in Hugging Face's.
+        let name = match self.file {
+            ModelFile::Gguf(_) => crate::bert_gguf::gguf_name(&name).unwrap_or(name),
+            _ => name,
+        };
         if !self.names.contains(&name) {
             return Err(Error::MissingTensor {
                 name,

@@ -132,3 +132,37 @@ fn gguf_bert_f16_matches_transformers_with_rounded_weights() {
         }
     }
 }
+
+/// Jina-v2 as llama.cpp's jina-bert-v2 GGUF (fused gated_layers as ffn_up) against the
+/// fixture script's PyTorch reference of the same tiny model.
+#[test]
+fn gguf_jina_v2_matches_reference() {
+    let text = std::fs::read_to_string(fixture("encoders/jina_v2/reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    let file = cyb_format::open(fixture("bert_gguf/jina_v2.gguf")).unwrap();
+    let m = cyb_models::JinaBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().architecture, "jina-bert-v2");
+    let out = m.hidden_states(&seqs).unwrap();
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        check(
+            &format!("jina gguf seq {i}"),
+            &out.states[i],
+            &floats(&s["hidden"]),
+        );
+    }
+    // The post-LN BERT loader refuses it rather than misreading it.
+    assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
+}

@@ -1,7 +1,8 @@
 //! `Model::embed` on a BERT GGUF (tests/fixtures/bert_gguf, converted from
 //! tests/fixtures/bert/bert by tools/fixtures/make_bert_gguf_fixture.py): the WordPiece
 //! tokenizer rebuilt from `tokenizer.ggml.*` gives transformers' token ids, and the vectors
-//! equal transformers' mean-pooled states (bert.pooling_type = mean).
+//! equal transformers' mean-pooled states (bert.pooling_type = mean); the same for the tiny
+//! Jina-v2 as a jina-bert-v2 GGUF against its PyTorch reference.
 
 use cyb_runtime::{Runtime, RuntimeOptions};
 use serde_json::Value;
@@ -65,4 +66,34 @@ fn ids_of(m: &cyb_runtime::Model, token: &str) -> u32 {
     (0..96u32)
         .find(|&i| m.tokenizer().token_text(i).as_deref() == Some(token))
         .unwrap()
+}
+
+#[test]
+fn gguf_jina_v2_embeds_like_the_reference() {
+    let text = std::fs::read_to_string(fixture("encoders/jina_v2/reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let m = rt.load(fixture("bert_gguf/jina_v2.gguf")).unwrap();
+    let cases = r["texts"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let got = m.embed(&texts).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        let want: Vec<f32> = c["mean"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let diff = got[i]
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let scale = want.iter().map(|b| b.abs()).fold(0f32, f32::max);
+        assert!(
+            diff / scale <= 1e-5,
+            "text {i}: relative error {}",
+            diff / scale
+        );
+    }
 }
