@@ -9,6 +9,7 @@ pub use crate::host_misc::WindowKind;
 pub use crate::host_random::RandomDist;
 pub use crate::host_resize::ResizeSpec;
 pub use crate::host_rnn::RnnSpec;
+pub use crate::host_tfidf::{TfIdfMode, TfIdfSpec};
 pub use crate::host_train::Optimizer;
 pub use crate::subgraph::{ScanSpec, SubGraph};
 use cyb_backend::{Dispatcher, ExecContext};
@@ -144,6 +145,8 @@ pub enum HostOp {
     Einsum { equation: String },
     /// An optimizer step of ONNX's training domain (see `host_train`).
     Optimizer(Optimizer),
+    /// ONNX TfIdfVectorizer over integer tokens (see `host_tfidf`).
+    TfIdf(TfIdfSpec),
     /// ONNX RandomNormalLike / RandomUniformLike: samples shaped like input 0 from a fixed,
     /// seeded generator (see `host_random`).
     RandomLike {
@@ -320,6 +323,7 @@ impl HostOp {
             HostOp::EyeLike { .. } => "eye_like",
             HostOp::Einsum { .. } => "einsum",
             HostOp::Optimizer(_) => "optimizer",
+            HostOp::TfIdf(_) => "tfidf_vectorizer",
             HostOp::RandomLike { .. } => "random_like",
             HostOp::Lrn { .. } => "lrn",
             HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",

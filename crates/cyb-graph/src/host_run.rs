@@ -425,6 +425,7 @@ pub(crate) fn run(
         HostOp::Compress { axis: a } => crate::host_misc::compress(r, inputs, *a),
         HostOp::Einsum { equation } => crate::host_einsum::einsum(r, equation, inputs),
         HostOp::Optimizer(o) => crate::host_train::optimizer(r, o, inputs),
+        HostOp::TfIdf(s) => crate::host_tfidf::tfidf(r, s, inputs),
         HostOp::EyeLike { k, dtype } => {
             let dt = dtype
                 .as_deref()

@@ -23,6 +23,7 @@ mod host_random;
 mod host_resize;
 mod host_rnn;
 mod host_run;
+mod host_tfidf;
 mod host_train;
 mod infer;
 mod passes;
@@ -36,7 +37,7 @@ pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
 pub use host_grid::{GridMode, GridPadding};
 pub use host_op::{
     ConvTransposeSpec, HostOp, LossReduction, Optimizer, RandomDist, ResizeSpec, SoftmaxKind,
-    WindowKind,
+    TfIdfMode, TfIdfSpec, WindowKind,
 };
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};

@@ -5,7 +5,9 @@ use super::attrs::Attrs;
 use super::builder::{Builder, Mapped};
 use super::proto::NodeProto;
 use super::tensor;
-use cyb_graph::{Graph, HostOp, NodeOp, Optimizer, ScanSpec, SubGraph, ValueId};
+use cyb_graph::{
+    Graph, HostOp, NodeOp, Optimizer, ScanSpec, SubGraph, TfIdfMode, TfIdfSpec, ValueId,
+};
 use cyb_ops::{BinaryFn, Op, ReduceFn, ScatterReduction, UnaryFn};
 use cyb_tensor::{DType, Error, Result, Tensor};
 
@@ -201,6 +203,29 @@ pub(crate) fn map(
                 })),
                 ins,
             ))
+        }
+        "TfIdfVectorizer" => {
+            if a.has("pool_strings") {
+                return Err(unsupported(name, t, "string pool (STRING tensors)"));
+            }
+            let mode = match a.s("mode").as_deref() {
+                Some("TF") => TfIdfMode::Tf,
+                Some("IDF") => TfIdfMode::Idf,
+                Some("TFIDF") => TfIdfMode::TfIdf,
+                m => return Err(unsupported(name, t, &format!("mode {m:?}"))),
+            };
+            let size = |k: &str| usize::try_from(a.i(k, 0)).unwrap_or(0);
+            let spec = TfIdfSpec {
+                mode,
+                min_gram_length: size("min_gram_length"),
+                max_gram_length: size("max_gram_length"),
+                max_skip_count: size("max_skip_count"),
+                ngram_counts: a.ints("ngram_counts").unwrap_or_default(),
+                ngram_indexes: a.ints("ngram_indexes").unwrap_or_default(),
+                pool: a.ints("pool_int64s").unwrap_or_default(),
+                weights: a.floats("weights"),
+            };
+            Ok((host(HostOp::TfIdf(spec)), ins))
         }
         "Einsum" => {
             let equation = a
