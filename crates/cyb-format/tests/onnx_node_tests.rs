@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 const SUITES: &[(&str, usize)] = &[
     ("node", 876),
     ("pytorch-converted", 82),
-    ("pytorch-operator", 31),
+    ("pytorch-operator", 35),
     ("simple", 7),
 ];
 

@@ -158,6 +158,11 @@ impl<'p> Builder<'p> {
             inputs.push(Some(id));
         }
         let a = Attrs::new(&n.attribute);
+        if self.opset < 7 && !training_step {
+            self.legacy_axis_broadcast(n, &a, &inputs).map_err(|why| {
+                unsupported(&name, &n.op_type, &format!("opset {}: {why}", self.opset))
+            })?;
+        }
         let (op, inputs) = map(self, n, &name, &a, inputs)?;
         let mut outs = Vec::with_capacity(n.output.len());
         for (i, o) in n.output.iter().enumerate() {
@@ -178,6 +183,45 @@ impl<'p> Builder<'p> {
         let ids = self.g.add_node(&name, op, inputs, &refs);
         for (o, id) in outs.into_iter().zip(ids) {
             self.ids.insert(o, id);
+        }
+        Ok(())
+    }
+}
+
+/// The opset-1..6 operators with `broadcast` and `axis` attributes.
+const LEGACY_ARITH: &[&str] = &[
+    "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor",
+];
+
+impl Builder<'_> {
+    /// Opset < 7 arithmetic with `broadcast = 1` and an `axis` lines B's dims up with A's
+    /// starting at `axis`; that is numpy broadcasting exactly when B ends where A ends, the
+    /// only case read (both ranks must be known).
+    fn legacy_axis_broadcast(
+        &self,
+        n: &NodeProto,
+        a: &Attrs,
+        inputs: &[Option<ValueId>],
+    ) -> std::result::Result<(), String> {
+        if !(LEGACY_ARITH.contains(&n.op_type.as_str())
+            && a.i("broadcast", 0) != 0
+            && a.has("axis"))
+        {
+            return Ok(());
+        }
+        let rank = |i: usize| -> Option<usize> {
+            let id = (*inputs.get(i)?)?;
+            Some(self.g.values.get(id)?.ty.as_ref()?.dims.as_ref()?.len())
+        };
+        let (Some(ra), Some(rb)) = (rank(0), rank(1)) else {
+            return Err("legacy broadcast along an axis, with unknown ranks".into());
+        };
+        let axis = a.i("axis", 0);
+        let axis = if axis < 0 { axis + ra as i64 } else { axis };
+        if axis + rb as i64 != ra as i64 {
+            return Err(format!(
+                "legacy broadcast of rank {rb} at axis {axis} of rank {ra} (not trailing)"
+            ));
         }
         Ok(())
     }
@@ -274,12 +318,6 @@ const SAME_SINCE_OPSET_1: &[&str] = &[
 fn legacy_check(op: &str, opset: i64, a: &Attrs) -> std::result::Result<(), String> {
     if !SAME_SINCE_OPSET_1.contains(&op) {
         return Err("before opset 7 only operators unchanged since opset 1 are read".into());
-    }
-    let arith = [
-        "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor",
-    ];
-    if arith.contains(&op) && a.i("broadcast", 0) != 0 && a.has("axis") {
-        return Err("legacy broadcast along an axis".into());
     }
     match op {
         "Reshape" if opset < 5 => Err("shape as an attribute".into()),
