@@ -305,7 +305,7 @@ mod tests {
         );
         assert!(text.contains("tensors (8, "), "{text}");
         assert!(
-            text.contains("note: 7 tensor(s) have types this build cannot compute with: F64, I16, IQ2_XXS, IQ4_XS, MXFP4, NVFP4, Q1_0"),
+            text.contains("note: 5 tensor(s) have types this build cannot compute with: IQ2_XXS, IQ4_XS, MXFP4, NVFP4, Q1_0"),
             "{text}"
         );
 
