@@ -23,10 +23,14 @@ pub struct InferArgs {
     /// Preferred backend (`cyb-llm backends` lists them); the CPU reference is the fallback.
     #[arg(long)]
     pub backend: Option<String>,
+    /// Run the graph as imported, without the fusion pass (matmul+bias+activation and
+    /// residual add+norm become one op where the backend has a kernel for it).
+    #[arg(long)]
+    pub no_fuse: bool,
 }
 
 pub fn run(args: InferArgs) -> Result<()> {
-    let graph = cyb_format::model_container::load_graph(&args.model)?;
+    let mut graph = cyb_format::model_container::load_graph(&args.model)?;
     let mut inputs = HashMap::new();
     for spec in &args.inputs {
         let (name, file) = spec
@@ -38,6 +42,12 @@ pub fn run(args: InferArgs) -> Result<()> {
         backend: args.backend.clone(),
         ..Default::default()
     })?;
+    // Fusion needs inferred types; a graph whose types cannot be inferred runs unfused.
+    if !args.no_fuse && cyb_graph::infer_types(&mut graph).is_ok() {
+        let primary = rt.dispatcher().primary().clone();
+        let fused = cyb_graph::fuse_for_backend(&mut graph, primary.as_ref());
+        tracing::debug!(fused, backend = primary.name(), "fusion pass");
+    }
     let ex = cyb_graph::Executor::new(&graph, rt.dispatcher())?;
     let (outs, _) = ex.run(&inputs)?;
     std::fs::create_dir_all(&args.output).map_err(|source| Error::Io {

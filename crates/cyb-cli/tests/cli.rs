@@ -244,9 +244,15 @@ fn errors_exit_nonzero_and_say_why() {
         "{}",
         out.stderr
     );
-    let out = cyb(&["run", &hf, "hi", "--path", "graph"], None);
+    let out = cyb(&["run", &hf, "hi", "--path", "sideways"], None);
     assert!(!out.ok);
-    assert!(out.stderr.contains("graph"), "{}", out.stderr);
+    assert!(out.stderr.contains("sideways"), "{}", out.stderr);
+    // The graph path answers what the curated path answers.
+    let args = ["run", &hf, "hi", "--temp", "0", "-n", "8"];
+    let curated = cyb(&args, None);
+    let graph = cyb(&[&args[..], &["--path", "graph"]].concat(), None);
+    assert!(curated.ok && graph.ok, "{}", graph.stderr);
+    assert_eq!(graph.stdout, curated.stdout);
 
     // A prompt longer than --ctx names both numbers.
     let out = cyb(&["run", &hf, "Hi there", "--ctx", "8", "--temp", "0"], None);

@@ -87,6 +87,11 @@ impl Backend for CpuBackend {
         }
         match op {
             Op::MatMul { rhs_transposed } => matmul::supports(self.set, *rhs_transposed, inputs),
+            Op::Linear { rhs_transposed, .. } => {
+                inputs.len() == 3
+                    && inputs[2].dtype == DType::F32
+                    && matmul::supports(self.set, *rhs_transposed, &inputs[..2])
+            }
             Op::Sdpa { .. } => attention::supports(op, inputs),
             _ => ops::supports(op, inputs),
         }
@@ -109,6 +114,14 @@ impl Backend for CpuBackend {
             Op::MatMul { .. } => {
                 let (a, w) = (&inputs[0], &inputs[1]);
                 matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?
+            }
+            Op::Linear { act, .. } => {
+                let (a, w) = (&inputs[0], &inputs[1]);
+                let y = matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?;
+                ops::bias_act(&y, &inputs[2], *act)?
+            }
+            Op::AddRmsNorm { eps, weight_offset } => {
+                return ops::add_rms_norm(*eps, *weight_offset, inputs);
             }
             Op::Sdpa { .. } => attention::sdpa(op, &self.pool, inputs)?,
             _ => ops::execute(op, inputs)?,

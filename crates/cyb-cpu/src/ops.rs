@@ -34,6 +34,7 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
             f32_in(inputs)
         }
         Op::RmsNorm { .. } => f32_in(inputs),
+        Op::AddRmsNorm { .. } => f32_in(inputs),
         Op::Permute { .. } | Op::Transpose { .. } => f32_in(inputs),
         Op::Rope { .. } => {
             inputs.first().is_some_and(|x| x.dtype == DType::F32)
@@ -213,6 +214,45 @@ fn rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Tensor> {
                     for (o, v) in ys.iter_mut().zip(xs) {
                         *o = v * inv_rms * (1.0 + offset);
                     }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `Op::AddRmsNorm`: the sum and its norm from one call (what `Add` then `RmsNorm` compute).
+pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (a, b) = (inputs[0].as_f32()?, inputs[1].as_f32()?);
+    let s = make(inputs[0].dims(), |y| {
+        for ((o, p), q) in y.iter_mut().zip(a.iter()).zip(b.iter()) {
+            *o = p + q;
+        }
+        Ok(())
+    })?;
+    let mut norm_in = vec![s.clone()];
+    norm_in.extend(inputs.get(2).cloned());
+    let y = rms_norm(eps, offset, &norm_in)?;
+    Ok(vec![s, y])
+}
+
+/// The epilogue of `Op::Linear`: `act(y + bias)` row by row (`bias` F32 `[n]`, `y` `[.., n]`),
+/// each step rounded as the `Add` and activation ops round it.
+pub(crate) fn bias_act(y: &Tensor, bias: &Tensor, act: cyb_ops::LinearAct) -> Result<Tensor> {
+    use cyb_ops::LinearAct;
+    let (v, b) = (y.as_f32()?, bias.as_f32()?);
+    let f: Box<dyn Fn(f32) -> f32 + Sync> = match act {
+        LinearAct::None => Box::new(|x| x),
+        LinearAct::Relu => Box::new(|x: f32| x.max(0.0)),
+        LinearAct::Silu => Box::new(silu),
+        LinearAct::Tanh => Box::new(f32::tanh),
+        LinearAct::Gelu(approx) => Box::new(move |x| gelu(x, approx)),
+    };
+    make(y.dims(), |out| {
+        if !b.is_empty() {
+            for (oc, vc) in out.chunks_mut(b.len()).zip(v.chunks(b.len())) {
+                for ((o, &x), &bi) in oc.iter_mut().zip(vc).zip(b.iter()) {
+                    *o = f(x + bi);
                 }
             }
         }

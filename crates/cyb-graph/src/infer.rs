@@ -13,6 +13,10 @@ use std::collections::HashMap;
 /// known and violate its shape rule is an error naming the node.
 pub fn infer_types(g: &mut Graph) -> Result<()> {
     let mut fresh = 0usize;
+    // An op's output types are a function of the op and its input types: the same op over the
+    // same types gives the same (possibly fresh) dims, so equal unknowns keep one name (the
+    // keys and values of one attention layer, concatenated alike, stay the same length).
+    let mut seen: HashMap<String, Vec<ValueType>> = HashMap::new();
     for ni in 0..g.nodes.len() {
         let node = &g.nodes[ni];
         let ins: Vec<Option<ValueType>> = node
@@ -31,10 +35,17 @@ pub fn infer_types(g: &mut Graph) -> Result<()> {
                     ins[..present].iter().map(Option::as_ref).collect();
                 match typed {
                     Some(t) if t.iter().all(|v| v.dims.is_some()) => {
-                        let r = infer_op(op, &t, &mut fresh);
-                        match r {
-                            Ok(v) => Some(v),
-                            Err(e) => return Err(node_err(node, e)),
+                        let key = format!("{op:?}{t:?}");
+                        if let Some(v) = seen.get(&key) {
+                            Some(v.clone())
+                        } else {
+                            match infer_op(op, &t, &mut fresh) {
+                                Ok(v) => {
+                                    seen.insert(key, v.clone());
+                                    Some(v)
+                                }
+                                Err(e) => return Err(node_err(node, e)),
+                            }
                         }
                     }
                     _ => None,

@@ -10,6 +10,7 @@
 //! This crate must not know about file formats (ONNX import lives in cyb-format) or models.
 
 mod exec;
+mod fuse;
 mod graph;
 mod host_dft;
 mod host_einsum;
@@ -33,6 +34,7 @@ mod text;
 mod text_value;
 
 pub use exec::{Executor, RunStats};
+pub use fuse::fuse_for_backend;
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
 pub use host_grid::{GridMode, GridPadding};
 pub use host_op::{

@@ -140,6 +140,11 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
     };
     let mut changed = 0;
     for i in 0..g.nodes.len() {
+        if let Some(curated) = curated_matmul_or_norm(g, i) {
+            g.nodes[i].op = NodeOp::Op(curated);
+            changed += 1;
+            continue;
+        }
         let NodeOp::Op(op) = &g.nodes[i].op else {
             continue;
         };
@@ -159,4 +164,36 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
         changed += 1;
     }
     changed
+}
+
+/// ONNX's `MatMul` of two F32 operands of rank ≥ 2 (the weight rank 2) is exactly
+/// `Op::MatMul`; `LayerNormNd` over the last axis with `[d]` parameters is `Op::LayerNorm`.
+/// Both are what the fusion pass and the fast backends know.
+fn curated_matmul_or_norm(g: &Graph, i: usize) -> Option<cyb_ops::Op> {
+    use cyb_ops::Op;
+    let node = &g.nodes[i];
+    let ty = |k: usize| {
+        let v = node.inputs.get(k).copied().flatten()?;
+        let t = g.values.get(v)?.ty.as_ref()?;
+        (t.dtype == cyb_tensor::DType::F32).then_some(t.dims.as_ref()?.len())
+    };
+    match &node.op {
+        NodeOp::Host(crate::HostOp::MatMul) => {
+            let (ra, rb) = (ty(0)?, ty(1)?);
+            (node.inputs.len() == 2 && ra >= 2 && rb == 2).then_some(Op::MatMul {
+                rhs_transposed: false,
+            })
+        }
+        NodeOp::Op(Op::LayerNormNd { axis, eps }) => {
+            let rank = ty(0)? as isize;
+            let last = *axis == -1 || *axis == rank - 1;
+            // Scale and bias (when given) of rank 1: one value per element of the last axis.
+            let params_ok =
+                (1..node.inputs.len()).all(|k| node.inputs[k].is_none() || ty(k) == Some(1));
+            // Only `y` may be used: `LayerNorm` has no mean / inverse-deviation outputs.
+            let y_only = node.outputs.len() == 1;
+            (last && rank >= 1 && params_ok && y_only).then_some(Op::LayerNorm { eps: *eps })
+        }
+        _ => None,
+    }
 }

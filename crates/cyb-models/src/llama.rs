@@ -125,11 +125,22 @@ impl LlamaModel {
     /// Runs every later step through the graph executor over the family's graph template
     /// (`--path graph`) instead of the curated code; the KV cache stays on the host.
     pub fn use_graph_path(&mut self) -> Result<()> {
+        let fused = |mut g: Graph| -> Result<Graph> {
+            cyb_graph::infer_types(&mut g)?;
+            cyb_graph::fuse_for_backend(&mut g, self.dispatcher.primary().as_ref());
+            Ok(g)
+        };
         self.graphs = Some(Box::new(GraphTemplates {
-            last: self.template_graph(true)?,
-            all: self.template_graph(false)?,
+            last: fused(self.template_graph(true)?)?,
+            all: fused(self.template_graph(false)?)?,
         }));
         Ok(())
+    }
+
+    /// The graphs the graph path runs (last-token logits, all logits), after type inference
+    /// and the fusion pass for the primary backend; `None` on the curated path.
+    pub fn graph_path_graphs(&self) -> Option<(&Graph, &Graph)> {
+        self.graphs.as_ref().map(|g| (&g.last, &g.all))
     }
 
     /// Whether steps run through the graph executor.

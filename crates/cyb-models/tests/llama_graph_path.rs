@@ -47,6 +47,16 @@ fn load(path: &Path, graph: bool) -> LlamaModel {
     if graph {
         m.use_graph_path().unwrap();
         assert!(m.uses_graph_path());
+        // The fusion pass ran for the reference backend: every residual add + norm is fused
+        // (two per layer, the last feeding the final norm).
+        let (last, _) = m.graph_path_graphs().unwrap();
+        let fused = |name: &str| last.nodes.iter().filter(|n| n.op.name() == name).count();
+        let layers = m.config().num_layers;
+        assert!(
+            fused("add_rms_norm") >= layers,
+            "{}",
+            cyb_graph::write_graph(last).unwrap()
+        );
     }
     m
 }

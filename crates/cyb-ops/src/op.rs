@@ -69,6 +69,16 @@ pub enum GeluApprox {
     Tanh,
 }
 
+/// The activation that ends a fused [`Op::Linear`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LinearAct {
+    None,
+    Relu,
+    Silu,
+    Tanh,
+    Gelu(GeluApprox),
+}
+
 /// One operation. Inputs are passed by position as documented per variant.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
@@ -361,6 +371,20 @@ pub enum Op {
     /// `start + n ≤ capacity`. A device backend writes in place and returns a tensor over the
     /// same buffer, so the caller must treat the input cache as consumed.
     KvAppend { start: usize },
+    /// Fused `act(a · w + bias)` (`a · wᵀ` with `rhs_transposed`): exactly `MatMul`, then `Add`
+    /// of `bias` F32 `[n]` to every row, then the activation, each rounded to f32 as those ops
+    /// are. Inputs: `a`, `w` (as `MatMul`), `bias`. Made by the graph's fusion pass.
+    Linear {
+        rhs_transposed: bool,
+        act: LinearAct,
+    },
+    /// Fused residual add and RMS norm: inputs `a`, `b` F32 of one shape and `w` `[d]`;
+    /// outputs `s = a + b` and `RmsNorm(s, w)` — exactly `Add` then `RmsNorm`.
+    AddRmsNorm { eps: f32, weight_offset: f32 },
+    /// Fused residual add and layer norm: inputs `a`, `b` F32 of one shape, optional `w` and
+    /// bias `[d]`; outputs `s = a + b` and `LayerNorm(s, w, bias)` — exactly `Add` then
+    /// `LayerNorm`.
+    AddLayerNorm { eps: f32 },
 }
 
 impl Op {
@@ -368,6 +392,9 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::MatMul { .. } => "matmul",
+            Op::Linear { .. } => "linear",
+            Op::AddRmsNorm { .. } => "add_rms_norm",
+            Op::AddLayerNorm { .. } => "add_layer_norm",
             Op::Add => "add",
             Op::Sub => "sub",
             Op::Mul => "mul",

@@ -27,6 +27,36 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
             vec![f32_info(name, inputs[0].shape.dims().to_vec())?]
         }
         Op::RmsNorm { .. } => vec![norm(name, inputs, 1..=2, 1)?],
+        Op::Linear { rhs_transposed, .. } => {
+            arity(name, inputs, 3..=3)?;
+            let y = matmul(name, *rhs_transposed, &inputs[..2])?;
+            float(name, inputs, 2)?;
+            let n = y.shape.dims().last().copied().unwrap_or(1);
+            if inputs[2].shape.dims() != [n] {
+                return Err(Error::shape(name, &[n], inputs[2].shape.dims()));
+            }
+            vec![y]
+        }
+        Op::AddRmsNorm { .. } | Op::AddLayerNorm { .. } => {
+            let most = if matches!(op, Op::AddRmsNorm { .. }) {
+                3
+            } else {
+                4
+            };
+            arity(name, inputs, 2..=most)?;
+            float(name, inputs, 1)?;
+            if inputs[0].shape.dims() != inputs[1].shape.dims() {
+                return Err(Error::shape(
+                    name,
+                    inputs[0].shape.dims(),
+                    inputs[1].shape.dims(),
+                ));
+            }
+            let mut rest = vec![inputs[0].clone()];
+            rest.extend_from_slice(&inputs[2..]);
+            let y = norm(name, &rest, 1..=most - 1, 1)?;
+            vec![y.clone(), y]
+        }
         Op::LayerNorm { .. } => vec![norm(name, inputs, 1..=3, 1)?],
         Op::GroupNorm { groups, .. } => {
             let info = norm(name, inputs, 1..=3, 2)?;

@@ -127,14 +127,19 @@ fn unavailable_backend_says_why() {
 }
 
 #[test]
-fn graph_path_is_a_clear_error() {
+fn graph_path_loads_generators_and_refuses_encoders_clearly() {
     let rt = Runtime::new(RuntimeOptions {
         path: ExecPath::parse("graph").unwrap(),
         ..RuntimeOptions::default()
     })
     .unwrap();
-    let err = rt.load(fixture("hf")).err().expect("an error");
-    assert!(err.to_string().contains("graph"), "{err}");
+    // A LlamaStyle generator runs on the graph template.
+    rt.load(fixture("hf")).unwrap();
+    // An encoder has no graph template: the error says so and names the way out.
+    let bert = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bert/bert");
+    let err = rt.load(&bert).err().expect("an error");
+    let msg = err.to_string();
+    assert!(msg.contains("graph") && msg.contains("curated"), "{msg}");
     let err = ExecPath::parse("fast").unwrap_err();
     assert!(err.to_string().contains("fast"), "{err}");
     // The curated path loads the same model.

@@ -11,6 +11,7 @@ mod binary;
 mod conv;
 mod elementwise;
 mod embedding;
+mod fused;
 mod index;
 mod layout;
 mod matmul;
@@ -37,6 +38,11 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let one = |t: Result<Tensor>| t.map(|t| vec![t]);
     match op {
         Op::MatMul { rhs_transposed } => one(matmul::matmul(*rhs_transposed, inputs, &outs[0])),
+        Op::Linear {
+            rhs_transposed,
+            act,
+        } => one(fused::linear(*rhs_transposed, *act, inputs)),
+        Op::AddRmsNorm { .. } | Op::AddLayerNorm { .. } => fused::add_norm(op, inputs),
         Op::Add | Op::Sub | Op::Mul | Op::Div => one(binary::elementwise(op, inputs, &outs[0])),
         Op::Scale { factor } => one(binary::scale(*factor, &inputs[0])),
         Op::RmsNorm { eps, weight_offset } => one(norm::rms_norm(*eps, *weight_offset, inputs)),

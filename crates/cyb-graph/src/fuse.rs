@@ -1,0 +1,226 @@
+//! The fusion pass: chains of nodes that a backend can run as one op become that op.
+//!
+//! - `MatMul` → `Add` of a constant bias `[n]` → optional activation (`Relu`, `Silu`, `Tanh`,
+//!   `Gelu`) becomes `Op::Linear`;
+//! - `Add` of two same-shaped tensors → `RmsNorm` / `LayerNorm` of the sum (the residual
+//!   "skip + norm" of transformer blocks) becomes `Op::AddRmsNorm` / `Op::AddLayerNorm`, whose
+//!   two outputs are the sum (still read by the next residual) and the normed value.
+//!
+//! A chain is fused only when the backend that will run the graph says it `supports` the fused
+//! op for these input types, and only when the intermediate values have no other reader (nor
+//! are graph outputs). Fused ops are defined as the unfused sequence (the reference computes
+//! them that way), so a fused node the backend declines at run time still runs, through the
+//! dispatcher's fallback, with the same result. Needs inferred types (`infer_types`).
+
+use crate::graph::{Dim, Graph, Node, NodeOp, ValueId};
+use cyb_backend::Backend;
+use cyb_ops::{LinearAct, Op};
+use cyb_tensor::{DType, Shape, TensorInfo};
+use std::collections::{HashMap, HashSet};
+
+/// Fuses what `backend` supports; returns the number of fused nodes made.
+pub fn fuse_for_backend(g: &mut Graph, backend: &dyn Backend) -> usize {
+    let mut readers: HashMap<ValueId, Vec<usize>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &v in n.inputs.iter().flatten() {
+            readers.entry(v).or_default().push(i);
+        }
+    }
+    let outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
+    // Available before any node runs: graph inputs and constants.
+    let early: HashSet<ValueId> = g
+        .inputs
+        .iter()
+        .copied()
+        .chain(g.constants.keys().copied())
+        .collect();
+    let only_reader = |v: ValueId| -> Option<usize> {
+        match readers.get(&v).map(Vec::as_slice) {
+            Some([r]) if !outputs.contains(&v) => Some(*r),
+            _ => None,
+        }
+    };
+    let mut removed = vec![false; g.nodes.len()];
+    let mut made = 0;
+    for i in 0..g.nodes.len() {
+        if removed[i] {
+            continue;
+        }
+        let plan = match &g.nodes[i].op {
+            NodeOp::Op(Op::MatMul { rhs_transposed }) => {
+                plan_linear(g, i, *rhs_transposed, &only_reader, &early, &removed)
+            }
+            NodeOp::Op(Op::Add) => plan_add_norm(g, i, &readers, &early, &removed),
+            _ => None,
+        };
+        let Some(plan) = plan else { continue };
+        let Some(infos) = infos(g, &plan.inputs) else {
+            continue;
+        };
+        if !backend.supports(&plan.op, &infos) {
+            continue;
+        }
+        let name = format!("{}+fused", g.nodes[i].name);
+        for &r in &plan.remove {
+            removed[r] = true;
+        }
+        g.nodes[i] = Node {
+            name,
+            op: NodeOp::Op(plan.op),
+            inputs: plan.inputs.into_iter().map(Some).collect(),
+            outputs: plan.outputs,
+        };
+        made += 1;
+    }
+    let mut keep = removed.iter().map(|r| !r);
+    g.nodes.retain(|_| keep.next().unwrap_or(true));
+    made
+}
+
+/// A fused node to put in place of node `i`, and the later nodes it absorbs.
+struct Plan {
+    op: Op,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+    remove: Vec<usize>,
+}
+
+fn plan_linear(
+    g: &Graph,
+    i: usize,
+    rhs_transposed: bool,
+    only_reader: &impl Fn(ValueId) -> Option<usize>,
+    early: &HashSet<ValueId>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let mm = &g.nodes[i];
+    let (x, w) = (input(mm, 0)?, input(mm, 1)?);
+    let m = *mm.outputs.first()?;
+    let j = only_reader(m).filter(|&j| !removed[j])?;
+    let add = &g.nodes[j];
+    if add.op != NodeOp::Op(Op::Add) {
+        return None;
+    }
+    let (a0, a1) = (input(add, 0)?, input(add, 1)?);
+    let bias = if a0 == m { a1 } else { a0 };
+    // The bias must exist where the fused node goes (node i's place) and be one row `[n]`.
+    let n = last_fixed_dim(g, m)?;
+    if bias == m || !early.contains(&bias) || fixed_dims(g, bias)? != [n] {
+        return None;
+    }
+    let y = *add.outputs.first()?;
+    let act_node = only_reader(y)
+        .filter(|&k| !removed[k])
+        .and_then(|k| Some((k, activation(&g.nodes[k])?)));
+    let (act, out, remove) = match act_node {
+        Some((k, act)) => (act, *g.nodes[k].outputs.first()?, vec![j, k]),
+        None => (LinearAct::None, y, vec![j]),
+    };
+    Some(Plan {
+        op: Op::Linear {
+            rhs_transposed,
+            act,
+        },
+        inputs: vec![x, w, bias],
+        outputs: vec![out],
+        remove,
+    })
+}
+
+fn plan_add_norm(
+    g: &Graph,
+    i: usize,
+    readers: &HashMap<ValueId, Vec<usize>>,
+    early: &HashSet<ValueId>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let add = &g.nodes[i];
+    let (a, b) = (input(add, 0)?, input(add, 1)?);
+    if fixed_or_sym(g, a)? != fixed_or_sym(g, b)? {
+        return None;
+    }
+    let s = *add.outputs.first()?;
+    // The first norm that reads the sum as its input (the sum may have other readers).
+    let (j, op) = readers.get(&s)?.iter().find_map(|&j| {
+        let n = &g.nodes[j];
+        if removed[j] || input(n, 0)? != s {
+            return None;
+        }
+        let op = match &n.op {
+            NodeOp::Op(Op::RmsNorm { eps, weight_offset }) => Op::AddRmsNorm {
+                eps: *eps,
+                weight_offset: *weight_offset,
+            },
+            NodeOp::Op(Op::LayerNorm { eps }) => Op::AddLayerNorm { eps: *eps },
+            _ => return None,
+        };
+        Some((j, op))
+    })?;
+    let norm = &g.nodes[j];
+    // Norm parameters must be available at node i, where the fused node goes; an absent
+    // optional parameter may only be trailing (ops take inputs by position).
+    let params = &norm.inputs[1..];
+    let given: Vec<ValueId> = params.iter().map_while(|p| *p).collect();
+    if given.len() != params.iter().flatten().count() || !given.iter().all(|p| early.contains(p)) {
+        return None;
+    }
+    let mut inputs = vec![a, b];
+    inputs.extend(given);
+    Some(Plan {
+        op,
+        inputs,
+        outputs: vec![s, *norm.outputs.first()?],
+        remove: vec![j],
+    })
+}
+
+fn input(n: &Node, k: usize) -> Option<ValueId> {
+    n.inputs.get(k).copied().flatten()
+}
+
+fn activation(n: &Node) -> Option<LinearAct> {
+    match &n.op {
+        NodeOp::Op(Op::Relu) => Some(LinearAct::Relu),
+        NodeOp::Op(Op::Silu) => Some(LinearAct::Silu),
+        NodeOp::Op(Op::Tanh) => Some(LinearAct::Tanh),
+        NodeOp::Op(Op::Gelu { approx }) => Some(LinearAct::Gelu(*approx)),
+        _ => None,
+    }
+}
+
+fn fixed_or_sym(g: &Graph, v: ValueId) -> Option<(DType, Vec<Dim>)> {
+    let t = g.values.get(v)?.ty.as_ref()?;
+    Some((t.dtype, t.dims.clone()?))
+}
+
+fn fixed_dims(g: &Graph, v: ValueId) -> Option<Vec<usize>> {
+    g.values.get(v)?.ty.as_ref()?.fixed_dims()
+}
+
+fn last_fixed_dim(g: &Graph, v: ValueId) -> Option<usize> {
+    match g.values.get(v)?.ty.as_ref()?.dims.as_ref()?.last()? {
+        Dim::Fixed(n) => Some(*n),
+        Dim::Sym(_) => None,
+    }
+}
+
+/// The inputs' types as the backend's `supports` takes them; a symbolic dimension is asked
+/// about as 1 (backends decide by dtype and rank, not by the size of a free dimension).
+fn infos(g: &Graph, ids: &[ValueId]) -> Option<Vec<TensorInfo>> {
+    ids.iter()
+        .map(|&v| {
+            let (dtype, dims) = fixed_or_sym(g, v)?;
+            let dims: Vec<usize> = dims
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => *n,
+                    Dim::Sym(_) => 1,
+                })
+                .collect();
+            Some(TensorInfo {
+                shape: Shape::new(dims).ok()?,
+                dtype,
+            })
+        })
+        .collect()
+}
