@@ -36,11 +36,33 @@ pub fn read_onnx(path: &Path) -> Result<Graph> {
 /// where they are equivalent (so fast backends can run them).
 pub fn load_onnx(path: &Path) -> Result<Graph> {
     let mut g = read_onnx(path)?;
+    let declared: Vec<Option<cyb_tensor::DType>> = g
+        .outputs
+        .iter()
+        .map(|&o| g.values[o].ty.as_ref().map(|t| t.dtype))
+        .collect();
     cyb_graph::infer_types(&mut g)?;
     cyb_graph::fold_constants(&mut g)?;
     cyb_graph::eliminate_dead_nodes(&mut g);
     cyb_graph::infer_types(&mut g)?;
     cyb_graph::prefer_curated_ops(&mut g);
+    // An op that computes in another dtype than the model declares (an F64 input through an
+    // op with an F32 rule) is refused here rather than returning F32 where F64 is promised.
+    for (&o, want) in g.outputs.iter().zip(declared) {
+        let got = g.values[o].ty.as_ref().map(|t| t.dtype);
+        if let (Some(want), Some(got)) = (want, got) {
+            if want != got {
+                return Err(Error::UnsupportedOp {
+                    op: format!(
+                        "graph output {:?}: the model declares {want}, the graph computes {got}",
+                        g.name_of(o)
+                    ),
+                    backend: "onnx-import".into(),
+                    input_dtype: want,
+                });
+            }
+        }
+    }
     Ok(g)
 }
 
