@@ -1,6 +1,8 @@
 //! `cyb-llm classify MODEL "text"...`: label probabilities of each text from a
 //! sequence-classification model, or the label of every token from a token-classification
-//! model, as a JSON array (one object per text, in order) on stdout.
+//! model, as a JSON array (one object per text, in order) on stdout. `--pair TEXT` classifies
+//! text pairs (token types 0/1); `--labels a,b,c` is zero-shot classification with an NLI model
+//! (each label as the hypothesis "This example is {label}.").
 
 use crate::session_args::EngineArgs;
 use cyb_tensor::{Error, Result};
@@ -16,6 +18,20 @@ pub struct ClassifyArgs {
     /// Cut texts longer than the model takes instead of refusing them.
     #[arg(long)]
     pub truncate: bool,
+    /// Second text of a pair (e.g. premise/hypothesis, question/passage) for every text.
+    #[arg(long, conflicts_with = "labels")]
+    pub pair: Option<String>,
+    /// Zero-shot classification over these candidate labels (comma-separated) with an NLI
+    /// model: each label becomes a hypothesis, scored by its entailment logit.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Hypothesis template for --labels; `{}` is replaced by the label.
+    #[arg(long, default_value = "This example is {}.", requires = "labels")]
+    pub template: String,
+    /// With --labels: score each label on its own (entailment vs contradiction) instead of
+    /// one softmax over all labels.
+    #[arg(long, requires = "labels")]
+    pub multi_label: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -38,7 +54,24 @@ pub fn run(args: ClassifyArgs) -> Result<()> {
         println!("{json}");
         return Ok(());
     }
-    let results = model.classify_batch(&texts, args.truncate)?;
+    let results = if !args.labels.is_empty() {
+        let labels: Vec<&str> = args.labels.iter().map(String::as_str).collect();
+        let opts = cyb_runtime::ZeroShotOptions {
+            hypothesis_template: args.template.clone(),
+            multi_label: args.multi_label,
+        };
+        texts
+            .iter()
+            .map(|t| model.zero_shot(t, &labels, &opts))
+            .collect::<Result<Vec<_>>>()?
+    } else if let Some(pair) = &args.pair {
+        texts
+            .iter()
+            .map(|t| model.classify_pair(t, pair, args.truncate))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        model.classify_batch(&texts, args.truncate)?
+    };
     let out: Vec<_> = texts
         .iter()
         .zip(results)

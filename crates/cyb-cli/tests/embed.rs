@@ -137,3 +137,82 @@ fn classify_labels_tokens_with_a_token_head() {
         ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]"]
     );
 }
+
+/// `--pair` and `--labels` against transformers on the tiny NLI fixture
+/// (tests/fixtures/nli, made by tools/fixtures/make_nli_fixture.py): the pair's label
+/// probabilities are the softmax of transformers' logits, and zero-shot gives the pipeline's
+/// labels in its order with its scores.
+#[test]
+fn classify_pairs_and_zero_shot_labels() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nli/bert_nli");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let model = dir.to_string_lossy().into_owned();
+    let pair = &r["pairs"][0];
+    let (ok, out, err) = cyb(&[
+        "classify",
+        &model,
+        pair["text"].as_str().unwrap(),
+        "--pair",
+        pair["text_pair"].as_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let logits = floats(&pair["logits"]);
+    let max = logits.iter().fold(f32::MIN, |m, &x| m.max(x));
+    let total: f32 = logits.iter().map(|x| (x - max).exp()).sum();
+    let want: Vec<f32> = logits.iter().map(|x| (x - max).exp() / total).collect();
+    let mut got: Vec<f32> = v[0]["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["score"].as_f64().unwrap() as f32)
+        .collect();
+    let mut want_sorted = want.clone();
+    got.sort_by(|a, b| b.total_cmp(a));
+    want_sorted.sort_by(|a, b| b.total_cmp(a));
+    for (g, w) in got.iter().zip(&want_sorted) {
+        assert!((g - w).abs() <= 1e-5, "{got:?} vs {want_sorted:?}");
+    }
+
+    let z = &r["zero_shot"][0];
+    let labels: Vec<&str> = z["candidate_labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let (ok, out, err) = cyb(&[
+        "classify",
+        &model,
+        z["text"].as_str().unwrap(),
+        "--labels",
+        &labels.join(","),
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let scores = v[0]["scores"].as_array().unwrap();
+    for (i, want_label) in z["labels"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(scores[i]["label"], *want_label, "{out}");
+        let (g, w) = (
+            scores[i]["score"].as_f64().unwrap(),
+            z["scores"][i].as_f64().unwrap(),
+        );
+        assert!((g - w).abs() <= 1e-5, "{out}");
+    }
+    // A non-NLI model cannot do zero-shot: a clear error, not a crash.
+    let (ok, _, err) = cyb(&[
+        "classify",
+        &model_dir_without_nli(),
+        "hi",
+        "--labels",
+        "a,b",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("error"), "{err}");
+}
+
+fn model_dir_without_nli() -> String {
+    model()
+}
