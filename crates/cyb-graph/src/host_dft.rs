@@ -2,7 +2,7 @@
 //! complex (`[.., 2]`) signals; outputs are complex `[.., 2]`.
 
 use crate::host_op::{axis, cast_to, req, HostRun};
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// `X[k] = Σ_n x[n] · e^(∓2πi·kn/N)` for `k < bins` (`inverse`: `+`, and divided by `N`).
 fn transform(re: &[f64], im: &[f64], n: usize, bins: usize, inverse: bool) -> Vec<(f64, f64)> {
@@ -146,4 +146,65 @@ pub(crate) fn stft(
     }
     let t = Tensor::from_f32(&[d[0], frames, bins, 2], &y)?;
     Ok(vec![cast_to(r, t, x.dtype())?])
+}
+
+/// ONNX MelWeightMatrix: `[dft_length / 2 + 1, num_mel_bins]` triangular filters whose edges
+/// are `num_mel_bins + 2` points evenly spaced on the mel scale (`2595·log10(1 + f/700)`)
+/// between the lower and upper edge, mapped to whole DFT bins.
+pub(crate) fn mel_weight_matrix(
+    r: &mut HostRun,
+    inputs: &[Option<Tensor>],
+    dtype: DType,
+) -> Result<Vec<Tensor>> {
+    let name = "mel_weight_matrix";
+    let scalar = |r: &HostRun, i: usize| -> Result<f64> {
+        r.d.to_host(req(name, inputs, i)?)?
+            .to_f64_vec()?
+            .first()
+            .copied()
+            .ok_or_else(|| Error::invalid(name, format!("input {i} is empty")))
+    };
+    let (mels, dft_len, rate) = (scalar(r, 0)?, scalar(r, 1)?, scalar(r, 2)?);
+    let (lo, hi) = (scalar(r, 3)?, scalar(r, 4)?);
+    if !(mels >= 1.0 && dft_len >= 1.0 && rate > 0.0 && mels * dft_len <= 1e8) {
+        return Err(Error::invalid(
+            name,
+            format!("num_mel_bins {mels}, dft_length {dft_len}, sample_rate {rate}"),
+        ));
+    }
+    let (mels, dft_len) = (mels as usize, dft_len as i64);
+    let bins = dft_len as usize / 2 + 1;
+    let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
+    let (mlo, mhi) = (mel(lo), mel(hi));
+    let step = (mhi - mlo) / (mels + 2) as f64;
+    let edges: Vec<i64> = (0..mels + 2)
+        .map(|k| {
+            let hz = 700.0 * (10f64.powf((k as f64 * step + mlo) / 2595.0) - 1.0);
+            (((dft_len + 1) as f64 * hz) / rate).floor() as i64
+        })
+        .collect();
+    let mut w = vec![0f64; bins * mels];
+    let mut set = |j: i64, m: usize, v: f64| {
+        if let Some(x) = usize::try_from(j).ok().filter(|&j| j < bins) {
+            w[x * mels + m] = v;
+        }
+    };
+    for m in 0..mels {
+        let (left, center, right) = (edges[m], edges[m + 1], edges[m + 2]);
+        let rise = center - left;
+        if rise == 0 {
+            set(center, m, 1.0);
+        } else {
+            for j in left..=center {
+                set(j, m, (j - left) as f64 / rise as f64);
+            }
+        }
+        let fall = right - center;
+        if fall > 0 {
+            for j in center..right {
+                set(j, m, (right - j) as f64 / fall as f64);
+            }
+        }
+    }
+    Ok(vec![Tensor::from_f64_as(&[bins, mels], &w, dtype)?])
 }

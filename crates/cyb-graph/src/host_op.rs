@@ -147,6 +147,11 @@ pub enum HostOp {
     Optimizer(Optimizer),
     /// ONNX TfIdfVectorizer over integer tokens (see `host_tfidf`).
     TfIdf(TfIdfSpec),
+    /// ONNX MelWeightMatrix with its output dtype (see `host_dft`).
+    MelWeightMatrix {
+        #[serde(with = "cyb_ops::dtype_name")]
+        dtype: DType,
+    },
     /// ONNX RandomNormalLike / RandomUniformLike: samples shaped like input 0 from a fixed,
     /// seeded generator (see `host_random`).
     RandomLike {
@@ -324,6 +329,7 @@ impl HostOp {
             HostOp::Einsum { .. } => "einsum",
             HostOp::Optimizer(_) => "optimizer",
             HostOp::TfIdf(_) => "tfidf_vectorizer",
+            HostOp::MelWeightMatrix { .. } => "mel_weight_matrix",
             HostOp::RandomLike { .. } => "random_like",
             HostOp::Lrn { .. } => "lrn",
             HostOp::MeanVarianceNormalization { .. } => "mean_variance_normalization",

@@ -426,6 +426,7 @@ pub(crate) fn run(
         HostOp::Einsum { equation } => crate::host_einsum::einsum(r, equation, inputs),
         HostOp::Optimizer(o) => crate::host_train::optimizer(r, o, inputs),
         HostOp::TfIdf(s) => crate::host_tfidf::tfidf(r, s, inputs),
+        HostOp::MelWeightMatrix { dtype } => crate::host_dft::mel_weight_matrix(r, inputs, *dtype),
         HostOp::EyeLike { k, dtype } => {
             let dt = dtype
                 .as_deref()

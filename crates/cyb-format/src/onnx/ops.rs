@@ -227,6 +227,10 @@ pub(crate) fn map(
             };
             Ok((host(HostOp::TfIdf(spec)), ins))
         }
+        "MelWeightMatrix" => {
+            let dtype = tensor::dtype_of(a.i("output_datatype", 1) as i32, name)?;
+            Ok((host(HostOp::MelWeightMatrix { dtype }), ins))
+        }
         "Einsum" => {
             let equation = a
                 .s("equation")
