@@ -8,6 +8,7 @@
 mod attrs;
 mod builder;
 mod ops;
+mod ops_host;
 mod ops_nn;
 pub mod proto;
 mod tensor;
