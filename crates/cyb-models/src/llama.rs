@@ -85,6 +85,27 @@ impl Step<'_> {
         self.run(op, &[x, w])
     }
 
+    /// `(a + b, rms_norm(a + b, w))` as one `Op::AddRmsNorm`.
+    fn add_rms_norm(
+        &mut self,
+        cfg: &LlamaConfig,
+        a: &Tensor,
+        b: &Tensor,
+        w: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let op = Op::AddRmsNorm {
+            eps: cfg.norm_eps,
+            weight_offset: cfg.norm_weight_offset,
+        };
+        let inputs = [a.clone(), b.clone(), w.clone()];
+        let mut out = self.dispatcher.run_with(&op, &inputs, &mut self.ctx)?;
+        if out.len() != 2 {
+            return Err(Error::invalid(op.name(), "expected the sum and its norm"));
+        }
+        let normed = out.swap_remove(1);
+        Ok((out.swap_remove(0), normed))
+    }
+
     fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         let dims = dims.iter().map(|&d| d as isize).collect();
         self.run(Op::Reshape { dims }, &[x])
@@ -287,11 +308,21 @@ impl LlamaModel {
         if let Some(s) = cfg.embedding_scale {
             x = step.run(Op::Scale { factor: s }, &[&x])?;
         }
-        for (i, (layer, attn)) in self.weights.layers.iter().zip(&cfg.layers).enumerate() {
-            let a = self.attention(step, i, layer, attn, &x, positions, cache)?;
-            x = step.run(Op::Add, &[&x, &a])?;
-            let m = self.feed_forward(step, layer, &x)?;
-            x = step.run(Op::Add, &[&x, &m])?;
+        // Each block's input norm is fused with the residual add that precedes it
+        // (`Op::AddRmsNorm`: the sum and its norm from one op).
+        let layers = &self.weights.layers;
+        let mut h = match layers.first() {
+            Some(l) => step.rms_norm(cfg, &x, &l.attn_norm)?,
+            None => x.clone(),
+        };
+        for (i, (layer, attn)) in layers.iter().zip(&cfg.layers).enumerate() {
+            let a = self.attention(step, i, layer, attn, &h, positions, cache)?;
+            let (sum, normed) = step.add_rms_norm(cfg, &x, &a, &layer.ffn_norm)?;
+            let m = self.feed_forward(step, layer, &normed)?;
+            match layers.get(i + 1) {
+                Some(next) => (x, h) = step.add_rms_norm(cfg, &sum, &m, &next.attn_norm)?,
+                None => x = step.run(Op::Add, &[&sum, &m])?,
+            }
         }
         cache.commit(n)?;
         if last_only && n > 1 {
@@ -362,8 +393,9 @@ impl LlamaModel {
         Ok(())
     }
 
-    /// Self-attention of block `i` for the new tokens `x` `[n, hidden]`; writes their keys
-    /// and values into the cache and returns the block's attention output `[n, hidden]`.
+    /// Self-attention of block `i` for the new tokens, `h` `[n, hidden]` (the block input
+    /// after its norm); writes their keys and values into the cache and returns the block's
+    /// attention output `[n, hidden]`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -371,22 +403,21 @@ impl LlamaModel {
         i: usize,
         layer: &LayerWeights,
         attn: &LayerAttention,
-        x: &Tensor,
+        h: &Tensor,
         positions: &Tensor,
         cache: &mut KvCache,
     ) -> Result<Tensor> {
         let cfg = &self.config;
-        let (n, d) = (x.dims()[0], cfg.head_dim);
+        let (n, d) = (h.dims()[0], cfg.head_dim);
         let (hq, hkv) = (cfg.num_heads, cfg.num_kv_heads);
-        let h = step.rms_norm(cfg, x, &layer.attn_norm)?;
         let (q, k, v) = match &layer.qkv {
             QkvWeights::Split { q, k, v } => (
-                step.linear(&h, q, None)?,
-                step.linear(&h, k, None)?,
-                step.linear(&h, v, None)?,
+                step.linear(h, q, None)?,
+                step.linear(h, k, None)?,
+                step.linear(h, v, None)?,
             ),
             QkvWeights::Fused(w) => {
-                let qkv = step.linear(&h, w, None)?;
+                let qkv = step.linear(h, w, None)?;
                 let split = Op::Split {
                     axis: -1,
                     sizes: vec![hq * d, hkv * d, hkv * d],
@@ -481,10 +512,10 @@ impl LlamaModel {
         }
     }
 
-    /// The gated feed-forward of one block for `x` `[n, hidden]`.
-    fn feed_forward(&self, step: &mut Step, layer: &LayerWeights, x: &Tensor) -> Result<Tensor> {
+    /// The gated feed-forward of one block for `h` `[n, hidden]`, the residual stream after
+    /// the block's feed-forward norm.
+    fn feed_forward(&self, step: &mut Step, layer: &LayerWeights, h: &Tensor) -> Result<Tensor> {
         let cfg = &self.config;
-        let h = step.rms_norm(cfg, x, &layer.ffn_norm)?;
         let glu = match cfg.activation {
             Activation::SwiGlu => Op::SwiGlu,
             Activation::GeGluTanh => Op::GeGlu {
@@ -493,13 +524,13 @@ impl LlamaModel {
         };
         let act = match &layer.gate_up {
             GateUpWeights::Split { gate, up } => {
-                let g = step.linear(&h, gate, None)?;
-                let u = step.linear(&h, up, None)?;
+                let g = step.linear(h, gate, None)?;
+                let u = step.linear(h, up, None)?;
                 step.run(glu, &[&g, &u])?
             }
             // One [.., 2·inter] input: the first half is the gate, as SwiGlu/GeGlu specify.
             GateUpWeights::Fused(w) => {
-                let gu = step.linear(&h, w, None)?;
+                let gu = step.linear(h, w, None)?;
                 step.run(glu, &[&gu])?
             }
         };

@@ -23,6 +23,7 @@ pub enum Family {
     Sdpa,
     ArgMax,
     LayerNorm,
+    AddNorm,
 }
 
 impl Family {
@@ -39,6 +40,7 @@ impl Family {
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
+            Family::AddNorm => include_str!("shaders/add_norm.wgsl"),
         }
     }
 
@@ -51,6 +53,7 @@ impl Family {
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
             Family::Sdpa => (3, 2),
             Family::LayerNorm => (3, 1),
+            Family::AddNorm => (3, 2),
         }
     }
 }

@@ -124,6 +124,15 @@ fn rms_norm_and_softmax() {
             weight_offset: offset,
         };
         check(&op, &[f32t(&[3, 5, 37], 1), f32t(&[37], 2)], 1e-5);
+        // The fused residual add + norm: both outputs (the sum and its norm), long rows too.
+        let op = Op::AddRmsNorm {
+            eps: 1e-6,
+            weight_offset: offset,
+        };
+        for d in [37, 577] {
+            let (a, b, w) = (f32t(&[3, 5, d], 21), f32t(&[3, 5, d], 22), f32t(&[d], 23));
+            check(&op, &[a, b, w], 1e-5);
+        }
     }
     check(&Op::Softmax { axis: -1 }, &[f32t(&[5, 133], 4)], 1e-5);
     // Layer norm with weight and bias, weight only, and neither.

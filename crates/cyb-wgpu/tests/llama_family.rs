@@ -107,6 +107,7 @@ fn check_variant(variant: &str) {
         for op in [
             "matmul",
             "rms_norm",
+            "add_rms_norm",
             "rope",
             "sdpa",
             "embedding",

@@ -36,6 +36,7 @@ pub(crate) fn supports(gpu: &WgpuBackend, op: &Op, inputs: &[TensorInfo]) -> boo
             all_f32(1) || (all_f32(2) && inputs[0].shape == inputs[1].shape)
         }
         Op::RmsNorm { .. } => all_f32(2),
+        Op::AddRmsNorm { .. } => all_f32(3),
         Op::LayerNorm { .. } => (1..=3).any(all_f32),
         Op::Softmax { axis } => {
             all_f32(1)
@@ -90,6 +91,13 @@ pub(crate) fn execute(
         Op::KvAppend { start } => one(layout::kv_append(gpu, st, *start, &inputs[0], &inputs[1])?),
         Op::Concat { axis } => one(layout::concat(gpu, st, *axis, inputs, &outs[0])?),
         Op::Split { axis, .. } => Ok(Some(layout::split(gpu, st, *axis, &inputs[0], outs)?)),
+        Op::AddRmsNorm { eps, weight_offset } => Ok(Some(pointwise::add_rms_norm(
+            gpu,
+            st,
+            (*eps, *weight_offset),
+            inputs,
+            &outs[0],
+        )?)),
         _ => one(pointwise::execute(gpu, st, op, inputs, &outs[0])?),
     }
 }

@@ -155,3 +155,32 @@ pub(crate) fn execute(
     }
     Ok(y)
 }
+
+/// `Op::AddRmsNorm`: the residual sum and its RMS norm from one dispatch.
+pub(crate) fn add_rms_norm(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    (eps, weight_offset): (f32, f32),
+    inputs: &[Tensor],
+    out: &TensorInfo,
+) -> Result<Vec<Tensor>> {
+    let dims = out.shape.dims();
+    let (s, sbuf) = gpu.output(st, dims, out.dtype)?;
+    let (y, ybuf) = gpu.output(st, dims, out.dtype)?;
+    let d = out.shape.last();
+    let rows = out.shape.numel().checked_div(d).unwrap_or(0);
+    let (a, b, w) = (
+        gpu_buf(&inputs[0])?,
+        gpu_buf(&inputs[1])?,
+        gpu_buf(&inputs[2])?,
+    );
+    let key = KernelKey::plain(Family::AddNorm, "add_rms_norm");
+    let p = [
+        rows as u32,
+        d as u32,
+        eps.to_bits(),
+        weight_offset.to_bits(),
+    ];
+    gpu.dispatch(st, &key, &p, &[&a, &b, &w, &sbuf, &ybuf], rows as u32)?;
+    Ok(vec![s, y])
+}
