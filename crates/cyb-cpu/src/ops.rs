@@ -240,14 +240,18 @@ pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<V
 /// each step rounded as the `Add` and activation ops round it.
 pub(crate) fn bias_act(y: &Tensor, bias: &Tensor, act: cyb_ops::LinearAct) -> Result<Tensor> {
     use cyb_ops::LinearAct;
+    match act {
+        LinearAct::None => add_bias(y, bias, |x| x),
+        LinearAct::Relu => add_bias(y, bias, |x| x.max(0.0)),
+        LinearAct::Silu => add_bias(y, bias, silu),
+        LinearAct::Tanh => add_bias(y, bias, f32::tanh),
+        LinearAct::Gelu(approx) => add_bias(y, bias, |x| gelu(x, approx)),
+    }
+}
+
+/// `f(y + bias)` row by row; generic so the activation is inlined into the loop.
+fn add_bias(y: &Tensor, bias: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor> {
     let (v, b) = (y.as_f32()?, bias.as_f32()?);
-    let f: Box<dyn Fn(f32) -> f32 + Sync> = match act {
-        LinearAct::None => Box::new(|x| x),
-        LinearAct::Relu => Box::new(|x: f32| x.max(0.0)),
-        LinearAct::Silu => Box::new(silu),
-        LinearAct::Tanh => Box::new(f32::tanh),
-        LinearAct::Gelu(approx) => Box::new(move |x| gelu(x, approx)),
-    };
     make(y.dims(), |out| {
         if !b.is_empty() {
             for (oc, vc) in out.chunks_mut(b.len()).zip(v.chunks(b.len())) {

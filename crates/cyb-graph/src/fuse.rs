@@ -180,11 +180,8 @@ fn input(n: &Node, k: usize) -> Option<ValueId> {
 
 fn activation(n: &Node) -> Option<LinearAct> {
     match &n.op {
-        NodeOp::Op(Op::Relu) => Some(LinearAct::Relu),
-        NodeOp::Op(Op::Silu) => Some(LinearAct::Silu),
-        NodeOp::Op(Op::Tanh) => Some(LinearAct::Tanh),
-        NodeOp::Op(Op::Gelu { approx }) => Some(LinearAct::Gelu(*approx)),
-        _ => None,
+        NodeOp::Op(op) => LinearAct::from_op(op),
+        NodeOp::Host(_) => None,
     }
 }
 

@@ -239,7 +239,6 @@ impl BertModel {
         types: Option<&[Vec<u32>]>,
         body: impl FnOnce(&Self, &mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
-        crate::bert_batch::check(&self.config, seqs)?;
         let padded = match self.layout {
             BatchLayout::Padded => true,
             BatchLayout::Packed => false,

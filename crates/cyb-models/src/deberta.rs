@@ -18,7 +18,7 @@
 //! are always padded (the bias needs the square score matrix anyway).
 
 use crate::bert::Step;
-use crate::bert_batch::{self, Batch};
+use crate::bert_batch::Batch;
 use crate::bert_config::{BertActivation, BertConfig, BertHead};
 use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::Linear;
@@ -300,7 +300,6 @@ impl DebertaModel {
         types: Option<&[Vec<u32>]>,
         body: impl FnOnce(&Self, &mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
-        bert_batch::check(&self.config, seqs)?;
         let batch = Batch::with_types(&self.config, seqs, types, true)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,

@@ -14,7 +14,7 @@
 //! (`geglu`: GELU, `reglu`: ReLU).
 
 use crate::bert::Step;
-use crate::bert_batch::{self, Batch};
+use crate::bert_batch::Batch;
 use crate::bert_config::BertConfig;
 use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{Linear, Norm};
@@ -53,25 +53,10 @@ impl JinaSettings {
     }
 }
 
-/// ALiBi slopes for `n` heads (see the module comment).
+/// ALiBi slopes for `n` heads (see the module comment): the ALiBi paper's with a maximum bias
+/// of 8, as the attention op's `alibi_max_bias` uses them.
 pub fn alibi_slopes(n: usize) -> Vec<f32> {
-    fn power_of_two(n: usize) -> Vec<f64> {
-        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
-        (0..n).map(|i| start * start.powi(i as i32)).collect()
-    }
-    fn slopes(n: usize) -> Vec<f64> {
-        if n.is_power_of_two() {
-            return power_of_two(n);
-        }
-        let c = 1usize << n.ilog2();
-        let mut s = power_of_two(c);
-        s.extend(slopes(2 * c).into_iter().step_by(2).take(n - c));
-        s
-    }
-    if n == 0 {
-        return Vec::new();
-    }
-    slopes(n).into_iter().map(|s| s as f32).collect()
+    cyb_ops::reference::alibi_slopes(8.0, n)
 }
 
 struct JinaLayer {
@@ -203,7 +188,6 @@ impl JinaBertModel {
 
     /// The final hidden states of every real token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
-        bert_batch::check(&self.config, seqs)?;
         let batch = Batch::new(&self.config, seqs, true)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,

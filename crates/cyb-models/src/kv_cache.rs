@@ -50,6 +50,17 @@ fn nonzero(capacity: usize) -> Result<()> {
     Ok(())
 }
 
+fn host_only() -> Error {
+    Error::invalid(
+        "kv_cache",
+        "internal: a device cache is written with Op::KvAppend, not on the host",
+    )
+}
+
+fn outside(layer: usize) -> Error {
+    Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
+}
+
 impl KvCache {
     /// A cache for `capacity` tokens of a model with these dimensions. Fails with
     /// `OutOfMemory` rather than aborting when the buffers cannot be allocated.
@@ -217,6 +228,24 @@ impl KvCache {
     ///
     /// [`commit`]: KvCache::commit
     pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let n = self.store(layer, k, v)?;
+        self.gather(layer, self.len + n)
+    }
+
+    /// As [`write`](KvCache::write) without returning the prefix (the graph path, whose
+    /// graph already concatenated it).
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        self.store(layer, k, v).map(|_| ())
+    }
+
+    /// The committed keys and values of `layer`, each `[kv_heads, len, head_dim]` (a host
+    /// cache; the graph path feeds them to its template as the past).
+    pub fn host_prefix(&self, layer: usize) -> Result<(Tensor, Tensor)> {
+        self.gather(layer, self.len)
+    }
+
+    /// Copies the new rows into place; returns how many tokens they hold.
+    fn store(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<usize> {
         let (h, d, cap, start) = (self.kv_heads, self.head_dim, self.capacity, self.len);
         let n = k.dims().first().copied().unwrap_or(0);
         for (what, t) in [("keys", k), ("values", v)] {
@@ -234,17 +263,7 @@ impl KvCache {
                 format!("{n} new tokens do not fit: {start} of {cap} positions are used"),
             ));
         }
-        let Layers::Host(layers) = &mut self.layers else {
-            return Err(Error::invalid(
-                "kv_cache",
-                "internal: a device cache is written with Op::KvAppend",
-            ));
-        };
-        let slot = layers.get_mut(layer).ok_or_else(|| {
-            Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
-        })?;
-        let total = start + n;
-        let mut out = Vec::with_capacity(2);
+        let slot = self.host_layer_mut(layer)?;
         for (src, buf) in [(k, &mut slot.k), (v, &mut slot.v)] {
             let src = src.as_f32()?;
             for t in 0..n {
@@ -254,41 +273,33 @@ impl KvCache {
                     buf[to..to + d].copy_from_slice(&src[from..from + d]);
                 }
             }
-            // The valid prefix of each head, gathered into one contiguous tensor.
-            let mut prefix = Vec::with_capacity(h * total * d);
-            for head in 0..h {
-                prefix.extend_from_slice(&buf[head * cap * d..][..total * d]);
-            }
-            out.push(Tensor::from_f32(&[h, total, d], &prefix)?);
         }
-        let v_all = out.pop();
-        let k_all = out.pop();
-        k_all
-            .zip(v_all)
-            .ok_or_else(|| Error::invalid("kv_cache", "internal: missing tensor"))
+        Ok(n)
     }
 
-    /// The committed keys and values of `layer`, each `[kv_heads, len, head_dim]` (a host
-    /// cache; the graph path feeds them to its template as the past).
-    pub fn host_prefix(&self, layer: usize) -> Result<(Tensor, Tensor)> {
-        let (h, d, cap, len) = (self.kv_heads, self.head_dim, self.capacity, self.len);
+    /// The first `total` tokens of each head of `layer`, gathered into contiguous
+    /// `[kv_heads, total, head_dim]` tensors.
+    fn gather(&self, layer: usize, total: usize) -> Result<(Tensor, Tensor)> {
+        let (h, d, cap) = (self.kv_heads, self.head_dim, self.capacity);
         let Layers::Host(layers) = &self.layers else {
-            return Err(Error::invalid(
-                "kv_cache",
-                "internal: the graph path needs a host cache",
-            ));
+            return Err(host_only());
         };
-        let slot = layers.get(layer).ok_or_else(|| {
-            Error::invalid("kv_cache", format!("layer {layer} is outside the cache"))
-        })?;
-        let gather = |buf: &[f32]| {
-            let mut out = Vec::with_capacity(h * len * d);
+        let slot = layers.get(layer).ok_or_else(|| outside(layer))?;
+        let one = |buf: &[f32]| {
+            let mut out = Vec::with_capacity(h * total * d);
             for head in 0..h {
-                out.extend_from_slice(&buf[head * cap * d..][..len * d]);
+                out.extend_from_slice(&buf[head * cap * d..][..total * d]);
             }
-            Tensor::from_f32(&[h, len, d], &out)
+            Tensor::from_f32(&[h, total, d], &out)
         };
-        Ok((gather(&slot.k)?, gather(&slot.v)?))
+        Ok((one(&slot.k)?, one(&slot.v)?))
+    }
+
+    fn host_layer_mut(&mut self, layer: usize) -> Result<&mut LayerKv> {
+        let Layers::Host(layers) = &mut self.layers else {
+            return Err(host_only());
+        };
+        layers.get_mut(layer).ok_or_else(|| outside(layer))
     }
 
     /// Makes the last `n` written tokens part of the cache.

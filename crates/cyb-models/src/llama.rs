@@ -372,7 +372,7 @@ impl LlamaModel {
         for i in 0..self.config.num_layers {
             let k = take(format!("k.{i}"))?;
             let v = take(format!("v.{i}"))?;
-            cache.write(i, &k, &v)?;
+            cache.append(i, &k, &v)?;
         }
         let logits = take("logits".to_string())?;
         cache.commit(n)?;

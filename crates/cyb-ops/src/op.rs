@@ -79,6 +79,30 @@ pub enum LinearAct {
     Gelu(GeluApprox),
 }
 
+impl LinearAct {
+    /// The activation op this stands for (`None` for no activation).
+    pub fn op(self) -> Option<Op> {
+        match self {
+            LinearAct::None => None,
+            LinearAct::Relu => Some(Op::Relu),
+            LinearAct::Silu => Some(Op::Silu),
+            LinearAct::Tanh => Some(Op::Tanh),
+            LinearAct::Gelu(approx) => Some(Op::Gelu { approx }),
+        }
+    }
+
+    /// The activation `op` computes, when it is one a `Linear` can end with.
+    pub fn from_op(op: &Op) -> Option<LinearAct> {
+        match op {
+            Op::Relu => Some(LinearAct::Relu),
+            Op::Silu => Some(LinearAct::Silu),
+            Op::Tanh => Some(LinearAct::Tanh),
+            Op::Gelu { approx } => Some(LinearAct::Gelu(*approx)),
+            _ => None,
+        }
+    }
+}
+
 /// One operation. Inputs are passed by position as documented per variant.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {

@@ -19,14 +19,10 @@ pub(super) fn linear(rhs_transposed: bool, act: LinearAct, inputs: &[Tensor]) ->
         "linear",
     )?;
     let y = first(execute(&Op::Add, &[y, inputs[2].clone()])?, "linear")?;
-    let act = match act {
-        LinearAct::None => return Ok(y),
-        LinearAct::Relu => Op::Relu,
-        LinearAct::Silu => Op::Silu,
-        LinearAct::Tanh => Op::Tanh,
-        LinearAct::Gelu(approx) => Op::Gelu { approx },
-    };
-    first(execute(&act, &[y])?, "linear")
+    match act.op() {
+        Some(act) => first(execute(&act, &[y])?, "linear"),
+        None => Ok(y),
+    }
 }
 
 /// `s = a + b` and `norm(s, ...)` for `AddRmsNorm` / `AddLayerNorm`.
