@@ -7,7 +7,6 @@ use clap::Args;
 use cyb_runtime::{Runtime, RuntimeOptions};
 use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -72,18 +71,25 @@ pub fn run(args: InferArgs) -> Result<()> {
     Ok(())
 }
 
-/// numpy's type string for a dtype written as is (BF16 is written as f32).
+/// numpy's type string of each dtype `.npy` files hold as is (others, such as BF16, are
+/// written as f32).
+const DESCRS: [(DType, &str); 12] = [
+    (DType::F32, "<f4"),
+    (DType::F16, "<f2"),
+    (DType::F64, "<f8"),
+    (DType::I64, "<i8"),
+    (DType::I32, "<i4"),
+    (DType::I16, "<i2"),
+    (DType::I8, "|i1"),
+    (DType::U64, "<u8"),
+    (DType::U32, "<u4"),
+    (DType::U16, "<u2"),
+    (DType::U8, "|u1"),
+    (DType::Bool, "|b1"),
+];
+
 fn descr(d: DType) -> Option<&'static str> {
-    Some(match d {
-        DType::F32 => "<f4",
-        DType::F16 => "<f2",
-        DType::I64 => "<i8",
-        DType::I32 => "<i4",
-        DType::I8 => "|i1",
-        DType::U8 => "|u1",
-        DType::Bool => "|b1",
-        _ => return None,
-    })
+    DESCRS.iter().find(|(t, _)| *t == d).map(|(_, s)| *s)
 }
 
 /// Writes a host tensor as `.npy` v1.0 in its own dtype.
@@ -92,33 +98,15 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
         Some(_) => t.clone(),
         None => Tensor::from_f32(t.dims(), &t.to_f32_vec()?)?,
     };
-    let d = descr(t.dtype()).unwrap_or("<f4");
-    let dims: Vec<String> = t.dims().iter().map(usize::to_string).collect();
-    let tuple = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let mut dict = format!("{{'descr': '{d}', 'fortran_order': False, 'shape': {tuple}, }}");
-    let unpadded = 10 + dict.len() + 1;
-    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
-    dict.push('\n');
-    let len = u16::try_from(dict.len()).map_err(|_| Error::invalid("npy", "header too long"))?;
-    let bytes = t
-        .host_bytes()
-        .ok_or_else(|| Error::invalid("npy", "tensor is not on the host"))?;
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = std::fs::File::create(path).map_err(io)?;
-    f.write_all(b"\x93NUMPY\x01\x00").map_err(io)?;
-    f.write_all(&len.to_le_bytes()).map_err(io)?;
-    f.write_all(dict.as_bytes()).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.flush().map_err(io)
+    let mut bytes = crate::npy::header(t.dims(), descr(t.dtype()).unwrap_or("<f4"))?;
+    bytes.extend_from_slice(
+        t.host_bytes()
+            .ok_or_else(|| Error::invalid("npy", "tensor is not on the host"))?,
+    );
+    crate::npy::write_file(path, &bytes)
 }
 
-/// Reads a C-order little-endian `.npy` (v1–v3) of f32, f16, i64, i32, i8, u8 or bool.
+/// Reads a C-order little-endian `.npy` (v1–v3) of any dtype in [`DESCRS`].
 pub fn read_npy(path: &Path) -> Result<Tensor> {
     let data = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
@@ -173,15 +161,10 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| bad(start, "bad shape")))
         .collect::<Result<_>>()?;
-    let dtype = match descr {
-        "<f4" => DType::F32,
-        "<f2" => DType::F16,
-        "<i8" => DType::I64,
-        "<i4" => DType::I32,
-        "|i1" => DType::I8,
-        "|u1" => DType::U8,
-        "|b1" => DType::Bool,
-        d => return Err(bad(start, &format!("dtype {d} is not supported"))),
-    };
+    let dtype = DESCRS
+        .iter()
+        .find(|(_, s)| *s == descr)
+        .map(|(t, _)| *t)
+        .ok_or_else(|| bad(start, &format!("dtype {descr} is not supported")))?;
     Tensor::from_bytes(&dims, dtype, &data[end..]).map_err(|e| bad(end, &e.to_string()))
 }

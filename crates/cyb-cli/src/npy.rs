@@ -1,4 +1,4 @@
-//! Writing `.npy` files (numpy format v1.0): little-endian `<f4`, C order.
+//! Writing `.npy` files (numpy format v1.0): little-endian, C order.
 //!
 //! Layout: `\x93NUMPY`, version 1.0, u16 header length, then a Python dict literal padded with
 //! spaces and a final newline so the data starts on a 64-byte boundary, as numpy writes it.
@@ -7,14 +7,14 @@ use cyb_tensor::{Error, Result};
 use std::io::Write;
 use std::path::Path;
 
-/// The bytes before the data of an f32 array of `shape`.
-fn header(shape: &[usize]) -> Result<Vec<u8>> {
+/// The bytes before the data of an array of `shape` whose numpy type string is `descr`.
+pub(crate) fn header(shape: &[usize], descr: &str) -> Result<Vec<u8>> {
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let tuple = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}");
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
     // magic (6) + version (2) + length (2) + dict + '\n' must be a multiple of 64.
     let unpadded = 10 + dict.len() + 1;
     dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
@@ -37,17 +37,22 @@ pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
     if numel != Some(data.len()) {
         return Err(Error::shape("npy", shape, &[data.len()]));
     }
-    let mut bytes = header(shape)?;
+    let mut bytes = header(shape, "<f4")?;
     bytes.reserve(data.len() * 4);
     for v in data {
         bytes.extend_from_slice(&v.to_le_bytes());
     }
+    write_file(path, &bytes)
+}
+
+/// Writes a whole `.npy` file.
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
     let mut f = std::fs::File::create(path).map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
     f.flush().map_err(io)
 }
 
@@ -81,11 +86,11 @@ mod tests {
     #[test]
     fn scalar_and_rank3_headers_are_aligned() {
         for shape in [vec![], vec![1, 2, 3]] {
-            let h = header(&shape).unwrap();
+            let h = header(&shape, "<f4").unwrap();
             assert_eq!(h.len() % 64, 0);
             assert_eq!(h.last(), Some(&b'\n'));
         }
-        let h = header(&[]).unwrap();
+        let h = header(&[], "<f4").unwrap();
         assert!(String::from_utf8_lossy(&h).contains("'shape': ()"));
     }
 }

@@ -35,6 +35,10 @@ impl<'a> Executor<'a> {
         })
     }
 
+    pub(crate) fn graph(&self) -> &'a Graph {
+        self.graph
+    }
+
     pub fn plan(&self) -> &MemoryPlan {
         &self.plan
     }

@@ -30,8 +30,10 @@ impl<'de> serde::Deserialize<'de> for SubGraph {
     }
 }
 
-/// Runs `g` on positional inputs (matched to its inputs in order) inside the current step.
-fn run_sub(r: &mut HostRun, g: &Graph, args: &[Tensor]) -> Result<Vec<Tensor>> {
+/// Runs the executor's graph on positional inputs (matched to its inputs in order) inside the
+/// current step. Loops make the executor once and run it every iteration.
+fn run_sub(r: &mut HostRun, ex: &Executor, args: &[Tensor]) -> Result<Vec<Tensor>> {
+    let g = ex.graph();
     if args.len() != g.inputs.len() {
         return Err(Error::invalid(
             "subgraph",
@@ -44,7 +46,7 @@ fn run_sub(r: &mut HostRun, g: &Graph, args: &[Tensor]) -> Result<Vec<Tensor>> {
         .zip(args)
         .map(|(&id, t)| (g.name_of(id).to_string(), t.clone()))
         .collect();
-    Executor::new(g, r.d)?.run_nested(&map, r.ctx)
+    ex.run_nested(&map, r.ctx)
 }
 
 fn truthy(r: &HostRun, t: &Tensor) -> Result<bool> {
@@ -63,7 +65,8 @@ pub(crate) fn run_if(
 ) -> Result<Vec<Tensor>> {
     let cond = truthy(r, req("if", inputs, 0)?)?;
     let captured: Vec<Tensor> = inputs[1..].iter().flatten().cloned().collect();
-    run_sub(r, if cond { then_b } else { else_b }, &captured)
+    let ex = Executor::new(if cond { then_b } else { else_b }, r.d)?;
+    run_sub(r, &ex, &captured)
 }
 
 /// The most iterations a `Loop` may run, against hostile or runaway models.
@@ -101,6 +104,7 @@ pub(crate) fn run_loop(
         .checked_sub(1 + n_carried)
         .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_scan];
+    let ex = Executor::new(body, r.d)?;
     let mut i = 0i64;
     while i < trips && cond {
         if i >= MAX_TRIPS {
@@ -115,7 +119,7 @@ pub(crate) fn run_loop(
         ];
         args.extend(carried.iter().cloned());
         args.extend(captured.iter().cloned());
-        let out = run_sub(r, body, &args)?;
+        let out = run_sub(r, &ex, &args)?;
         cond = truthy(r, &out[0])?;
         carried = out[1..1 + n_carried].to_vec();
         for (k, t) in out[1 + n_carried..].iter().enumerate() {
@@ -180,6 +184,7 @@ pub(crate) fn run_scan(
         .checked_sub(s.n_state)
         .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
     let mut outs: Vec<Vec<Tensor>> = vec![Vec::new(); n_out];
+    let ex = Executor::new(body, r.d)?;
     for t in 0..len {
         let mut args = states.clone();
         for (j, x) in scan_in.iter().enumerate() {
@@ -196,7 +201,7 @@ pub(crate) fn run_scan(
             args.push(r.one(&Op::Gather { axis: a as isize }, &[x.clone(), idx])?);
         }
         args.extend(captured.iter().cloned());
-        let out = run_sub(r, body, &args)?;
+        let out = run_sub(r, &ex, &args)?;
         states = out[..s.n_state].to_vec();
         for (k, y) in out[s.n_state..].iter().enumerate() {
             outs[k].push(y.clone());
