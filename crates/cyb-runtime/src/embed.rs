@@ -229,16 +229,7 @@ impl Model {
             let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
             let logits = enc.net.sequence_logits(&batch, None)?;
             for (&i, l) in chunk.iter().zip(logits) {
-                let mut scores: Vec<LabelScore> = softmax(&l)
-                    .into_iter()
-                    .zip(labels)
-                    .map(|(score, label)| LabelScore {
-                        label: label.clone(),
-                        score,
-                    })
-                    .collect();
-                scores.sort_by(|a, b| b.score.total_cmp(&a.score));
-                out[i] = scores;
+                out[i] = ranked_labels(&l, labels);
             }
         }
         Ok(out)
@@ -338,8 +329,22 @@ pub(crate) fn by_length(seqs: &[Vec<u32>]) -> Vec<usize> {
 }
 
 pub(crate) fn softmax(x: &[f32]) -> Vec<f32> {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = x.iter().map(|v| (v - m).exp()).collect();
-    let s: f32 = e.iter().sum();
-    e.into_iter().map(|v| v / s).collect()
+    crate::sampling::softmax(x)
+        .into_iter()
+        .map(|p| p as f32)
+        .collect()
+}
+
+/// The labels with their softmax probabilities from `logits`, most likely first.
+pub(crate) fn ranked_labels(logits: &[f32], labels: &[String]) -> Vec<LabelScore> {
+    let mut scores: Vec<LabelScore> = softmax(logits)
+        .into_iter()
+        .zip(labels)
+        .map(|(score, label)| LabelScore {
+            label: label.clone(),
+            score,
+        })
+        .collect();
+    scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+    scores
 }

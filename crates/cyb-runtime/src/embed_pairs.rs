@@ -46,16 +46,7 @@ impl Model {
         let row = logits
             .first()
             .ok_or_else(|| Error::invalid("classify", "no result"))?;
-        let mut scores: Vec<LabelScore> = softmax(row)
-            .into_iter()
-            .zip(&enc.net.config().labels)
-            .map(|(score, label)| LabelScore {
-                label: label.clone(),
-                score,
-            })
-            .collect();
-        scores.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(scores)
+        Ok(crate::embed::ranked_labels(row, &enc.net.config().labels))
     }
 
     /// Zero-shot classification of `text` over `labels` with the default template
