@@ -55,6 +55,9 @@ pub struct DebertaSettings {
     pub embedding_size: usize,
     /// The sequence head's pooler activation (`pooler_hidden_act`).
     pub pooler_act: BertActivation,
+    /// transformers' `legacy` switch between masked-LM head layouts (default true); only
+    /// consulted when a file holds both.
+    pub legacy_mlm: bool,
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> Error {
@@ -146,6 +149,7 @@ impl DebertaSettings {
                 .and_then(|e| usize::try_from(e).ok())
                 .unwrap_or(hidden),
             pooler_act,
+            legacy_mlm: flag("legacy", true),
         })
     }
 
@@ -284,9 +288,39 @@ impl DebertaModel {
         batch.split_rows(&logits.to_f32_vec()?, self.config.labels.len())
     }
 
+    /// Masked-LM vocabulary logits, `[len_i, vocab]` row-major per sequence
+    /// (`DebertaV2ForMaskedLM`).
+    pub fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let DebertaHead::MaskedLm {
+            dense,
+            act,
+            norm,
+            decoder,
+        } = &self.weights.head
+        else {
+            return Err(self.no_head(BertHead::MaskedLm));
+        };
+        let act = match act {
+            BertActivation::Gelu(approx) => Op::Gelu { approx: *approx },
+            BertActivation::Relu => Op::Relu,
+        };
+        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
+            let x = m.encode(step, batch)?;
+            let x = step.linear(&x, dense)?;
+            let x = step.run(act, &[&x])?;
+            let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
+            step.linear(&x, decoder)
+        })?;
+        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+    }
+
     fn no_head(&self, want: BertHead) -> Error {
+        let op = match want {
+            BertHead::MaskedLm => "masked LM",
+            _ => "classify",
+        };
         Error::invalid(
-            "classify",
+            op,
             format!(
                 "this deberta-v2 checkpoint has no {want:?} head (its config.json names {:?})",
                 self.config.head

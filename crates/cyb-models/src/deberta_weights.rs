@@ -1,7 +1,7 @@
 //! DeBERTa-v2/v3 weights under transformers' names (`deberta.encoder.layer.N.attention.self.
 //! query_proj`, `deberta.encoder.rel_embeddings`), checked for presence and shape at load.
 
-use crate::bert_config::{BertConfig, BertHead};
+use crate::bert_config::{BertActivation, BertConfig, BertHead};
 use crate::bert_weights::{Linear, Norm};
 use crate::deberta::DebertaSettings;
 use cyb_format::ModelFile;
@@ -32,6 +32,14 @@ pub(crate) enum DebertaHead {
     /// `classifier(h)` per token.
     Token {
         out: Linear,
+    },
+    /// `decoder(LayerNorm(act(dense(h))))` per token; see [`DebertaWeights::masked_lm`] for
+    /// the two layouts.
+    MaskedLm {
+        dense: Linear,
+        act: BertActivation,
+        norm: Norm,
+        decoder: Linear,
     },
 }
 
@@ -129,17 +137,16 @@ impl DebertaWeights {
                 out: l.linear("classifier", n, h)?,
             },
             BertHead::None => DebertaHead::None,
-            BertHead::MaskedLm => {
-                return Err(Error::invalid(
-                    "load",
-                    "DeBERTa-v2 masked-LM heads are not supported yet; load the encoder \
-                     (DebertaV2Model) or a classification checkpoint",
-                ))
-            }
+            BertHead::MaskedLm => DebertaHead::None,
         };
         let emb = |n: &str| format!("{p}embeddings.{n}");
+        let word = l.tensor(&emb("word_embeddings.weight"), &[c.vocab_size, e])?;
+        let head = match c.head {
+            BertHead::MaskedLm => Self::masked_lm(&l, c, s, &word)?,
+            _ => head,
+        };
         Ok(DebertaWeights {
-            word: l.tensor(&emb("word_embeddings.weight"), &[c.vocab_size, e])?,
+            word,
             position: s
                 .position_biased_input
                 .then(|| l.tensor(&emb("position_embeddings.weight"), &[c.max_position, e]))
@@ -175,6 +182,76 @@ impl DebertaWeights {
                 .transpose()?,
             layers,
             head,
+        })
+    }
+
+    /// The masked-LM head in either of transformers' layouts:
+    /// - `lm_predictions.lm_head.{dense, LayerNorm, bias}` with the word embedding as decoder
+    ///   (`legacy: false`; the layout Microsoft's DeBERTa-v2/v3 checkpoints are saved in);
+    /// - `cls.predictions.{transform.dense, transform.LayerNorm, decoder, bias}`, BERT's head
+    ///   projecting to `embedding_size` (`legacy: true`, transformers' default).
+    ///
+    /// The layout is the one the file holds; with both, `legacy` decides. A checkpoint whose
+    /// config keeps the default `legacy: true` but holds only `lm_predictions` weights gets its
+    /// own head here, where transformers would start a freshly initialized one.
+    fn masked_lm(
+        l: &Loader<'_>,
+        c: &BertConfig,
+        s: &DebertaSettings,
+        word: &Tensor,
+    ) -> Result<DebertaHead> {
+        let (h, e, v) = (c.hidden_size, s.embedding_size, c.vocab_size);
+        let has = |n: &str| l.names.contains(n);
+        let modern = has("lm_predictions.lm_head.dense.weight");
+        let legacy = has("cls.predictions.transform.dense.weight");
+        if modern && (!legacy || !s.legacy_mlm) {
+            if e != h {
+                return Err(Error::invalid(
+                    "load",
+                    format!(
+                        "{}: the lm_predictions masked-LM head multiplies by the word \
+                         embedding, which needs embedding_size ({e}) = hidden_size ({h})",
+                        l.file.path().display()
+                    ),
+                ));
+            }
+            return Ok(DebertaHead::MaskedLm {
+                dense: l.linear("lm_predictions.lm_head.dense", h, h)?,
+                act: c.activation,
+                norm: l.norm("lm_predictions.lm_head.LayerNorm", h)?,
+                decoder: Linear {
+                    w: word.clone(),
+                    b: Some(l.tensor("lm_predictions.lm_head.bias", &[v])?),
+                },
+            });
+        }
+        if !legacy {
+            return Err(Error::MissingTensor {
+                name: "lm_predictions.lm_head.dense.weight (or the legacy \
+                       cls.predictions.transform.dense.weight)"
+                    .into(),
+                required_by: format!(
+                    "DebertaV2ForMaskedLM in {}: neither masked-LM head layout is in the file",
+                    l.file.path().display()
+                ),
+            });
+        }
+        let w = match has("cls.predictions.decoder.weight") {
+            true => l.tensor("cls.predictions.decoder.weight", &[v, e])?,
+            false => word.clone(),
+        };
+        let bias = match has("cls.predictions.bias") {
+            true => "cls.predictions.bias",
+            false => "cls.predictions.decoder.bias",
+        };
+        Ok(DebertaHead::MaskedLm {
+            dense: l.linear("cls.predictions.transform.dense", e, h)?,
+            act: c.activation,
+            norm: l.norm("cls.predictions.transform.LayerNorm", e)?,
+            decoder: Linear {
+                w,
+                b: Some(l.tensor(bias, &[v])?),
+            },
         })
     }
 }

@@ -2,7 +2,7 @@
 //! tools/fixtures/make_deberta_jina_fixtures.py, on tiny random-weight models
 //! (tests/fixtures/encoders): last hidden states of every real token, pooled vectors and
 //! classification logits of a padded batch of three sequences of different lengths, and of
-//! each sequence alone. F32, relative error (max|a - b| / max|b|) ≤ 1e-5.
+//! each sequence alone; masked-LM logits of both of transformers' head layouts. F32, relative error (max|a - b| / max|b|) ≤ 1e-5.
 
 use cyb_backend::Dispatcher;
 use cyb_models::{BertHead, BertModel, DebertaModel, EncoderOutput, JinaBertModel, Pooling};
@@ -109,6 +109,49 @@ fn deberta_v3_matches_transformers() {
 #[test]
 fn deberta_v2_matches_transformers() {
     deberta("deberta_v2");
+}
+
+/// `DebertaV2ForMaskedLM` logits of every real token, batched (padded) and alone.
+fn deberta_mlm(variant: &str, legacy: bool) {
+    let r = reference(variant);
+    assert_eq!(r["legacy"].as_bool(), Some(legacy));
+    let file = cyb_format::open(dir(variant)).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().head, BertHead::MaskedLm);
+    let seqs = seqs(&r);
+    let logits = m.masked_lm_logits(&seqs).unwrap();
+    assert_eq!(logits.len(), seqs.len());
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        let want = floats(&s["logits"]);
+        assert_eq!(want.len(), seqs[i].len() * m.config().vocab_size);
+        check(&format!("{variant} seq {i} mlm logits"), &logits[i], &want);
+        let alone = m.masked_lm_logits(std::slice::from_ref(&seqs[i])).unwrap();
+        check(&format!("{variant} seq {i} mlm alone"), &alone[0], &want);
+    }
+    assert!(m.sequence_logits(&seqs).is_err(), "no sequence head here");
+    assert!(m.token_logits(&seqs).is_err(), "no token head here");
+}
+
+#[test]
+fn deberta_v3_masked_lm_matches_transformers() {
+    deberta_mlm("deberta_v3_mlm", false);
+}
+
+#[test]
+fn deberta_v2_legacy_masked_lm_matches_transformers() {
+    deberta_mlm("deberta_v2_mlm", true);
+}
+
+#[test]
+fn deberta_masked_lm_needs_a_head() {
+    // A classification checkpoint has no masked-LM head to run.
+    let file = cyb_format::open(dir("deberta_v3")).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let err = m
+        .masked_lm_logits(&[vec![1, 5, 2]])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("MaskedLm"), "{err}");
 }
 
 #[test]
