@@ -35,6 +35,9 @@ mod ops;
 mod pool;
 mod quant_act;
 mod repack;
+mod sgemm;
+#[cfg(target_arch = "x86_64")]
+mod sgemm_x86;
 
 pub use backend::{register, CpuBackend};
 pub use features::KernelSet;

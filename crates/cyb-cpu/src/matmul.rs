@@ -77,6 +77,8 @@ pub(crate) struct Scratch {
     rows: Mutex<QuantizedRows>,
     quads: Mutex<ActQuads>,
     repacked: RepackCache,
+    panels: crate::repack::WeightCache<crate::sgemm::Panels>,
+    packed_rows: Mutex<Vec<f32>>,
 }
 
 /// The AVX-512 float GEMM or the repacked quantized GEMM, when one covers this weight; `Ok(false)` leaves `y` to the other kernels.
@@ -92,6 +94,25 @@ fn repacked(
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
+        let k = w_t.dims()[1];
+        let m = a.len().checked_div(k).unwrap_or(0);
+        if let Some(tile) = crate::sgemm::tile(w_t.dtype(), set).filter(|_| m >= 2) {
+            let dtype = w_t.dtype();
+            let packed = scratch
+                .panels
+                .get(w_t, |d, n, k| crate::sgemm::pack(pool, dtype, d, n, k));
+            if let Some(w) = packed {
+                let mut rows = scratch
+                    .packed_rows
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                crate::sgemm::pack_rows(pool, a, m, k, &mut rows);
+                // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
+                // when the backend was made.
+                unsafe { crate::sgemm::gemm(pool, tile, &w, &rows, m, y) };
+                return true;
+            }
+        }
         if let Some(tile) = crate::gemm::float_kernel(w_t.dtype(), set) {
             let (Some(w), Some(row_bytes)) =
                 (w_t.host_bytes(), w_t.dtype().bytes_for(w_t.dims()[1]))
@@ -110,7 +131,9 @@ fn repacked(
         let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
             return false;
         };
-        let Some(w) = scratch.repacked.get(pool, w_t) else {
+        let Some(w) = scratch.repacked.get(w_t, |d, n, k| {
+            crate::repack::repack(pool, w_t.dtype(), d, n, k)
+        }) else {
             return false;
         };
         let m = a.len() / w.k;

@@ -206,20 +206,32 @@ type Owner = Weak<dyn AsRef<[u8]> + Send + Sync>;
 /// Address and length of the original bytes, and their format.
 type Key = (usize, usize, DType);
 
-/// Repacked weights by (address, length, dtype) of their bytes, valid while their owner lives.
-#[derive(Default)]
-pub struct RepackCache {
-    map: Mutex<HashMap<Key, (Owner, Arc<Repacked>)>>,
+/// A derived form `T` of weights (repacked blocks, float panels) by (address, length, dtype) of
+/// their bytes, valid while their owner lives.
+pub struct WeightCache<T> {
+    map: Mutex<HashMap<Key, (Owner, Arc<T>)>>,
 }
 
-impl RepackCache {
-    /// The repacked form of the rank-2 weight `w` (`[n, k]`), built on first use. `None` for
-    /// weights that are not in shared (immutable) storage or whose format has no layout.
-    pub fn get(&self, pool: &ThreadPool, w: &Tensor) -> Option<Arc<Repacked>> {
+impl<T> Default for WeightCache<T> {
+    fn default() -> Self {
+        WeightCache {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> WeightCache<T> {
+    /// The derived form of the rank-2 weight `w` (`[n, k]`), made by `build(bytes, n, k)` on
+    /// first use. `None` for weights that are not in shared (immutable) storage or that `build`
+    /// declines.
+    pub fn get(
+        &self,
+        w: &Tensor,
+        build: impl FnOnce(&[u8], usize, usize) -> Option<T>,
+    ) -> Option<Arc<T>> {
         let Storage::Shared { owner, .. } = w.storage() else {
             return None;
         };
-        unit(w.dtype())?;
         let data = w.host_bytes()?;
         let [n, k] = *w.dims() else { return None };
         let key = (data.as_ptr() as usize, data.len(), w.dtype());
@@ -231,8 +243,11 @@ impl RepackCache {
             }
         }
         map.retain(|_, (o, _)| o.strong_count() > 0);
-        let r = Arc::new(repack(pool, w.dtype(), data, n, k)?);
+        let r = Arc::new(build(data, n, k)?);
         map.insert(key, (Arc::downgrade(owner), r.clone()));
         Some(r)
     }
 }
+
+/// Repacked quantized weights.
+pub type RepackCache = WeightCache<Repacked>;

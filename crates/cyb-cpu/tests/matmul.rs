@@ -207,3 +207,25 @@ fn batched_activations_share_the_weight() {
     );
     check_act(&OP, &[a, w], 1e-4, "batched", ActPrecision::Q16);
 }
+
+/// Float weights in shared storage take the packed-panel GEMM once there are two or more rows;
+/// enough rows here to cross its row blocks (and its 12-row tiles, and 32-output panels with a
+/// partial last one).
+#[test]
+fn float_formats_many_rows() {
+    let mut rng = Rng::new(11);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (m, n, k) in [(181usize, 67usize, 1100usize), (2, 33, 3), (25, 96, 64)] {
+            let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
+            let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
+            let what = format!("{dtype} m={m} n={n} k={k} shared");
+            check_act(
+                &OP,
+                &[a, shared(&w)],
+                tolerance(dtype, ActPrecision::Q8),
+                &what,
+                ActPrecision::Q8,
+            );
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! `y = a · wᵀ` for float weights (F32, F16, BF16) and several activation rows: a register-tiled
+//! GEMM on weights packed once into column panels.
+//!
+//! A weight of `n` rows (`n` outputs) of `k` values becomes `ceil(n / NR)` panels; panel `p`
+//! holds outputs `p·NR..p·NR + NR` as `k` runs of `NR` values in the weight's own dtype
+//! (`[k][NR]`, the last panel padded with zero outputs), so one step of the micro-kernel loads
+//! the `NR` weights of one `k` contiguously and multiplies them with `MR` broadcast activations
+//! into `MR × NR` accumulators held in registers for the whole of `k`. The activations are
+//! packed per call the same way (`MR` rows interleaved, `[k][MR]`).
+//!
+//! Every output is one running sum over `k` in order, whatever the tiling and the thread
+//! count; the pool splits panels (outputs), never `k`. Rows are taken in blocks that stay in
+//! L2 while a thread's panels pass over them.
+
+use crate::pool::{split, DisjointOut, ThreadPool};
+use cyb_tensor::{AlignedBuf, DType};
+
+/// Outputs per panel (two 16-lane vectors).
+pub const NR: usize = 32;
+/// Activation rows per register tile.
+pub const MR: usize = 12;
+
+/// Bytes of packed activation rows a thread keeps in L2 while its panels pass over them.
+const ROW_BLOCK_BYTES: usize = 768 * 1024;
+
+/// A float weight packed into panels.
+pub struct Panels {
+    pub n: usize,
+    pub k: usize,
+    /// Bytes per value (4 for F32, 2 for F16 and BF16).
+    pub elem: usize,
+    pub data: AlignedBuf,
+}
+
+impl Panels {
+    pub fn panels(&self) -> usize {
+        self.n.div_ceil(NR)
+    }
+
+    /// The bytes of panel `p`.
+    pub fn panel(&self, p: usize) -> &[u8] {
+        let len = self.k * NR * self.elem;
+        &self.data.as_bytes()[p * len..(p + 1) * len]
+    }
+}
+
+/// Bytes per value of the float dtypes this GEMM packs.
+pub fn elem_bytes(dtype: DType) -> Option<usize> {
+    match dtype {
+        DType::F32 => Some(4),
+        DType::F16 | DType::BF16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Packs `w` (`n` rows of `k` values of `dtype`), panels split over the pool. `None` for other
+/// dtypes or when `w` is too short.
+pub fn pack(pool: &ThreadPool, dtype: DType, w: &[u8], n: usize, k: usize) -> Option<Panels> {
+    let elem = elem_bytes(dtype)?;
+    let row_bytes = k.checked_mul(elem)?;
+    if k == 0 || w.len() < n.checked_mul(row_bytes)? {
+        return None;
+    }
+    let panels = n.div_ceil(NR);
+    let panel_bytes = row_bytes.checked_mul(NR)?;
+    let mut data = AlignedBuf::zeroed(panels.checked_mul(panel_bytes)?);
+    match elem {
+        4 => pack_panels::<[u8; 4]>(pool, w, n, k, data.as_bytes_mut()),
+        _ => pack_panels::<[u8; 2]>(pool, w, n, k, data.as_bytes_mut()),
+    }
+    Some(Panels { n, k, elem, data })
+}
+
+/// The panels of `w` (`n` rows of `k` values, each a `V` of bytes) into `out`, panels split over
+/// the pool.
+fn pack_panels<V: bytemuck::Pod + Send + Sync>(
+    pool: &ThreadPool,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    out: &mut [u8],
+) {
+    let w: &[V] = bytemuck::cast_slice(&w[..n * k * std::mem::size_of::<V>()]);
+    let out: &mut [V] = bytemuck::cast_slice_mut(out);
+    let out = DisjointOut::new(out);
+    let threads = pool.threads();
+    pool.run(&|t| {
+        for p in split(n.div_ceil(NR), threads, t) {
+            // SAFETY: panel p belongs to this thread only.
+            let dst = unsafe { out.slice(p * k * NR..(p + 1) * k * NR) };
+            for c in 0..NR.min(n - p * NR) {
+                let row = &w[(p * NR + c) * k..][..k];
+                for (i, &v) in row.iter().enumerate() {
+                    dst[i * NR + c] = v;
+                }
+            }
+        }
+    });
+}
+
+/// Packs `m` activation rows of `k` (`a`) into `ceil(m / MR)` tiles of `[k][MR]` in `buf`
+/// (rows past `m` are zero), tiles split over the pool.
+pub fn pack_rows(pool: &ThreadPool, a: &[f32], m: usize, k: usize, buf: &mut Vec<f32>) {
+    let tiles = m.div_ceil(MR);
+    buf.clear();
+    buf.resize(tiles * k * MR, 0.0);
+    let out = DisjointOut::new(buf);
+    let threads = pool.threads();
+    pool.run(&|t| {
+        for tile in split(tiles, threads, t) {
+            // SAFETY: tile `tile` belongs to this thread only.
+            let dst = unsafe { out.slice(tile * k * MR..(tile + 1) * k * MR) };
+            for r in 0..MR.min(m - tile * MR) {
+                let row = &a[(tile * MR + r) * k..][..k];
+                for (i, &v) in row.iter().enumerate() {
+                    dst[i * MR + r] = v;
+                }
+            }
+        }
+    });
+}
+
+/// `MR × NR` results of one register tile.
+pub type TileOut = [[f32; NR]; MR];
+
+/// One register tile: the packed rows `rows` (`[k][MR]`, the first `nr` of them used) times
+/// `panel` over all of `k`, into `out`.
+pub type Tile = unsafe fn(panel: &[u8], rows: &[f32], k: usize, nr: usize, out: &mut TileOut);
+
+/// The tile for weights of `dtype` in `set`, if this GEMM covers it.
+#[cfg(target_arch = "x86_64")]
+pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
+    use crate::sgemm_x86 as x;
+    if set != crate::KernelSet::Avx512 {
+        return None;
+    }
+    match dtype {
+        DType::F32 => Some(x::f32_tile),
+        DType::F16 => Some(x::f16_tile),
+        DType::BF16 => Some(x::bf16_tile),
+        _ => None,
+    }
+}
+
+/// Computes `m` rows of `y` (`m × w.n`) from the packed activation tiles `rows`.
+///
+/// # Safety
+/// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
+/// kernel set.
+pub unsafe fn gemm(
+    pool: &ThreadPool,
+    tile: Tile,
+    w: &Panels,
+    rows: &[f32],
+    m: usize,
+    y: &mut [f32],
+) {
+    let (n, k) = (w.n, w.k);
+    assert!(y.len() >= m * n && rows.len() >= m.div_ceil(MR) * k * MR);
+    let block = (ROW_BLOCK_BYTES / (k * 4 * MR)).max(1) * MR;
+    let panels = w.panels();
+    let threads = pool.threads();
+    let out = DisjointOut::new(y);
+    pool.run(&|t| {
+        let mut res: TileOut = [[0.0; NR]; MR];
+        let mine = split(panels, threads, t);
+        for m0 in (0..m).step_by(block) {
+            let m1 = (m0 + block).min(m);
+            for p in mine.clone() {
+                let (c0, nc) = (p * NR, NR.min(n - p * NR));
+                let panel = w.panel(p);
+                for r0 in (m0..m1).step_by(MR) {
+                    let nr = (m1 - r0).min(MR);
+                    let tile_rows = &rows[r0 * k..(r0 + MR) * k];
+                    // SAFETY: per this fn's contract; the tile checks its bounds.
+                    unsafe { tile(panel, tile_rows, k, nr, &mut res) };
+                    for (r, row) in res.iter().enumerate().take(nr) {
+                        let at = (r0 + r) * n + c0;
+                        // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
+                        let dst = unsafe { out.slice(at..at + nc) };
+                        dst.copy_from_slice(&row[..nc]);
+                    }
+                }
+            }
+        }
+    });
+}
