@@ -153,8 +153,10 @@ impl BertModel {
         seqs: &[Vec<u32>],
         types: Option<&[Vec<u32>]>,
     ) -> Result<Vec<Vec<f32>>> {
-        let HeadWeights::Sequence { dense, out } = &self.weights.head else {
-            return Err(self.no_head("sequence classification"));
+        let (dense, out) = match &self.weights.head {
+            HeadWeights::Sequence { dense, out } => (Some(dense), Some(out)),
+            HeadWeights::Rank { cls, out } => (cls.as_ref(), out.as_ref()),
+            _ => return Err(self.no_head("sequence classification")),
         };
         let n = self.config.labels.len();
         let (logits, batch) = self.in_step(seqs, types, |m, step, batch| {
@@ -162,14 +164,19 @@ impl BertModel {
             // The first row of each sequence, gathered as a lookup in the states.
             let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
             let first = Tensor::from_i64(&[first.len()], &first)?;
-            let x = step.run(Op::Embedding, &[&x, &first])?;
-            let x = step.linear(&x, dense)?;
-            let act = match m.config.variant {
-                BertVariant::DistilBert => Op::Relu,
-                BertVariant::Bert | BertVariant::Roberta => Op::Tanh,
-            };
-            let x = step.run(act, &[&x])?;
-            step.linear(&x, out)
+            let mut x = step.run(Op::Embedding, &[&x, &first])?;
+            if let Some(dense) = dense {
+                x = step.linear(&x, dense)?;
+                let act = match m.config.variant {
+                    BertVariant::DistilBert => Op::Relu,
+                    BertVariant::Bert | BertVariant::Roberta => Op::Tanh,
+                };
+                x = step.run(act, &[&x])?;
+            }
+            match out {
+                Some(out) => step.linear(&x, out),
+                None => Ok(x),
+            }
         })?;
         let host = logits.to_f32_vec()?;
         Ok(host

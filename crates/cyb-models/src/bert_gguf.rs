@@ -4,8 +4,16 @@
 //! `blk.N.attn_output_norm`, `blk.N.ffn_up/down`, `blk.N.layer_output_norm`). The config is
 //! resolved into the same [`BertConfig`] as a Hugging Face directory, and tensors are looked up
 //! by translating the Hugging Face name the loader asks for, so the forward pass is shared.
+//!
+//! A `bert` file with llama.cpp's classifier tensors (`cls`, `cls.output`; rerankers and
+//! classifiers converted from `*ForSequenceClassification`) gets a sequence-classification
+//! head run as llama.cpp's RANK pooling runs it: `cls.output(tanh(cls(h_first)))`, each step
+//! skipped when its tensor is absent. That is transformers' head for RoBERTa/XLM-R
+//! (`classifier.dense`, `classifier.out_proj`); for BERT llama.cpp's converter drops the
+//! pooler, so such a file scores `cls.output(h_first)`, as llama.cpp does.
 
 use crate::bert_config::{BertActivation, BertConfig, BertHead, BertVariant};
+use crate::bert_weights::{HeadWeights, Linear};
 use cyb_format::{GgufFile, ModelFile};
 use cyb_ops::GeluApprox;
 use cyb_tensor::{Error, Result};
@@ -76,10 +84,22 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         .and_then(|p| u32::try_from(p).ok())
         .filter(|&p| (p as usize) < vocab_size)
         .unwrap_or(0);
+    // Jina-v2's encoder (jina.rs) runs no head, so its classifier tensors stay unused.
+    let classes = match jina {
+        true => None,
+        false => match rows(file, "cls.output.weight")? {
+            Some(n) => Some(n),
+            None => rows(file, "cls.weight")?,
+        },
+    };
+    let (head, labels) = match classes {
+        Some(n) => (BertHead::SequenceClassification, labels(g, &arch, n)?),
+        None => (BertHead::None, Vec::new()),
+    };
     Ok(BertConfig {
         architecture: arch.clone(),
         variant: BertVariant::Bert,
-        head: BertHead::None,
+        head,
         prefix: String::new(),
         vocab_size,
         hidden_size,
@@ -96,12 +116,80 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
             .and_then(cyb_format::MetaValue::as_f64)
             .map_or(1e-12, |e| e as f32),
         activation: BertActivation::Gelu(GeluApprox::Erf),
-        labels: Vec::new(),
+        labels,
         modern: None,
         deberta: None,
         // llama.cpp runs every jina-bert-v2 file's fused feed-forward as GEGLU.
         jina: jina.then_some(crate::jina::JinaSettings { gelu: true }),
     })
+}
+
+/// `{arch}.classifier.output_labels`, or transformers' `LABEL_i` names when absent.
+fn labels(g: &GgufFile, arch: &str, n: usize) -> Result<Vec<String>> {
+    let key = format!("{arch}.classifier.output_labels");
+    let Some(value) = g.get(&key) else {
+        return Ok((0..n).map(|i| format!("LABEL_{i}")).collect());
+    };
+    let names = value
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| invalid(g, &key, "must be an array of strings"))?;
+    if names.len() != n {
+        return Err(invalid(
+            g,
+            &key,
+            format!("{} labels for a classifier with {n} outputs", names.len()),
+        ));
+    }
+    Ok(names)
+}
+
+/// The classifier of a `bert` GGUF file (see the module notes); `cls` is `[hidden, hidden]`
+/// when `cls.output` follows it, else `[labels, hidden]`. Biases are optional, as in
+/// llama.cpp.
+pub(crate) fn rank_head(file: &ModelFile, c: &BertConfig) -> Result<HeadWeights> {
+    let (h, n) = (c.hidden_size, c.labels.len());
+    let names: std::collections::HashSet<String> =
+        file.tensors().into_iter().map(|t| t.name).collect();
+    let linear = |name: &str, out: usize| -> Result<Option<Linear>> {
+        let w_name = format!("{name}.weight");
+        if !names.contains(&w_name) {
+            return Ok(None);
+        }
+        let w = file.tensor(&w_name)?;
+        if w.dims() != [out, h] {
+            return Err(Error::shape(
+                format!("tensor {w_name}"),
+                &[out, h],
+                w.dims(),
+            ));
+        }
+        let b_name = format!("{name}.bias");
+        let b = match names.contains(&b_name) {
+            true => {
+                let b = file.tensor(&b_name)?;
+                if b.dims() != [out] {
+                    return Err(Error::shape(format!("tensor {b_name}"), &[out], b.dims()));
+                }
+                Some(b)
+            }
+            false => None,
+        };
+        Ok(Some(Linear { w, b }))
+    };
+    let out = linear("cls.output", n)?;
+    let cls = linear("cls", if out.is_some() { h } else { n })?;
+    if cls.is_none() && out.is_none() {
+        return Err(Error::MissingTensor {
+            name: "cls.output.weight (or cls.weight)".into(),
+            required_by: format!("the classifier of {}", file.path().display()),
+        });
+    }
+    Ok(HeadWeights::Rank { cls, out })
 }
 
 /// llama.cpp's name for a Hugging Face BERT tensor name (prefix already stripped), or `None`

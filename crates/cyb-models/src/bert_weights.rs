@@ -41,6 +41,12 @@ pub(crate) enum HeadWeights {
         dense: Linear,
         out: Linear,
     },
+    /// llama.cpp's classifier from a GGUF file: `out(tanh(cls(h_first)))`, each step only
+    /// when its tensor is there (see [`crate::bert_gguf`]).
+    Rank {
+        cls: Option<Linear>,
+        out: Option<Linear>,
+    },
     /// `classifier(h)` for every token.
     Token {
         out: Linear,
@@ -202,6 +208,9 @@ impl Loader<'_> {
         Ok(match (c.head, c.variant) {
             (BertHead::None, _) => HeadWeights::None,
             (BertHead::MaskedLm, _) => self.masked_lm(word)?,
+            (BertHead::SequenceClassification, _) if matches!(self.file, ModelFile::Gguf(_)) => {
+                crate::bert_gguf::rank_head(self.file, c)?
+            }
             (BertHead::TokenClassification, _) => HeadWeights::Token {
                 out: self.linear("classifier", n, h)?,
             },

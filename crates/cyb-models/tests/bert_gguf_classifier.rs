@@ -1,0 +1,112 @@
+//! Classifier heads from GGUF files (llama.cpp's `cls` / `cls.output` tensors, labels in
+//! `bert.classifier.output_labels`), written by tools/fixtures/make_bert_gguf_fixture.py from
+//! the tiny BertForSequenceClassification and RobertaForSequenceClassification fixtures of
+//! tests/fixtures/bert. Logits of a batch of three sequences of different lengths (padded and
+//! packed) and of each alone against transformers, F32 relative error ≤ 1e-5.
+
+use cyb_backend::Dispatcher;
+use cyb_models::{BatchLayout, BertHead, BertModel};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(rel)
+}
+
+fn reference(rel: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(rel)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn check(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    let e = diff / scale.max(1e-30);
+    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+}
+
+/// Loads `gguf`, checks its head and labels, and compares its logits with `reference`'s.
+fn classifier(gguf: &str, reference_json: &str) -> BertModel {
+    let r = reference(reference_json);
+    let seqs: Vec<Vec<u32>> = r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    let file = cyb_format::open(fixture(gguf)).unwrap();
+    for layout in [BatchLayout::Padded, BatchLayout::Packed] {
+        let mut m = BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+        m.set_layout(layout);
+        assert_eq!(m.config().head, BertHead::SequenceClassification);
+        assert_eq!(m.config().labels, ["negative", "neutral", "positive"]);
+        let logits = m.sequence_logits(&seqs).unwrap();
+        assert_eq!(logits.len(), seqs.len());
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            let want = floats(&s["logits"]);
+            check(&format!("{gguf} seq {i} ({layout:?})"), &logits[i], &want);
+            let alone = m.sequence_logits(std::slice::from_ref(&seqs[i])).unwrap();
+            check(&format!("{gguf} seq {i} alone"), &alone[0], &want);
+        }
+        assert!(m.token_logits(&seqs).is_err(), "no token head here");
+    }
+    BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap()
+}
+
+/// BERT's pooler as `cls`, its classifier as `cls.output`: transformers' whole head.
+#[test]
+fn gguf_bert_classifier_matches_transformers() {
+    classifier("bert_gguf/bert_cls.gguf", "bert/bert/reference.json");
+}
+
+/// llama.cpp's own BERT classifier layout (pooler dropped): `cls.output(h_first)`, against
+/// transformers' classifier on the first token's last hidden state.
+#[test]
+fn gguf_bert_classifier_without_pooler_matches_llama_cpp_semantics() {
+    classifier(
+        "bert_gguf/bert_cls_out.gguf",
+        "bert_gguf/reference_cls_out.json",
+    );
+}
+
+/// RoBERTa as llama.cpp converts it (arch bert, position table chopped by pad + 1 rows,
+/// classifier.dense → cls, classifier.out_proj → cls.output): transformers' logits.
+#[test]
+fn gguf_roberta_classifier_matches_transformers() {
+    let m = classifier("bert_gguf/roberta_cls.gguf", "bert/roberta/reference.json");
+    assert_eq!(m.config().max_tokens(), 38);
+}
+
+/// A GGUF encoder without classifier tensors stays a bare encoder.
+#[test]
+fn gguf_encoder_without_classifier_has_no_head() {
+    let file = cyb_format::open(fixture("bert_gguf/model.gguf")).unwrap();
+    let m = BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().head, BertHead::None);
+    assert!(m.config().labels.is_empty());
+    let err = m.sequence_logits(&[vec![2, 5, 3]]).unwrap_err().to_string();
+    assert!(err.contains("sequence classification"), "{err}");
+}
