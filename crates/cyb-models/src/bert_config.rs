@@ -17,12 +17,12 @@ pub const BERT_ARCHITECTURES: &[&str] = &[
     "distilbert",
     "modernbert",
     "deberta-v2",
+    "deberta",
 ];
 
 /// Encoder `model_type`s (Hugging Face) and GGUF architectures recognized as encoders but not
 /// run yet: loading one is an error naming it, not a decoder-family error.
 const ENCODERS_NOT_YET: &[&str] = &[
-    "deberta",
     "nomic_bert",
     "nomic-bert",
     "jina_bert",
@@ -168,7 +168,7 @@ impl BertConfig {
             "roberta" | "xlm-roberta" | "camembert" => BertVariant::Roberta,
             "distilbert" => BertVariant::DistilBert,
             // Tensor names and the block differ entirely; only the shared fields are used.
-            "modernbert" | "deberta-v2" => BertVariant::Bert,
+            "modernbert" | "deberta-v2" | "deberta" => BertVariant::Bert,
             other if ENCODERS_NOT_YET.contains(&other) => {
                 return Err(invalid(
                     "model_type",
@@ -290,7 +290,7 @@ impl BertConfig {
             max_position: req(&["max_position_embeddings"])?,
             type_vocab_size: if distil || architecture == "modernbert" {
                 0
-            } else if architecture == "deberta-v2" {
+            } else if matches!(architecture.as_str(), "deberta-v2" | "deberta") {
                 uint(&["type_vocab_size"])?.unwrap_or(0)
             } else {
                 uint(&["type_vocab_size"])?.unwrap_or(2)
@@ -308,7 +308,7 @@ impl BertConfig {
                     )
                 })
                 .transpose()?,
-            deberta: (architecture == "deberta-v2")
+            deberta: matches!(architecture.as_str(), "deberta-v2" | "deberta")
                 .then(|| crate::deberta::DebertaSettings::from_hf_json(config, hidden_size))
                 .transpose()?,
             jina: alibi

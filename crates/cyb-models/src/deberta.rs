@@ -1,4 +1,4 @@
-//! DeBERTa-v2/v3: the post-LN BERT block with disentangled attention. Besides content to
+//! DeBERTa (v1, v2, v3): the post-LN BERT block with disentangled attention. Besides content to
 //! content, a query attends to the relative position of each key (c2p) and a key to the
 //! relative position of each query (p2c), through a shared table of relative-position
 //! embeddings:
@@ -16,6 +16,12 @@
 //!
 //! The relative terms and the padding mask are one additive bias of the attention op; batches
 //! are always padded (the bias needs the square score matrix anyway).
+//!
+//! DeBERTa v1 (`model_type: deberta`) is the same computation with other weights: one fused
+//! `in_proj` (per head `[q; k; v]` rows, split at load) with separate `q_bias`/`v_bias` and no
+//! key bias, `pos_proj` (c2p, no bias) and `pos_q_proj` (p2c), no log buckets, no table norm.
+//! Its attention span `min(len, max_relative_positions)` reads the same table rows as the
+//! v2 formula with `span = max_relative_positions`: below the limit no distance is clamped.
 
 use crate::bert::Step;
 use crate::bert_batch::Batch;
@@ -30,7 +36,7 @@ use cyb_tensor::{Error, Result, Tensor};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// What DeBERTa-v2 adds to the family's config.
+/// What DeBERTa adds to the family's config.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DebertaSettings {
     /// Whether relative attention is on at all (`relative_attention`).
@@ -58,6 +64,8 @@ pub struct DebertaSettings {
     /// transformers' `legacy` switch between masked-LM head layouts (default true); only
     /// consulted when a file holds both.
     pub legacy_mlm: bool,
+    /// DeBERTa v1 (`model_type: deberta`): fused `in_proj`, `pos_proj` / `pos_q_proj`.
+    pub v1: bool,
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> Error {
@@ -71,7 +79,14 @@ impl DebertaSettings {
     pub(crate) fn from_hf_json(config: &Value, hidden: usize) -> Result<DebertaSettings> {
         let int = |k: &str| config.get(k).and_then(Value::as_i64);
         let flag = |k: &str, d: bool| config.get(k).and_then(Value::as_bool).unwrap_or(d);
-        if int("conv_kernel_size").unwrap_or(0) > 0 {
+        let v1 = config.get("model_type").and_then(Value::as_str) == Some("deberta");
+        if v1 && flag("talking_head", false) {
+            return Err(invalid(
+                "talking_head",
+                "DeBERTa v1's talking-head attention is not supported",
+            ));
+        }
+        if !v1 && int("conv_kernel_size").unwrap_or(0) > 0 {
             return Err(invalid(
                 "conv_kernel_size",
                 "DeBERTa-v2's convolution after the first layer (deberta-v2-xlarge) is not \
@@ -93,7 +108,11 @@ impl DebertaSettings {
             m if m < 1 => max_pos,
             m => m,
         };
-        let buckets = int("position_buckets").unwrap_or(-1);
+        // v1 has no log buckets, shared keys or table norm, whatever the config says.
+        let buckets = match v1 {
+            true => -1,
+            false => int("position_buckets").unwrap_or(-1),
+        };
         let span = if buckets > 0 { buckets } else { max_relative };
         let types: Vec<String> = match config.get("pos_att_type") {
             Some(Value::Array(a)) => a
@@ -110,14 +129,15 @@ impl DebertaSettings {
                 format!("\"{t}\": supported are c2p and p2c"),
             ));
         }
-        let norm_rel = config
-            .get("norm_rel_ebd")
-            .and_then(Value::as_str)
-            .is_some_and(|s| {
-                s.to_lowercase()
-                    .split('|')
-                    .any(|t| t.trim() == "layer_norm")
-            });
+        let norm_rel = !v1
+            && config
+                .get("norm_rel_ebd")
+                .and_then(Value::as_str)
+                .is_some_and(|s| {
+                    s.to_lowercase()
+                        .split('|')
+                        .any(|t| t.trim() == "layer_norm")
+                });
         let act = config
             .get("pooler_hidden_act")
             .and_then(Value::as_str)
@@ -142,7 +162,7 @@ impl DebertaSettings {
             span: usize::try_from(span.max(1)).map_err(|_| invalid("position_buckets", "<1"))?,
             c2p: types.iter().any(|t| t == "c2p"),
             p2c: types.iter().any(|t| t == "p2c"),
-            share_att_key: flag("share_att_key", false),
+            share_att_key: !v1 && flag("share_att_key", false),
             norm_rel,
             position_biased_input: flag("position_biased_input", true),
             embedding_size: int("embedding_size")
@@ -150,6 +170,7 @@ impl DebertaSettings {
                 .unwrap_or(hidden),
             pooler_act,
             legacy_mlm: flag("legacy", true),
+            v1,
         })
     }
 
@@ -190,7 +211,7 @@ impl DebertaSettings {
     }
 }
 
-/// A loaded DeBERTa-v2/v3 encoder.
+/// A loaded DeBERTa (v1, v2, v3) encoder.
 pub struct DebertaModel {
     config: BertConfig,
     settings: DebertaSettings,
@@ -207,13 +228,14 @@ impl std::fmt::Debug for DebertaModel {
 }
 
 impl DebertaModel {
-    /// Loads a Hugging Face DeBERTa-v2/v3 directory (`model_type: deberta-v2`).
+    /// Loads a Hugging Face DeBERTa directory (`model_type: deberta-v2` for v2/v3, `deberta`
+    /// for v1).
     pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<DebertaModel> {
         let config = BertConfig::from_file(file)?;
         let settings = config
             .deberta
             .clone()
-            .ok_or_else(|| invalid("model_type", "not a DeBERTa-v2 config"))?;
+            .ok_or_else(|| invalid("model_type", "not a DeBERTa config (deberta or deberta-v2)"))?;
         let weights = DebertaWeights::load(file, &config, &settings)?;
         Ok(DebertaModel {
             config,
@@ -322,8 +344,8 @@ impl DebertaModel {
         Error::invalid(
             op,
             format!(
-                "this deberta-v2 checkpoint has no {want:?} head (its config.json names {:?})",
-                self.config.head
+                "this {} checkpoint has no {want:?} head (its config.json names {:?})",
+                self.config.architecture, self.config.head
             ),
         )
     }

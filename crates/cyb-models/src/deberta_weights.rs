@@ -1,11 +1,12 @@
-//! DeBERTa-v2/v3 weights under transformers' names (`deberta.encoder.layer.N.attention.self.
-//! query_proj`, `deberta.encoder.rel_embeddings`), checked for presence and shape at load.
+//! DeBERTa weights under transformers' names (`deberta.encoder.layer.N.attention.self.
+//! query_proj`, `deberta.encoder.rel_embeddings`; v1's fused `attention.self.in_proj`),
+//! checked for presence and shape at load.
 
 use crate::bert_config::{BertActivation, BertConfig, BertHead};
 use crate::bert_weights::{Linear, Norm};
 use crate::deberta::DebertaSettings;
 use cyb_format::ModelFile;
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashSet;
 
 pub(crate) struct DebertaLayer {
@@ -65,7 +66,7 @@ impl Loader<'_> {
         if !self.names.contains(name) {
             return Err(Error::MissingTensor {
                 name: name.to_string(),
-                required_by: format!("deberta-v2 in {}", self.file.path().display()),
+                required_by: format!("deberta in {}", self.file.path().display()),
             });
         }
         let t = self.file.tensor(name)?;
@@ -88,6 +89,45 @@ impl Loader<'_> {
             b: self.tensor(&format!("{name}.bias"), &[d])?,
         })
     }
+
+    /// DeBERTa v1's attention inputs: `in_proj` `[3h, h]` holds, per head, its query, key and
+    /// value rows in turn (transformers splits the projected heads in three); `q_bias` and
+    /// `v_bias` are in plain head order and the key has no bias.
+    fn v1_qkv(&self, a: &str, h: usize, d: usize) -> Result<(Linear, Linear, Linear)> {
+        let w = self.tensor(&format!("{a}.in_proj.weight"), &[3 * h, h])?;
+        let dtype = w.dtype();
+        let all = w.to_f32_vec()?;
+        let mut parts = [
+            Vec::with_capacity(h * h),
+            Vec::with_capacity(h * h),
+            Vec::with_capacity(h * h),
+        ];
+        // Rows of 3·d per head: [q rows; k rows; v rows].
+        for (r, row) in all.chunks_exact(h).enumerate() {
+            parts[(r % (3 * d)) / d].extend_from_slice(row);
+        }
+        let matrix = |data: &[f32]| -> Result<Tensor> {
+            match dtype {
+                DType::F16 | DType::BF16 => Tensor::from_f32_as(&[h, h], data, dtype),
+                _ => Tensor::from_f32(&[h, h], data),
+            }
+        };
+        let [q, k, v] = parts;
+        Ok((
+            Linear {
+                w: matrix(&q)?,
+                b: Some(self.tensor(&format!("{a}.q_bias"), &[h])?),
+            },
+            Linear {
+                w: matrix(&k)?,
+                b: None,
+            },
+            Linear {
+                w: matrix(&v)?,
+                b: Some(self.tensor(&format!("{a}.v_bias"), &[h])?),
+            },
+        ))
+    }
 }
 
 impl DebertaWeights {
@@ -109,15 +149,35 @@ impl DebertaWeights {
                 let b = format!("{p}encoder.layer.{i}");
                 let a = format!("{b}.attention.self");
                 let separate = s.relative && !s.share_att_key;
+                let (q, k, v) = match s.v1 {
+                    true => l.v1_qkv(&a, h, c.head_dim)?,
+                    false => (
+                        l.linear(&format!("{a}.query_proj"), h, h)?,
+                        l.linear(&format!("{a}.key_proj"), h, h)?,
+                        l.linear(&format!("{a}.value_proj"), h, h)?,
+                    ),
+                };
+                let (pos_k, pos_q) = match s.v1 {
+                    true => ("pos_proj", "pos_q_proj"),
+                    false => ("pos_key_proj", "pos_query_proj"),
+                };
                 Ok(DebertaLayer {
-                    q: l.linear(&format!("{a}.query_proj"), h, h)?,
-                    k: l.linear(&format!("{a}.key_proj"), h, h)?,
-                    v: l.linear(&format!("{a}.value_proj"), h, h)?,
+                    q,
+                    k,
+                    v,
                     pos_k: (separate && s.c2p)
-                        .then(|| l.linear(&format!("{a}.pos_key_proj"), h, h))
+                        .then(|| -> Result<Linear> {
+                            let w = l.tensor(&format!("{a}.{pos_k}.weight"), &[h, h])?;
+                            // v1's pos_proj has no bias.
+                            let b = match s.v1 {
+                                true => None,
+                                false => Some(l.tensor(&format!("{a}.{pos_k}.bias"), &[h])?),
+                            };
+                            Ok(Linear { w, b })
+                        })
                         .transpose()?,
                     pos_q: (separate && s.p2c)
-                        .then(|| l.linear(&format!("{a}.pos_query_proj"), h, h))
+                        .then(|| l.linear(&format!("{a}.{pos_q}"), h, h))
                         .transpose()?,
                     attn_out: l.linear(&format!("{b}.attention.output.dense"), h, h)?,
                     attn_norm: l.norm(&format!("{b}.attention.output.LayerNorm"), h)?,
@@ -231,7 +291,7 @@ impl DebertaWeights {
                        cls.predictions.transform.dense.weight)"
                     .into(),
                 required_by: format!(
-                    "DebertaV2ForMaskedLM in {}: neither masked-LM head layout is in the file",
+                    "the DeBERTa masked LM in {}: neither masked-LM head layout is in the file",
                     l.file.path().display()
                 ),
             });

@@ -1,4 +1,4 @@
-//! DeBERTa-v2/v3 against transformers and Jina-v2 against the PyTorch reference module of
+//! DeBERTa v1/v2/v3 against transformers and Jina-v2 against the PyTorch reference module of
 //! tools/fixtures/make_deberta_jina_fixtures.py, on tiny random-weight models
 //! (tests/fixtures/encoders): last hidden states of every real token, pooled vectors and
 //! classification logits of a padded batch of three sequences of different lengths, and of
@@ -140,6 +140,23 @@ fn deberta_v3_masked_lm_matches_transformers() {
 #[test]
 fn deberta_v2_legacy_masked_lm_matches_transformers() {
     deberta_mlm("deberta_v2_mlm", true);
+}
+
+/// DeBERTa v1 (`model_type: deberta`): fused in_proj, clamped distances (span 6 < 12).
+#[test]
+fn deberta_v1_matches_transformers() {
+    deberta("deberta_v1");
+    let file = cyb_format::open(dir("deberta_v1")).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let s = m.settings();
+    assert!(s.v1 && s.c2p && s.p2c && !s.share_att_key && s.position_biased_input);
+    assert_eq!((s.buckets, s.max_relative, s.span), (-1, 6, 6));
+}
+
+/// v1 masked LM with the span set by the sequence length (max_relative_positions unset).
+#[test]
+fn deberta_v1_masked_lm_matches_transformers() {
+    deberta_mlm("deberta_v1_mlm", false);
 }
 
 #[test]
