@@ -5,7 +5,7 @@
 //! the pool at the next `begin_step` (a buffer still held by a live tensor is skipped).
 
 use crate::context::GpuContext;
-use crate::kernels::{KernelKey, Kernels};
+use crate::kernels::Kernels;
 use crate::memory::{padded, shadow, DeviceView, GpuBuf, HostShadow, ResidentKey};
 use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
@@ -17,12 +17,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 /// The portable GPU backend (`"wgpu"`).
 pub struct WgpuBackend {
     pub(crate) ctx: GpuContext,
-    kernels: Kernels,
+    pub(crate) kernels: Kernels,
     state: Mutex<State>,
     /// Signalled when a forward step ends (see `State::in_step`).
     step_done: Condvar,
     /// Per-kernel timing (`CYB_WGPU_PROFILE`).
-    profile: Option<crate::profile::Profile>,
+    pub(crate) profile: Option<crate::profile::Profile>,
+    /// Kernel launches recorded so far (after merging; see `launch.rs`).
+    pub(crate) launches: std::sync::atomic::AtomicU64,
+    /// Adjacent independent launches are merged (`launch.rs`).
+    pub(crate) merge: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for WgpuBackend {
@@ -34,18 +38,18 @@ impl Drop for WgpuBackend {
 }
 
 pub(crate) struct State {
-    encoder: Option<wgpu::CommandEncoder>,
+    pub(crate) encoder: Option<wgpu::CommandEncoder>,
     /// The compute pass every kernel launch of the current submission is recorded into (one
     /// pass, not one per launch); ended before a copy or a submission.
-    pass: Option<wgpu::ComputePass<'static>>,
+    pub(crate) pass: Option<wgpu::ComputePass<'static>>,
     /// Kernel parameters of the launches recorded since the last submission, in one uniform
     /// buffer written once just before the submission (not one small write per launch).
-    params: Option<ParamArena>,
+    pub(crate) params: Option<ParamArena>,
     /// Bind groups by (kernel, parameter buffer and offset, buffers): a decode step launches
     /// the same kernels on the same pooled buffers every time, so after the first steps no bind
     /// group is created. Cleared when it grows past `BIND_CACHE_MAX` (an entry keeps its
     /// buffers alive).
-    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    pub(crate) bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     /// The last rope cos/sin table staged this step, reused while the next one is equal (q and
     /// k of every layer share it).
     pub(crate) rope_table: Option<(Vec<f32>, Arc<GpuBuf>)>,
@@ -57,6 +61,11 @@ pub(crate) struct State {
     /// A forward step is running. Steps of different sessions take turns: `begin_step` recycles
     /// every frame buffer, which must not happen under a step that still uses them.
     in_step: bool,
+    /// The last launches recorded, held back while the next one may still join them into one
+    /// launch (see `launch.rs`); recorded before anything else is.
+    pub(crate) pending: Option<crate::launch::Pending>,
+    /// Small buffers bound where a merged kernel has fewer outputs than bindings.
+    pub(crate) spare: Option<[Arc<GpuBuf>; 2]>,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -71,11 +80,13 @@ struct Resident {
 
 /// Kernel (address of its pipeline entry, which lives as long as the backend), parameter
 /// buffer id and offset, then the ids of the kernel's buffers.
-type BindKey = (usize, u64, u64, [u64; 6]);
-const BIND_CACHE_MAX: usize = 8192;
+pub(crate) type BindKey = (usize, u64, u64, [u64; MAX_BUFFERS]);
+/// Most storage buffers one kernel binds.
+pub(crate) const MAX_BUFFERS: usize = 8;
+pub(crate) const BIND_CACHE_MAX: usize = 8192;
 
 /// Bytes of one parameter block (32 u32 words).
-const PARAM_BYTES: u64 = 128;
+pub(crate) const PARAM_BYTES: u64 = 128;
 /// Parameter blocks per arena buffer.
 const ARENA_SLOTS: u64 = 512;
 
@@ -90,8 +101,10 @@ pub(crate) struct ParamArena {
 impl WgpuBackend {
     /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
     pub fn new() -> Result<WgpuBackend> {
+        let ctx = GpuContext::open()?;
         Ok(WgpuBackend {
-            ctx: GpuContext::open()?,
+            merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
+            ctx,
             kernels: Kernels::default(),
             state: Mutex::new(State {
                 encoder: None,
@@ -102,9 +115,12 @@ impl WgpuBackend {
                 frame: FrameAllocator::new(),
                 resident: HashMap::new(),
                 in_step: false,
+                pending: None,
+                spare: None,
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
+            launches: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -122,7 +138,22 @@ impl WgpuBackend {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {
+    /// Kernel launches recorded since the backend was made (a launch merged from several ops
+    /// counts once): tests and benchmarks compare it across steps.
+    pub fn launch_count(&self) -> u64 {
+        self.launches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns the merging of adjacent launches (`launch.rs`) on or off; off, every op is its own
+    /// launch (for comparisons). Stays off on an adapter that cannot bind the merged kernels.
+    pub fn set_launch_merging(&self, on: bool) {
+        let on = on && crate::launch::merging_enabled(&self.ctx.limits);
+        let mut st = self.lock();
+        self.flush(&mut st);
+        self.merge.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {
         if size > self.ctx.limits.max_buffer_size {
             return Err(Error::OutOfMemory {
                 backend: "wgpu".into(),
@@ -202,108 +233,9 @@ impl WgpuBackend {
         }
     }
 
-    /// Records one kernel launch of `groups` workgroups into the step's encoder.
-    pub(crate) fn dispatch(
-        &self,
-        st: &mut State,
-        key: &KernelKey,
-        params: &[u32],
-        buffers: &[&GpuBuf],
-        groups: u32,
-    ) -> Result<()> {
-        if groups == 0 {
-            return Ok(());
-        }
-        let kernel = self.kernels.get(&self.ctx.device, key);
-        let mut words = [0u32; 32];
-        for (w, p) in words.iter_mut().zip(params) {
-            *w = *p;
-        }
-        let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
-        let mut ids = [u64::MAX; 6];
-        if buffers.len() > ids.len() {
-            return Err(Error::invalid(
-                "wgpu",
-                "internal: a kernel binds too many buffers",
-            ));
-        }
-        for (id, b) in ids.iter_mut().zip(buffers) {
-            *id = b.id;
-        }
-        let bind_key = (Arc::as_ptr(&kernel) as usize, ubuf.id, offset, ids);
-        if !st.bind_groups.contains_key(&bind_key) {
-            if st.bind_groups.len() >= BIND_CACHE_MAX {
-                st.bind_groups.clear();
-            }
-            let mut entries = vec![wgpu::BindGroupEntry {
-                binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &ubuf.buffer,
-                    offset,
-                    size: std::num::NonZeroU64::new(PARAM_BYTES),
-                }),
-            }];
-            for (i, b) in buffers.iter().enumerate() {
-                entries.push(wgpu::BindGroupEntry {
-                    binding: (i + 1) as u32,
-                    resource: b.buffer.as_entire_binding(),
-                });
-            }
-            let bind = self
-                .ctx
-                .device
-                .create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &kernel.layout,
-                    entries: &entries,
-                });
-            st.bind_groups.insert(bind_key, bind);
-        }
-        let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
-        let x = groups.min(max);
-        let y = groups.div_ceil(x);
-        let device = &self.ctx.device;
-        let State {
-            encoder,
-            pass,
-            bind_groups,
-            ..
-        } = st;
-        let st_bind = bind_groups
-            .get(&bind_key)
-            .ok_or_else(|| Error::invalid("wgpu", "internal: bind group missing"))?;
-        let pass = match pass {
-            Some(p) => p,
-            None => {
-                let enc = encoder.get_or_insert_with(|| {
-                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-                });
-                let p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: None,
-                    timestamp_writes: None,
-                });
-                pass.insert(p.forget_lifetime())
-            }
-        };
-        pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, st_bind, &[]);
-        pass.dispatch_workgroups(x, y, 1);
-        if let Some(p) = &self.profile {
-            let t0 = std::time::Instant::now();
-            self.flush(st);
-            self.ctx
-                .device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| Error::invalid("profile", format!("wgpu: {e}")))?;
-            let dt = key.weights.map(|d| format!(" {d}")).unwrap_or_default();
-            p.add(format!("{:?}/{}{dt}", key.family, key.entry), t0.elapsed());
-        }
-        Ok(())
-    }
-
     /// A parameter block holding `words` in the current arena (a new arena when it is full);
     /// returns the arena's buffer and the block's offset.
-    fn param_slot(&self, st: &mut State, words: &[u8]) -> Result<(Arc<GpuBuf>, u64)> {
+    pub(crate) fn param_slot(&self, st: &mut State, words: &[u8]) -> Result<(Arc<GpuBuf>, u64)> {
         let full = st
             .params
             .as_ref()
@@ -340,7 +272,8 @@ impl WgpuBackend {
     }
 
     /// Submits what was recorded.
-    fn flush(&self, st: &mut State) {
+    pub(crate) fn flush(&self, st: &mut State) {
+        self.emit_pending(st);
         st.pass = None;
         self.write_params(st);
         if let Some(enc) = st.encoder.take() {
@@ -358,7 +291,9 @@ impl WgpuBackend {
         let staging = self.frame_buf(&mut st, view.len, BufferUsage::Staging)?;
         let size = padded(view.len);
         let device = &self.ctx.device;
-        // A copy is recorded on the encoder itself, outside any compute pass.
+        // A copy is recorded on the encoder itself, outside any compute pass, after every
+        // launch held back.
+        self.emit_pending(&mut st);
         st.pass = None;
         let enc = st.encoder.get_or_insert_with(|| {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })

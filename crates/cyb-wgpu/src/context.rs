@@ -164,6 +164,13 @@ impl GpuContext {
         })
     }
 
+    /// Keeps `msg` as if the device had reported it (for work recorded where no error can be
+    /// returned), unless an earlier one is kept.
+    pub fn keep_error(&self, msg: String) {
+        let mut e = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
+        e.get_or_insert(msg);
+    }
+
     /// The first error the device reported since the last call, as an `Error` naming `op`.
     pub fn take_error(&self, op: &str) -> Result<()> {
         let mut e = self.errors.lock().unwrap_or_else(PoisonError::into_inner);

@@ -8,6 +8,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
+const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
+
+/// dequant.wgsl's readers for weight binding `W{i}`: every reader renamed with the suffix `i`
+/// (one kernel reads several weight buffers, and WGSL functions cannot take a buffer).
+fn numbered_dequant(i: usize) -> String {
+    let mut s = DEQUANT.replace("W[", &format!("W{i}["));
+    for f in ["rb", "rsb", "rh", "rw", "kscale_min", "deq"] {
+        s = s.replace(&format!("{f}("), &format!("{f}{i}("));
+    }
+    s
+}
 
 /// A kernel family: its WGSL file and whether it reads weights through `dequant.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,6 +35,10 @@ pub enum Family {
     ArgMax,
     LayerNorm,
     AddNorm,
+    /// Two or three matvecs of one activation (and optionally their gated unit) in one launch.
+    MatVecMulti,
+    RopePair,
+    CopyPair,
 }
 
 impl Family {
@@ -35,8 +50,11 @@ impl Family {
             Family::Binary => include_str!("shaders/binary.wgsl"),
             Family::Norm => include_str!("shaders/norm.wgsl"),
             Family::Softmax => include_str!("shaders/softmax.wgsl"),
-            Family::Rope => include_str!("shaders/rope.wgsl"),
-            Family::Copy => include_str!("shaders/copy.wgsl"),
+            Family::Rope => include_str!("shaders/rope_one.wgsl"),
+            Family::Copy => include_str!("shaders/copy_one.wgsl"),
+            Family::MatVecMulti => include_str!("shaders/matvec_multi.wgsl"),
+            Family::RopePair => include_str!("shaders/rope_pair.wgsl"),
+            Family::CopyPair => include_str!("shaders/copy_pair.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
@@ -54,6 +72,9 @@ impl Family {
             Family::Sdpa => (3, 2),
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
+            Family::MatVecMulti => (4, 4),
+            Family::RopePair => (3, 2),
+            Family::CopyPair => (2, 2),
         }
     }
 }
@@ -87,6 +108,12 @@ pub struct KernelKey {
 }
 
 impl KernelKey {
+    /// How many of the kernel's buffers (after the parameters) it only reads; the rest it
+    /// writes.
+    pub fn reads(&self) -> usize {
+        self.family.bindings().0
+    }
+
     pub fn plain(family: Family, entry: &'static str) -> KernelKey {
         KernelKey {
             family,
@@ -127,10 +154,22 @@ impl Kernels {
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
-            src.push_str(DEQUANT);
+            if key.family == Family::MatVecMulti {
+                for i in 0..3 {
+                    src.push_str(&numbered_dequant(i));
+                    src.push_str(&MATVEC_DOT.replace('@', &i.to_string()));
+                }
+            } else {
+                src.push_str(DEQUANT);
+            }
         }
-        if matches!(key.family, Family::Unary | Family::Binary) {
-            src.push_str(include_str!("shaders/activation.wgsl"));
+        match key.family {
+            Family::Unary | Family::Binary | Family::MatVecMulti => {
+                src.push_str(include_str!("shaders/activation.wgsl"))
+            }
+            Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
+            Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),
+            _ => {}
         }
         src.push_str(key.family.source());
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

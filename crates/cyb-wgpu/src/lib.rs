@@ -7,6 +7,7 @@
 mod backend;
 mod context;
 mod kernels;
+mod launch;
 mod memory;
 mod ops;
 mod profile;

@@ -52,7 +52,27 @@ fn copy(
     gpu.dispatch(st, &key, &p, &[src, dst], n.div_ceil(64) as u32)
 }
 
-/// Reshape (free), permute, transpose or slice of one input.
+/// True for a permute or transpose that only moves axes of size 1: the elements keep their
+/// order, so the result shares the input's buffer (no copy, no launch; attention's
+/// `[1, heads, d]` ↔ `[heads, 1, d]` in decode).
+fn keeps_order(op: &Op, dims: &[usize]) -> Result<bool> {
+    let perm: Vec<usize> = match op {
+        Op::Permute { perm } => perm.clone(),
+        Op::Transpose { a, b } => {
+            let a = cyb_ops::resolve_axis("transpose", dims.len(), *a)?;
+            let b = cyb_ops::resolve_axis("transpose", dims.len(), *b)?;
+            let mut p: Vec<usize> = (0..dims.len()).collect();
+            p.swap(a, b);
+            p
+        }
+        _ => return Ok(false),
+    };
+    let moved: Vec<usize> = perm.into_iter().filter(|&p| dims[p] != 1).collect();
+    Ok(moved.windows(2).all(|w| w[0] < w[1]))
+}
+
+/// Reshape and order-keeping permutes (free), other permutes, transposes and slices of one
+/// input.
 pub(crate) fn single(
     gpu: &WgpuBackend,
     st: &mut State,
@@ -60,7 +80,7 @@ pub(crate) fn single(
     x: &Tensor,
     out: &TensorInfo,
 ) -> Result<Tensor> {
-    if let Op::Reshape { .. } = op {
+    if matches!(op, Op::Reshape { .. }) || keeps_order(op, x.dims())? {
         let v = device_view(x)?;
         let view = DeviceView {
             buf: v.buf.clone(),

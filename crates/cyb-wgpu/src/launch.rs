@@ -1,0 +1,448 @@
+//! Recording kernel launches, and merging consecutive ones into one launch.
+//!
+//! A decode step's cost on a GPU is per launch (each is followed by a barrier), not per byte,
+//! so launches that the op-at-a-time contract would record separately are merged when they are
+//! independent and adjacent: the q, k and v matvecs of one activation (one multi-output matvec;
+//! gate and up too, together with the gated unit that consumes exactly their two outputs), the
+//! rope of q and of k, and two copies (the key and value appends of a layer). The last launch is
+//! held back in `State::pending` until the next one shows whether it joins; anything else that
+//! records work (another launch, a copy, a submission) records the held one first, so the order
+//! of effects never changes. Every merged kernel computes each output exactly as the separate
+//! kernels do, and still writes every output they would have written.
+//!
+//! `CYB_WGPU_FUSE=0` turns merging off (to compare).
+
+use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES};
+use crate::kernels::{Family, KernelKey};
+use crate::memory::GpuBuf;
+use cyb_backend::BufferUsage;
+use cyb_tensor::{Error, Result};
+use std::sync::Arc;
+
+/// One kernel launch as recorded: the buffers as (id, handle), reads first.
+pub(crate) struct Launch {
+    key: KernelKey,
+    params: Vec<u32>,
+    bufs: Vec<(u64, wgpu::Buffer)>,
+    groups: u32,
+}
+
+impl Launch {
+    fn is(&self, family: Family, entry: &str) -> bool {
+        self.key.family == family && self.key.entry == entry
+    }
+    fn id(&self, i: usize) -> u64 {
+        self.bufs.get(i).map_or(u64::MAX, |b| b.0)
+    }
+    fn param(&self, i: usize) -> u32 {
+        self.params.get(i).copied().unwrap_or(0)
+    }
+    fn reads(&self) -> &[(u64, wgpu::Buffer)] {
+        &self.bufs[..self.key.reads().min(self.bufs.len())]
+    }
+    fn writes(&self) -> &[(u64, wgpu::Buffer)] {
+        &self.bufs[self.key.reads().min(self.bufs.len())..]
+    }
+}
+
+/// True when `l` neither writes a buffer that `held` reads or writes nor reads one `held`
+/// writes: running them in one launch (no barrier between) gives the same result.
+fn independent(held: &[Launch], l: &Launch) -> bool {
+    held.iter().all(|h| {
+        let touches = |id: u64| h.bufs.iter().any(|b| b.0 == id);
+        let h_writes = |id: u64| h.writes().iter().any(|b| b.0 == id);
+        l.writes().iter().all(|w| !touches(w.0)) && l.reads().iter().all(|r| !h_writes(r.0))
+    })
+}
+
+/// Launches held back while the next one may join them.
+pub(crate) enum Pending {
+    /// `matmul.wgsl` `main` launches (few activation rows) of one activation, weights of one
+    /// dtype and the same `k`: up to three.
+    Matvec(Vec<Launch>),
+    /// Two of them and the gated unit (`swiglu`/`geglu` of two inputs) reading exactly their
+    /// outputs: gate, up, unit. Complete.
+    Glu(Vec<Launch>),
+    /// Rope launches sharing one cos/sin table: up to two.
+    Rope(Vec<Launch>),
+    /// Strided copies: up to two.
+    Copy(Vec<Launch>),
+}
+
+impl Pending {
+    /// Holds `l` if a later launch could join it.
+    fn start(l: Launch) -> std::result::Result<Pending, Launch> {
+        if l.is(Family::MatMul, "main") {
+            Ok(Pending::Matvec(vec![l]))
+        } else if l.is(Family::Rope, "rope") {
+            Ok(Pending::Rope(vec![l]))
+        } else if l.is(Family::Copy, "copy") {
+            Ok(Pending::Copy(vec![l]))
+        } else {
+            Err(l)
+        }
+    }
+
+    /// Joins `l` to the held launches; gives it back when it cannot join.
+    fn absorb(&mut self, l: Launch) -> Option<Launch> {
+        match self {
+            Pending::Matvec(v) => {
+                let first = &v[0];
+                // matmul params: 0 m, 1 n, 2 k, 3 blocks, 4 row bytes, 5 groups; bufs a, w, y.
+                let joins = l.is(Family::MatMul, "main")
+                    && v.len() < 3
+                    && l.key == first.key
+                    && l.param(0) == first.param(0)
+                    && l.param(2) == first.param(2)
+                    && l.id(0) == first.id(0)
+                    && independent(v, &l);
+                if joins {
+                    v.push(l);
+                    return None;
+                }
+                let gate_up = v.len() == 2
+                    && (l.is(Family::Binary, "swiglu") || l.is(Family::Binary, "geglu"))
+                    && l.id(0) == v[0].id(2)
+                    && l.id(1) == v[1].id(2)
+                    && v[0].param(1) == v[1].param(1)
+                    && u64::from(l.param(0)) == u64::from(v[0].param(0)) * u64::from(v[0].param(1))
+                    && l.id(2) != v[0].id(0);
+                if gate_up {
+                    let mut parts = std::mem::take(v);
+                    parts.push(l);
+                    *self = Pending::Glu(parts);
+                    return None;
+                }
+                Some(l)
+            }
+            Pending::Rope(v) => {
+                let first = &v[0];
+                // rope params: 0 n, 1 heads, 2 seq, 3 head_dim, 4 half, 5 layout; bufs x, t, o.
+                let joins = l.is(Family::Rope, "rope")
+                    && v.len() < 2
+                    && l.id(1) == first.id(1)
+                    && (2..6).all(|i| l.param(i) == first.param(i))
+                    && independent(v, &l);
+                if !joins {
+                    return Some(l);
+                }
+                v.push(l);
+                None
+            }
+            Pending::Copy(v) => {
+                if !(l.is(Family::Copy, "copy") && v.len() < 2 && independent(v, &l)) {
+                    return Some(l);
+                }
+                v.push(l);
+                None
+            }
+            Pending::Glu(_) => Some(l),
+        }
+    }
+
+    /// The one launch that does what the held launches do (a single one unchanged).
+    /// `spare`: buffers for the write bindings a merged kernel leaves unused.
+    fn into_launch(self, spare: &[Arc<GpuBuf>; 2]) -> Option<Launch> {
+        let spare_ref = |i: usize| (spare[i].id, spare[i].buffer.clone());
+        match self {
+            Pending::Matvec(v) | Pending::Rope(v) | Pending::Copy(v) if v.len() <= 1 => {
+                v.into_iter().next()
+            }
+            Pending::Matvec(v) => {
+                let f = &v[0];
+                let n = |i: usize| v.get(i).map_or(0, |l| l.param(1));
+                let blocks = f.groups / f.param(1).max(1);
+                let groups: u32 = v.iter().map(|l| l.groups).sum();
+                let params = vec![
+                    f.param(0),
+                    f.param(2),
+                    f.param(4),
+                    blocks,
+                    n(0),
+                    n(1),
+                    n(2),
+                    0,
+                    groups,
+                ];
+                let w = |i: usize| v.get(i).unwrap_or(f).bufs[1].clone();
+                let y = |i: usize| match v.get(i) {
+                    Some(l) => l.bufs[2].clone(),
+                    None => spare_ref(0),
+                };
+                let bufs = vec![
+                    f.bufs[0].clone(),
+                    w(0),
+                    w(1),
+                    w(2),
+                    y(0),
+                    y(1),
+                    y(2),
+                    spare_ref(1),
+                ];
+                Some(multi_launch(f, params, bufs, groups))
+            }
+            Pending::Glu(v) => {
+                let [g, u, glu] = &v[..] else {
+                    return None;
+                };
+                let mode = if glu.is(Family::Binary, "swiglu") {
+                    1
+                } else if glu.param(13) == 1 {
+                    3
+                } else {
+                    2
+                };
+                let blocks = g.groups / g.param(1).max(1);
+                let params = vec![
+                    g.param(0),
+                    g.param(2),
+                    g.param(4),
+                    blocks,
+                    g.param(1),
+                    u.param(1),
+                    0,
+                    mode,
+                    g.groups,
+                ];
+                let bufs = vec![
+                    g.bufs[0].clone(),
+                    g.bufs[1].clone(),
+                    u.bufs[1].clone(),
+                    g.bufs[1].clone(),
+                    g.bufs[2].clone(),
+                    u.bufs[2].clone(),
+                    spare_ref(0),
+                    glu.bufs[2].clone(),
+                ];
+                Some(multi_launch(g, params, bufs, g.groups))
+            }
+            Pending::Rope(v) => {
+                let (a, b) = (&v[0], &v[1]);
+                let mut params: Vec<u32> = (0..6).map(|i| a.param(i)).collect();
+                params.extend([b.param(0), b.param(1), a.groups]);
+                let bufs = vec![
+                    a.bufs[0].clone(),
+                    b.bufs[0].clone(),
+                    a.bufs[1].clone(),
+                    a.bufs[2].clone(),
+                    b.bufs[2].clone(),
+                ];
+                Some(Launch {
+                    key: KernelKey::plain(Family::RopePair, "rope_pair"),
+                    params,
+                    bufs,
+                    groups: a.groups + b.groups,
+                })
+            }
+            Pending::Copy(v) => {
+                let (a, b) = (&v[0], &v[1]);
+                let mut params: Vec<u32> = (0..15).map(|i| a.param(i)).collect();
+                params.extend((0..15).map(|i| b.param(i)));
+                params.push(a.groups);
+                let bufs = vec![
+                    a.bufs[0].clone(),
+                    b.bufs[0].clone(),
+                    a.bufs[1].clone(),
+                    b.bufs[1].clone(),
+                ];
+                Some(Launch {
+                    key: KernelKey::plain(Family::CopyPair, "copy_pair"),
+                    params,
+                    bufs,
+                    groups: a.groups + b.groups,
+                })
+            }
+        }
+    }
+}
+
+fn multi_launch(
+    first: &Launch,
+    params: Vec<u32>,
+    bufs: Vec<(u64, wgpu::Buffer)>,
+    groups: u32,
+) -> Launch {
+    Launch {
+        key: KernelKey {
+            family: Family::MatVecMulti,
+            entry: "main",
+            weights: first.key.weights,
+            rows: first.key.rows,
+        },
+        params,
+        bufs,
+        groups,
+    }
+}
+
+/// Whether launches are merged: not with `CYB_WGPU_FUSE=0`, nor on an adapter that binds fewer
+/// storage buffers per kernel than the merged kernels use.
+pub(crate) fn merging_enabled(limits: &wgpu::Limits) -> bool {
+    let off = std::env::var("CYB_WGPU_FUSE").is_ok_and(|v| v == "0");
+    !off && limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
+}
+
+impl WgpuBackend {
+    /// Records one kernel launch of `groups` workgroups into the step's encoder (perhaps
+    /// merged with the next or the previous one; see the module comment).
+    pub(crate) fn dispatch(
+        &self,
+        st: &mut State,
+        key: &KernelKey,
+        params: &[u32],
+        buffers: &[&GpuBuf],
+        groups: u32,
+    ) -> Result<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let launch = Launch {
+            key: key.clone(),
+            params: params.to_vec(),
+            bufs: buffers.iter().map(|b| (b.id, b.buffer.clone())).collect(),
+            groups,
+        };
+        let launch = match st.pending.as_mut() {
+            Some(p) => match p.absorb(launch) {
+                None => return Ok(()),
+                Some(l) => {
+                    if let Some(held) = st.pending.take() {
+                        self.record_pending(st, held)?;
+                    }
+                    l
+                }
+            },
+            None => launch,
+        };
+        if !self.merge.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.record(st, launch);
+        }
+        match Pending::start(launch) {
+            Ok(p) => {
+                st.pending = Some(p);
+                Ok(())
+            }
+            Err(l) => self.record(st, l),
+        }
+    }
+
+    fn record_pending(&self, st: &mut State, held: Pending) -> Result<()> {
+        let spare = match &st.spare {
+            Some(s) => s.clone(),
+            None => {
+                let s = [
+                    self.create(16, BufferUsage::Storage)?,
+                    self.create(16, BufferUsage::Storage)?,
+                ];
+                st.spare = Some(s.clone());
+                s
+            }
+        };
+        match held.into_launch(&spare) {
+            Some(l) => self.record(st, l),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the held launches, if any (before other work is recorded or submitted). An
+    /// error is kept for the step's end to report.
+    pub(crate) fn emit_pending(&self, st: &mut State) {
+        if let Some(p) = st.pending.take() {
+            if let Err(e) = self.record_pending(st, p) {
+                self.ctx.keep_error(e.to_string());
+            }
+        }
+    }
+
+    /// Records `l` into the step's one compute pass.
+    fn record(&self, st: &mut State, l: Launch) -> Result<()> {
+        let key = &l.key;
+        let kernel = self.kernels.get(&self.ctx.device, key);
+        let mut words = [0u32; 32];
+        for (w, p) in words.iter_mut().zip(&l.params) {
+            *w = *p;
+        }
+        let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
+        let mut ids = [u64::MAX; MAX_BUFFERS];
+        if l.bufs.len() > ids.len() {
+            return Err(Error::invalid(
+                "wgpu",
+                "internal: a kernel binds too many buffers",
+            ));
+        }
+        for (id, b) in ids.iter_mut().zip(&l.bufs) {
+            *id = b.0;
+        }
+        let bind_key = (Arc::as_ptr(&kernel) as usize, ubuf.id, offset, ids);
+        if !st.bind_groups.contains_key(&bind_key) {
+            if st.bind_groups.len() >= BIND_CACHE_MAX {
+                st.bind_groups.clear();
+            }
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &ubuf.buffer,
+                    offset,
+                    size: std::num::NonZeroU64::new(PARAM_BYTES),
+                }),
+            }];
+            for (i, b) in l.bufs.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: (i + 1) as u32,
+                    resource: b.1.as_entire_binding(),
+                });
+            }
+            let bind = self
+                .ctx
+                .device
+                .create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &kernel.layout,
+                    entries: &entries,
+                });
+            st.bind_groups.insert(bind_key, bind);
+        }
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
+        let x = l.groups.min(max);
+        let y = l.groups.div_ceil(x);
+        let device = &self.ctx.device;
+        let State {
+            encoder,
+            pass,
+            bind_groups,
+            ..
+        } = st;
+        let bind = bind_groups
+            .get(&bind_key)
+            .ok_or_else(|| Error::invalid("wgpu", "internal: bind group missing"))?;
+        let pass = match pass {
+            Some(p) => p,
+            None => {
+                let enc = encoder.get_or_insert_with(|| {
+                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+                });
+                let p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                });
+                pass.insert(p.forget_lifetime())
+            }
+        };
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        self.launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(p) = &self.profile {
+            let t0 = std::time::Instant::now();
+            self.flush(st);
+            self.ctx
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::invalid("profile", format!("wgpu: {e}")))?;
+            let dt = key.weights.map(|d| format!(" {d}")).unwrap_or_default();
+            p.add(format!("{:?}/{}{dt}", key.family, key.entry), t0.elapsed());
+        }
+        Ok(())
+    }
+}

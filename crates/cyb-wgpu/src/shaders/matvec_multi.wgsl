@@ -1,0 +1,96 @@
+// Two or three matrix-vector products of one activation in one launch (q, k and v; gate and
+// up): y_r[i, j] = Σ_p a[i, p] · w_r[j, p], the weights of one dtype, each workgroup one weight
+// row of one product as in matmul.wgsl's `main`. With a gated unit (glu ≠ 0) a workgroup
+// computes row j of both the gate (W0) and up (W1) products, writes both and also
+// G = act(gate) · up, the unit's output.
+// Params: 0 m, 1 k, 2 bytes per weight row, 3 row blocks (⌈m / MB⌉), 4 n0, 5 n1, 6 n2 (0: two
+// products), 7 glu (0 none, 1 swiglu, 2 geglu erf, 3 geglu tanh), 8 workgroups in the grid.
+
+@group(0) @binding(1) var<storage, read> A: array<f32>;
+@group(0) @binding(2) var<storage, read> W0: array<u32>;
+@group(0) @binding(3) var<storage, read> W1: array<u32>;
+@group(0) @binding(4) var<storage, read> W2: array<u32>;
+@group(0) @binding(5) var<storage, read_write> Y0: array<f32>;
+@group(0) @binding(6) var<storage, read_write> Y1: array<f32>;
+@group(0) @binding(7) var<storage, read_write> Y2: array<f32>;
+@group(0) @binding(8) var<storage, read_write> G: array<f32>;
+
+// Partial sums of the first product's rows, then (glu) of the second's.
+var<workgroup> red: array<f32, 512>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let id = flat_wg(wg, nw);
+    let valid = id < pu(8u);
+    let blocks = pu(3u);
+    let glu = pu(7u);
+    // The products' workgroup ranges follow each other (with glu: one range for both).
+    var which = 0u;
+    var local = id;
+    var n = pu(4u);
+    if (glu == 0u && local >= pu(4u) * blocks) {
+        local -= pu(4u) * blocks;
+        which = 1u;
+        n = pu(5u);
+        if (local >= pu(5u) * blocks) {
+            local -= pu(5u) * blocks;
+            which = 2u;
+            n = pu(6u);
+        }
+    }
+    let j = local % max(n, 1u);
+    let i0 = (local / max(n, 1u)) * MB;
+    var a0: array<f32, MB>;
+    var a1: array<f32, MB>;
+    for (var r = 0u; r < MB; r++) { a0[r] = 0.0; a1[r] = 0.0; }
+    if (valid) {
+        if (glu != 0u) {
+            a0 = dot0(j, i0, t);
+            a1 = dot1(j, i0, t);
+        } else if (which == 0u) {
+            a0 = dot0(j, i0, t);
+        } else if (which == 1u) {
+            a0 = dot1(j, i0, t);
+        } else {
+            a0 = dot2(j, i0, t);
+        }
+    }
+    for (var r = 0u; r < MB; r++) {
+        red[r * 64u + t] = a0[r];
+        red[256u + r * 64u + t] = a1[r];
+    }
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            for (var r = 0u; r < MB; r++) {
+                red[r * 64u + t] += red[r * 64u + t + s];
+                red[256u + r * 64u + t] += red[256u + r * 64u + t + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (t == 0u && valid) {
+        let m = pu(0u);
+        for (var r = 0u; r < MB; r++) {
+            if (i0 + r >= m) { continue; }
+            let o = (i0 + r) * n + j;
+            let y = red[r * 64u];
+            if (glu != 0u) {
+                let u = red[256u + r * 64u];
+                Y0[o] = y;
+                Y1[o] = u;
+                var act = silu_f(y);
+                if (glu == 2u) { act = gelu_erf(y); }
+                if (glu == 3u) { act = gelu_tanh(y); }
+                G[o] = act * u;
+            } else if (which == 0u) {
+                Y0[o] = y;
+            } else if (which == 1u) {
+                Y1[o] = y;
+            } else {
+                Y2[o] = y;
+            }
+        }
+    }
+}

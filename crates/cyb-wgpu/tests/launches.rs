@@ -1,0 +1,263 @@
+//! Merged launches (src/launch.rs): adjacent independent ops recorded as one kernel launch give
+//! the CPU reference's results for every weight format on odd sizes, and a LlamaStyle decode
+//! step takes the expected number of launches, with logits equal to the unmerged step's.
+//!
+//! Tolerance as tests/kernels.rs (max|gpu - ref| / max|ref|): 1e-5 for matmuls and copies,
+//! 1e-4 where the GPU's `exp`/`tanh` or rope's rotation differ from Rust's in the last bits.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
+mod common;
+
+use common::{gpu, random, rel_err};
+use cyb_backend::{Backend, Dispatcher, ExecContext};
+use cyb_models::LlamaModel;
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_tensor::{DType, Tensor};
+use std::path::Path;
+use std::sync::Arc;
+
+const WEIGHT_DTYPES: [DType; 10] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+];
+
+/// Tests of this binary count launches of the one shared backend and toggle its merging, so
+/// they take turns.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn f32t(dims: &[usize], seed: u64) -> Tensor {
+    let n = dims.iter().product();
+    Tensor::from_f32(dims, &random(n, seed)).unwrap()
+}
+
+/// One op of a sequence: the op and its inputs, each an index into the host tensors or, when
+/// `Err(i)`, the GPU output `i` of an earlier op of the sequence.
+type Step = (Op, Vec<std::result::Result<usize, usize>>);
+
+/// Runs `steps` back to back on the GPU (so adjacent launches may merge) and on the reference;
+/// checks every output of every step within `tol` and returns the launches they took.
+fn run_sequence(host: &[Tensor], steps: &[Step], tol: f32) -> Option<u64> {
+    let gpu = gpu()?;
+    let dev: Vec<Tensor> = host
+        .iter()
+        .map(|t| {
+            gpu.upload(t.host_bytes().unwrap(), t.dims(), t.dtype())
+                .unwrap()
+        })
+        .collect();
+    let mut ctx = ExecContext::default();
+    let before = gpu.launch_count();
+    let (mut gpu_outs, mut ref_outs): (Vec<Tensor>, Vec<Tensor>) = (Vec::new(), Vec::new());
+    for (op, ins) in steps {
+        let pick = |on_gpu: bool| -> Vec<Tensor> {
+            ins.iter()
+                .map(|i| match (i, on_gpu) {
+                    (Ok(h), true) => dev[*h].clone(),
+                    (Ok(h), false) => host[*h].clone(),
+                    (Err(o), true) => gpu_outs[*o].clone(),
+                    (Err(o), false) => ref_outs[*o].clone(),
+                })
+                .collect()
+        };
+        let (g, r) = (pick(true), pick(false));
+        let infos: Vec<_> = g.iter().map(Tensor::info).collect();
+        assert!(gpu.supports(op, &infos), "wgpu should support {op:?}");
+        gpu_outs.extend(gpu.execute(op, &g, &mut ctx).unwrap());
+        ref_outs.extend(cyb_ops::reference::execute(op, &r).unwrap());
+    }
+    // Downloading submits what is held back.
+    for (i, (g, w)) in gpu_outs.iter().zip(&ref_outs).enumerate() {
+        assert_eq!(g.dims(), w.dims(), "output {i}");
+        let e = rel_err(&gpu.download_f32(g).unwrap(), &w.to_f32_vec().unwrap());
+        assert!(
+            e <= tol,
+            "output {i} of {steps:?}: relative error {e:e} > {tol:e}"
+        );
+    }
+    Some(gpu.launch_count() - before)
+}
+
+fn k_for(dt: DType) -> usize {
+    match dt.block_elems() {
+        1 => 37,
+        b => 3 * b,
+    }
+}
+
+fn matmul() -> Op {
+    Op::MatMul {
+        rhs_transposed: true,
+    }
+}
+
+#[test]
+fn three_matvecs_of_one_activation_are_one_launch() {
+    let _turn = serial();
+    for dt in WEIGHT_DTYPES {
+        let k = k_for(dt);
+        // One row (decode) and three (the kernel's 4-row blocks, cut short).
+        for m in [1, 3] {
+            let w = |n: usize, seed: u64| {
+                Tensor::from_f32_as(&[n, k], &random(n * k, seed), dt).unwrap()
+            };
+            let host = vec![f32t(&[m, k], 3), w(13, 5), w(7, 6), w(9, 7)];
+            let steps: Vec<Step> = (1..4).map(|i| (matmul(), vec![Ok(0), Ok(i)])).collect();
+            if let Some(n) = run_sequence(&host, &steps, 1e-5) {
+                assert_eq!(n, 1, "{dt} m={m}: q, k, v matvecs took {n} launches");
+            }
+        }
+    }
+}
+
+#[test]
+fn gate_up_and_gated_unit_are_one_launch() {
+    let _turn = serial();
+    let glus = [
+        Op::SwiGlu,
+        Op::GeGlu {
+            approx: GeluApprox::Tanh,
+        },
+        Op::GeGlu {
+            approx: GeluApprox::Erf,
+        },
+    ];
+    for dt in WEIGHT_DTYPES {
+        let k = k_for(dt);
+        for (m, glu) in [(1, &glus[0]), (3, &glus[1]), (1, &glus[2])] {
+            let n = 11;
+            let w = |seed: u64| Tensor::from_f32_as(&[n, k], &random(n * k, seed), dt).unwrap();
+            let host = vec![f32t(&[m, k], 3), w(8), w(9)];
+            let steps: Vec<Step> = vec![
+                (matmul(), vec![Ok(0), Ok(1)]),
+                (matmul(), vec![Ok(0), Ok(2)]),
+                (glu.clone(), vec![Err(0), Err(1)]),
+            ];
+            if let Some(l) = run_sequence(&host, &steps, 1e-4) {
+                assert_eq!(l, 1, "{dt} m={m} {glu:?}: took {l} launches");
+            }
+        }
+    }
+}
+
+#[test]
+fn matvecs_that_cannot_merge_stay_separate() {
+    let _turn = serial();
+    // Different activations, then different weight dtypes: three launches each, still exact.
+    let k = 64;
+    let w = |dt: DType, seed: u64| Tensor::from_f32_as(&[5, k], &random(5 * k, seed), dt).unwrap();
+    let host = vec![
+        f32t(&[1, k], 1),
+        f32t(&[1, k], 2),
+        w(DType::Q8_0, 3),
+        w(DType::Q4_0, 4),
+    ];
+    let steps: Vec<Step> = vec![
+        (matmul(), vec![Ok(0), Ok(2)]),
+        (matmul(), vec![Ok(1), Ok(2)]),
+        (matmul(), vec![Ok(1), Ok(3)]),
+    ];
+    if let Some(l) = run_sequence(&host, &steps, 1e-5) {
+        assert_eq!(l, 3);
+    }
+    // A matvec of the first one's output depends on it: two launches.
+    let host = vec![f32t(&[1, k], 1), w(DType::F32, 3), f32t(&[5, 5], 4)];
+    let steps: Vec<Step> = vec![
+        (matmul(), vec![Ok(0), Ok(1)]),
+        (matmul(), vec![Err(0), Ok(2)]),
+    ];
+    if let Some(l) = run_sequence(&host, &steps, 1e-5) {
+        assert_eq!(l, 2);
+    }
+}
+
+#[test]
+fn rope_of_q_and_k_is_one_launch() {
+    let _turn = serial();
+    for (layout, rot) in [(RopeLayout::Normal, 10), (RopeLayout::Neox, 6)] {
+        let rope = Op::Rope {
+            layout,
+            rot_dims: rot,
+            base: 10000.0,
+            scaling: RopeScaling::None,
+        };
+        let pos = Tensor::from_i64(&[3], &[5, 6, 7]).unwrap();
+        let host = vec![f32t(&[3, 5, 10], 1), f32t(&[3, 3, 10], 2), pos];
+        let steps: Vec<Step> = vec![
+            (rope.clone(), vec![Ok(0), Ok(2)]),
+            (rope, vec![Ok(1), Ok(2)]),
+        ];
+        if let Some(l) = run_sequence(&host, &steps, 1e-4) {
+            assert_eq!(l, 1, "{layout:?}");
+        }
+    }
+}
+
+#[test]
+fn two_copies_are_one_launch_and_dependent_ones_two() {
+    let _turn = serial();
+    let t = Op::Transpose { a: 0, b: 1 };
+    let host = vec![f32t(&[3, 5, 7], 1), f32t(&[4, 2, 3], 2)];
+    let steps: Vec<Step> = vec![(t.clone(), vec![Ok(0)]), (t.clone(), vec![Ok(1)])];
+    if let Some(l) = run_sequence(&host, &steps, 0.0) {
+        assert_eq!(l, 1);
+    }
+    // The second reads the first's output: it must see it complete.
+    let steps: Vec<Step> = vec![(t.clone(), vec![Ok(0)]), (t, vec![Err(0)])];
+    if let Some(l) = run_sequence(&host, &steps, 0.0) {
+        assert_eq!(l, 2);
+    }
+    // A permute that only moves a size-1 axis is a view: no launch.
+    let p = Op::Permute {
+        perm: vec![1, 0, 2],
+    };
+    let host = vec![f32t(&[1, 6, 5], 3)];
+    if let Some(l) = run_sequence(&host, &[(p, vec![Ok(0)])], 0.0) {
+        assert_eq!(l, 0);
+    }
+}
+
+/// Launches per decode step of the LlamaStyle llama3 fixture (split q/k/v and gate/up, no
+/// biases: the Llama 3.2 1B / SmolLM2 layout), merged and not, with equal logits.
+#[test]
+fn llama_decode_step_launches() {
+    let _turn = serial();
+    let Some(gpu) = gpu() else { return };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/llama_family/llama3/model-q8_0.gguf");
+    let f = cyb_format::open(&path).unwrap();
+    let chain: Vec<Arc<dyn Backend>> = vec![gpu.clone()];
+    let model = LlamaModel::load(&f, Arc::new(Dispatcher::new(chain))).unwrap();
+    let layers = model.config().num_layers as u64;
+    let mut per_step = Vec::new();
+    for merge in [false, true] {
+        gpu.set_launch_merging(merge);
+        let mut cache = model.new_cache(16).unwrap();
+        model.forward(&[1, 2, 3], &mut cache).unwrap();
+        let before = gpu.launch_count();
+        let logits = model.forward(&[4], &mut cache).unwrap();
+        per_step.push((gpu.launch_count() - before, logits));
+    }
+    gpu.set_launch_merging(true);
+    let (unmerged, merged) = (per_step[0].0, per_step[1].0);
+    eprintln!("llama3 fixture, {layers} layers: {unmerged} launches per decode step unmerged, {merged} merged");
+    let err = rel_err(&per_step[1].1, &per_step[0].1);
+    assert!(err <= 1e-6, "merged vs unmerged logits: {err}");
+    // Per layer, unmerged: q, k, v, rope q, rope k, append k, append v, slice k, slice v,
+    // sdpa, o, add+norm, gate, up, swiglu, down, add+norm (the permutes around sdpa are
+    // views); merged: qkv, rope q+k, appends, slices, sdpa, o, add+norm, gate/up/swiglu,
+    // down, add+norm. Plus embedding, first norm, final norm, output projection.
+    assert_eq!(unmerged, 17 * layers + 4);
+    assert_eq!(merged, 10 * layers + 4);
+}
