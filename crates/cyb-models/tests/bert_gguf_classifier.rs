@@ -41,8 +41,11 @@ fn check(what: &str, got: &[f32], want: &[f32]) {
     assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
 }
 
-/// Loads `gguf`, checks its head and labels, and compares its logits with `reference`'s.
-fn classifier(gguf: &str, reference_json: &str) -> BertModel {
+const LABELS: [&str; 3] = ["negative", "neutral", "positive"];
+
+/// Loads `gguf`, checks its head and labels, and compares its logits with `reference`'s
+/// (`key` of each sequence).
+fn classifier(gguf: &str, reference_json: &str, key: &str, labels: [&str; 3]) -> BertModel {
     let r = reference(reference_json);
     let seqs: Vec<Vec<u32>> = r["sequences"]
         .as_array()
@@ -62,11 +65,11 @@ fn classifier(gguf: &str, reference_json: &str) -> BertModel {
         let mut m = BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
         m.set_layout(layout);
         assert_eq!(m.config().head, BertHead::SequenceClassification);
-        assert_eq!(m.config().labels, ["negative", "neutral", "positive"]);
+        assert_eq!(m.config().labels, labels);
         let logits = m.sequence_logits(&seqs).unwrap();
         assert_eq!(logits.len(), seqs.len());
         for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
-            let want = floats(&s["logits"]);
+            let want = floats(&s[key]);
             check(&format!("{gguf} seq {i} ({layout:?})"), &logits[i], &want);
             let alone = m.sequence_logits(std::slice::from_ref(&seqs[i])).unwrap();
             check(&format!("{gguf} seq {i} alone"), &alone[0], &want);
@@ -79,7 +82,12 @@ fn classifier(gguf: &str, reference_json: &str) -> BertModel {
 /// BERT's pooler as `cls`, its classifier as `cls.output`: transformers' whole head.
 #[test]
 fn gguf_bert_classifier_matches_transformers() {
-    classifier("bert_gguf/bert_cls.gguf", "bert/bert/reference.json");
+    classifier(
+        "bert_gguf/bert_cls.gguf",
+        "bert/bert/reference.json",
+        "logits",
+        LABELS,
+    );
 }
 
 /// llama.cpp's own BERT classifier layout (pooler dropped): `cls.output(h_first)`, against
@@ -89,6 +97,20 @@ fn gguf_bert_classifier_without_pooler_matches_llama_cpp_semantics() {
     classifier(
         "bert_gguf/bert_cls_out.gguf",
         "bert_gguf/reference_cls_out.json",
+        "logits",
+        LABELS,
+    );
+}
+
+/// Only `cls` (llama.cpp's mapping of a BERT classifier whose labels look like AutoConfig's
+/// dummies) and no output labels: `tanh(cls(h_first))` and `LABEL_i` names.
+#[test]
+fn gguf_bert_classifier_cls_only_matches_llama_cpp_semantics() {
+    classifier(
+        "bert_gguf/bert_cls_only.gguf",
+        "bert_gguf/reference_cls_out.json",
+        "tanh_logits",
+        ["LABEL_0", "LABEL_1", "LABEL_2"],
     );
 }
 
@@ -96,7 +118,12 @@ fn gguf_bert_classifier_without_pooler_matches_llama_cpp_semantics() {
 /// classifier.dense → cls, classifier.out_proj → cls.output): transformers' logits.
 #[test]
 fn gguf_roberta_classifier_matches_transformers() {
-    let m = classifier("bert_gguf/roberta_cls.gguf", "bert/roberta/reference.json");
+    let m = classifier(
+        "bert_gguf/roberta_cls.gguf",
+        "bert/roberta/reference.json",
+        "logits",
+        LABELS,
+    );
     assert_eq!(m.config().max_tokens(), 38);
 }
 
