@@ -1,9 +1,10 @@
 //! `CpuBackend`: the fast CPU implementation of the ops that dominate inference; every other op
 //! answers `supports == false` and falls back to the reference, on the same host memory.
 
+use crate::par::Par;
 use crate::pool::ThreadPool;
 use crate::quant_act::ActPrecision;
-use crate::{attention, matmul, ops, KernelSet};
+use crate::{attention, matmul, norm, ops, KernelSet};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
@@ -93,6 +94,9 @@ impl Backend for CpuBackend {
                     && matmul::supports(self.set, *rhs_transposed, &inputs[..2])
             }
             Op::Sdpa { .. } => attention::supports(op, inputs),
+            Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
+                inputs.iter().all(|i| i.dtype == DType::F32)
+            }
             _ => ops::supports(op, inputs),
         }
     }
@@ -110,6 +114,10 @@ impl Backend for CpuBackend {
                 input_dtype: infos.first().map_or(DType::F32, |i| i.dtype),
             });
         }
+        let par = Par {
+            pool: &self.pool,
+            set: self.set,
+        };
         let out = match op {
             Op::MatMul { .. } => {
                 let (a, w) = (&inputs[0], &inputs[1]);
@@ -118,13 +126,15 @@ impl Backend for CpuBackend {
             Op::Linear { act, .. } => {
                 let (a, w) = (&inputs[0], &inputs[1]);
                 let y = matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?;
-                ops::bias_act(&y, &inputs[2], *act)?
+                ops::bias_act(par, &y, &inputs[2], *act)?
             }
             Op::AddRmsNorm { eps, weight_offset } => {
                 return ops::add_rms_norm(*eps, *weight_offset, inputs);
             }
-            Op::Sdpa { .. } => attention::sdpa(op, &self.pool, inputs)?,
-            _ => ops::execute(op, inputs)?,
+            Op::AddLayerNorm { eps } => return norm::add_layer_norm(par, *eps, inputs),
+            Op::LayerNorm { eps } => norm::layer_norm(par, *eps, inputs)?,
+            Op::Sdpa { .. } => attention::sdpa(op, par, inputs)?,
+            _ => ops::execute(op, inputs, par)?,
         };
         Ok(vec![out])
     }

@@ -16,6 +16,7 @@ mod features;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm_x86;
+mod math;
 mod matmul;
 mod matmul_float;
 #[cfg(target_arch = "x86_64")]
@@ -31,13 +32,17 @@ mod matmul_q16_x86;
 mod matmul_q4;
 #[cfg(target_arch = "x86_64")]
 mod matmul_q4_x86;
+mod norm;
 mod ops;
+mod par;
 mod pool;
 mod quant_act;
 mod repack;
 mod sgemm;
 #[cfg(target_arch = "x86_64")]
 mod sgemm_x86;
+#[cfg(target_arch = "x86_64")]
+mod wide_x86;
 
 pub use backend::{register, CpuBackend};
 pub use features::KernelSet;

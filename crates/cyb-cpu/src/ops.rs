@@ -1,9 +1,11 @@
 //! The small ops of the decode loop: elementwise arithmetic, activations, RMS norm, RoPE,
 //! embedding lookup, and the layout ops that only move data (reshape is free: it shares the
-//! storage). They are single-threaded: at decode sizes a parallel section costs more than the
-//! work. Each computes exactly what the reference computes, in the same order, so results are
-//! equal to it (the tests check within 1e-5).
+//! storage). Element-wise ops and the `Linear` epilogue run on the pool when the tensor is
+//! large (encoders, prefill), one thread at decode sizes where a parallel section costs more
+//! than the work. Each computes what the reference computes, in the same order, so results
+//! are equal to it or within its rounding (the tests check within 1e-5).
 
+use crate::par::Par;
 use cyb_ops::{Op, RopeLayout};
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::sync::Arc;
@@ -52,7 +54,7 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
 /// An F32 tensor of `dims` filled by `fill`.
 fn make(dims: &[usize], fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
     let n: usize = dims.iter().product();
-    let mut buf = AlignedBuf::zeroed(n * 4);
+    let mut buf = AlignedBuf::for_overwrite(n * 4);
     fill(bytemuck::cast_slice_mut(buf.as_bytes_mut()))?;
     Tensor::new(
         Shape::new(dims.to_vec())?,
@@ -61,37 +63,25 @@ fn make(dims: &[usize], fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<T
     )
 }
 
-pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor> {
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     let out = cyb_ops::output_infos(op, &infos)?;
     let od = out[0].shape.dims();
     let x = &inputs[0];
     match op {
         Op::Reshape { .. } => x.reshape(od),
-        Op::Add | Op::Sub | Op::Mul | Op::Div => {
-            let f: fn(f32, f32) -> f32 = match op {
-                Op::Add => |a, b| a + b,
-                Op::Sub => |a, b| a - b,
-                Op::Mul => |a, b| a * b,
-                _ => |a, b| a / b,
-            };
-            let (a, b) = (x.as_f32()?, inputs[1].as_f32()?);
-            make(od, |y| {
-                if !b.is_empty() {
-                    for (yc, ac) in y.chunks_mut(b.len()).zip(a.chunks(b.len())) {
-                        for ((o, &p), &q) in yc.iter_mut().zip(ac).zip(b.iter()) {
-                            *o = f(p, q);
-                        }
-                    }
-                }
-                Ok(())
-            })
-        }
-        Op::Scale { factor } => unary(x, |v| v * factor),
-        Op::Silu => unary(x, silu),
-        Op::Tanh => unary(x, f32::tanh),
-        Op::Relu => unary(x, |v| v.max(0.0)),
-        Op::Gelu { approx } => unary(x, |v| gelu(v, *approx)),
+        Op::Add => binary(par, x, &inputs[1], od, |a, b| a + b),
+        Op::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
+        Op::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
+        Op::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
+        Op::Scale { factor } => unary(par, x, |v| v * factor),
+        Op::Silu => unary(par, x, silu),
+        Op::Tanh => unary(par, x, f32::tanh),
+        Op::Relu => unary(par, x, |v| v.max(0.0)),
+        Op::Gelu { approx } => match approx {
+            cyb_ops::GeluApprox::Erf => unary(par, x, crate::math::gelu_erf),
+            cyb_ops::GeluApprox::Tanh => unary(par, x, gelu_tanh),
+        },
         Op::SwiGlu => swiglu(inputs, od),
         Op::RmsNorm { eps, weight_offset } => rms_norm(*eps, *weight_offset, inputs),
         Op::Permute { perm } => permute(x, perm, od),
@@ -131,39 +121,69 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// GELU. The tanh form is the reference's formula; the erf form uses a closed-form erf
-/// (Abramowitz–Stegun 7.1.26, absolute error ≤ 1.5e-7, evaluated in f64) instead of the
-/// reference's series, which is exact to f32 but several times slower (encoders spend much of
-/// their time here).
-fn gelu(x: f32, approx: cyb_ops::GeluApprox) -> f32 {
-    match approx {
-        cyb_ops::GeluApprox::Erf => 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)),
-        cyb_ops::GeluApprox::Tanh => {
-            let k = (2.0 / std::f32::consts::PI).sqrt();
-            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-        }
+/// The tanh GELU, the reference's formula. (The erf form is `math::gelu_erf`: a closed-form
+/// erf, absolute error ≤ 1.5e-7, instead of the reference's series, which is exact to f32 but
+/// several times slower; encoders spend much of their time here.)
+fn gelu_tanh(x: f32) -> f32 {
+    let k = (2.0 / std::f32::consts::PI).sqrt();
+    0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `f(a, b)` element-wise, `b` equal to `a`'s shape or repeated over its trailing rows.
+fn binary(
+    par: Par<'_>,
+    a: &Tensor,
+    b: &Tensor,
+    od: &[usize],
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<Tensor> {
+    let (a, b) = (a.as_f32()?, b.as_f32()?);
+    let (a, b) = (&*a, &*b);
+    let p = b.len();
+    if p == 0 {
+        return make(od, |_| Ok(()));
     }
+    if p == a.len() {
+        // Same shape: any split of the elements.
+        return par.make(
+            od,
+            1,
+            #[inline(always)]
+            |start, y| {
+                let (ac, bc) = (&a[start..start + y.len()], &b[start..start + y.len()]);
+                for ((o, &x), &z) in y.iter_mut().zip(ac).zip(bc) {
+                    *o = f(x, z);
+                }
+            },
+        );
+    }
+    par.make(
+        od,
+        p,
+        #[inline(always)]
+        |row, y| {
+            for (yc, ac) in y.chunks_mut(p).zip(a[row * p..].chunks(p)) {
+                for ((o, &x), &z) in yc.iter_mut().zip(ac).zip(b) {
+                    *o = f(x, z);
+                }
+            }
+        },
+    )
 }
 
-fn erf(x: f32) -> f32 {
-    let z = f64::from(x).abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * z);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let r = 1.0 - poly * (-z * z).exp();
-    (r as f32).copysign(x)
-}
-
-fn unary(x: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor> {
+fn unary(par: Par<'_>, x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {
     let a = x.as_f32()?;
-    make(x.dims(), |y| {
-        for (o, &v) in y.iter_mut().zip(a.iter()) {
-            *o = f(v);
-        }
-        Ok(())
-    })
+    let a = &*a;
+    par.make(
+        x.dims(),
+        1,
+        #[inline(always)]
+        |start, y| {
+            for (o, &v) in y.iter_mut().zip(&a[start..]) {
+                *o = f(v);
+            }
+        },
+    )
 }
 
 fn swiglu(inputs: &[Tensor], od: &[usize]) -> Result<Tensor> {
@@ -238,30 +258,48 @@ pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<V
 
 /// The epilogue of `Op::Linear`: `act(y + bias)` row by row (`bias` F32 `[n]`, `y` `[.., n]`),
 /// each step rounded as the `Add` and activation ops round it.
-pub(crate) fn bias_act(y: &Tensor, bias: &Tensor, act: cyb_ops::LinearAct) -> Result<Tensor> {
+pub(crate) fn bias_act(
+    par: Par<'_>,
+    y: &Tensor,
+    bias: &Tensor,
+    act: cyb_ops::LinearAct,
+) -> Result<Tensor> {
     use cyb_ops::LinearAct;
     match act {
-        LinearAct::None => add_bias(y, bias, |x| x),
-        LinearAct::Relu => add_bias(y, bias, |x| x.max(0.0)),
-        LinearAct::Silu => add_bias(y, bias, silu),
-        LinearAct::Tanh => add_bias(y, bias, f32::tanh),
-        LinearAct::Gelu(approx) => add_bias(y, bias, |x| gelu(x, approx)),
+        LinearAct::None => add_bias(par, y, bias, |x| x),
+        LinearAct::Relu => add_bias(par, y, bias, |x| x.max(0.0)),
+        LinearAct::Silu => add_bias(par, y, bias, silu),
+        LinearAct::Tanh => add_bias(par, y, bias, f32::tanh),
+        LinearAct::Gelu(cyb_ops::GeluApprox::Erf) => add_bias(par, y, bias, crate::math::gelu_erf),
+        LinearAct::Gelu(cyb_ops::GeluApprox::Tanh) => add_bias(par, y, bias, gelu_tanh),
     }
 }
 
 /// `f(y + bias)` row by row; generic so the activation is inlined into the loop.
-fn add_bias(y: &Tensor, bias: &Tensor, f: impl Fn(f32) -> f32) -> Result<Tensor> {
+fn add_bias(
+    par: Par<'_>,
+    y: &Tensor,
+    bias: &Tensor,
+    f: impl Fn(f32) -> f32 + Sync,
+) -> Result<Tensor> {
     let (v, b) = (y.as_f32()?, bias.as_f32()?);
-    make(y.dims(), |out| {
-        if !b.is_empty() {
-            for (oc, vc) in out.chunks_mut(b.len()).zip(v.chunks(b.len())) {
-                for ((o, &x), &bi) in oc.iter_mut().zip(vc).zip(b.iter()) {
+    let (v, b) = (&*v, &*b);
+    let n = b.len();
+    if n == 0 {
+        return make(y.dims(), |_| Ok(()));
+    }
+    par.make(
+        y.dims(),
+        n,
+        #[inline(always)]
+        |row, out| {
+            for (oc, vc) in out.chunks_mut(n).zip(v[row * n..].chunks(n)) {
+                for ((o, &x), &bi) in oc.iter_mut().zip(vc).zip(b) {
                     *o = f(x + bi);
                 }
             }
-        }
-        Ok(())
-    })
+        },
+    )
 }
 
 fn permute(x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {

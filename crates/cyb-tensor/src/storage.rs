@@ -6,7 +6,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A 64-byte aligned chunk, so host buffers can be viewed as any scalar type and suit SIMD loads.
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -27,6 +27,25 @@ impl AlignedBuf {
             chunks: vec![Chunk([0; 64]); len.div_ceil(64)],
             len,
         }
+    }
+
+    /// `len` bytes of unspecified (initialised) content, for a result its maker overwrites
+    /// entirely: a recently dropped buffer of a fitting size when one is kept (no zero fill,
+    /// and often still in cache), else a zeroed one.
+    pub fn for_overwrite(len: usize) -> AlignedBuf {
+        let n = len.div_ceil(64);
+        if (SPARE_MIN..=SPARE_MAX).contains(&len) {
+            let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+            // Newest first (likeliest in cache), and not more than twice the size asked.
+            let fits = |c: &Vec<Chunk>| c.capacity() >= n && c.capacity() <= 2 * n;
+            if let Some(i) = spare.iter().rposition(fits) {
+                let mut chunks = spare.swap_remove(i);
+                drop(spare);
+                chunks.resize(n, Chunk([0; 64]));
+                return AlignedBuf { chunks, len };
+            }
+        }
+        AlignedBuf::zeroed(len)
     }
 
     /// A copy of `bytes`.
@@ -50,6 +69,30 @@ impl AlignedBuf {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// Dropped buffers of `SPARE_MIN..=SPARE_MAX` bytes are kept, up to `SPARE_BYTES` in all, for
+/// [`AlignedBuf::for_overwrite`]: the activations of a forward pass are allocated and dropped
+/// by the dozen, and zero-filling fresh ones cost more than some of the ops writing them.
+const SPARE_MIN: usize = 64 << 10;
+const SPARE_MAX: usize = 32 << 20;
+const SPARE_BYTES: usize = 128 << 20;
+static SPARE: Mutex<Vec<Vec<Chunk>>> = Mutex::new(Vec::new());
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let bytes = self.chunks.capacity() * 64;
+        if !(SPARE_MIN..=SPARE_MAX).contains(&bytes) {
+            return;
+        }
+        let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut held: usize = spare.iter().map(|c| c.capacity() * 64).sum();
+        // Oldest out first.
+        while held + bytes > SPARE_BYTES && !spare.is_empty() {
+            held -= spare.remove(0).capacity() * 64;
+        }
+        spare.push(std::mem::take(&mut self.chunks));
     }
 }
 
@@ -121,6 +164,26 @@ impl fmt::Debug for Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn for_overwrite_reuses_dropped_buffers() {
+        let mut a = AlignedBuf::for_overwrite(100_000);
+        a.as_bytes_mut().fill(7);
+        let ptr = a.as_bytes().as_ptr();
+        drop(a);
+        // Other tests may take it first; either way the length and alignment hold.
+        let b = AlignedBuf::for_overwrite(99_000);
+        assert_eq!(b.len(), 99_000);
+        assert_eq!(b.as_bytes().as_ptr() as usize % 64, 0);
+        if b.as_bytes().as_ptr() == ptr {
+            assert!(b.as_bytes().iter().all(|&x| x == 7));
+        }
+        // Small requests are never served from the spares.
+        assert!(AlignedBuf::for_overwrite(100)
+            .as_bytes()
+            .iter()
+            .all(|&x| x == 0));
+    }
 
     #[test]
     fn aligned_and_shared() {

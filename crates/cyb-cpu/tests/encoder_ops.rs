@@ -1,0 +1,179 @@
+//! The encoder-sized ops (large enough to run on the pool) against the reference: layer norm,
+//! the fused residual add + layer norm (both outputs), element-wise ops, the `Linear`
+//! epilogue, and attention with additive masks; 1 and 3 threads bit-identical.
+
+mod common;
+use common::{backends, check, reference, rel_err, Rng};
+use cyb_backend::{Backend, ExecContext};
+use cyb_ops::{GeluApprox, LinearAct, Op};
+use cyb_tensor::{Tensor, TensorInfo};
+
+fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
+    Tensor::from_f32(dims, &rng.vec(dims.iter().product())).unwrap()
+}
+
+#[test]
+fn layer_norm_small_and_large() {
+    let mut rng = Rng::new(21);
+    // 67 (odd, below one 16-lane chunk ×5) and a 130×387 tensor that takes the pool.
+    for dims in [vec![5, 3, 67], vec![130, 387]] {
+        let d = dims[dims.len() - 1];
+        let x = Tensor::from_f32(
+            &dims,
+            &rng.vec(dims.iter().product())
+                .iter()
+                .map(|v| v * 3.0 + 0.7)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let (w, b) = (t(&mut rng, &[d]), t(&mut rng, &[d]));
+        let op = Op::LayerNorm { eps: 1e-12 };
+        check(&op, &[x.clone(), w.clone(), b.clone()], 1e-5, "layer_norm");
+        check(
+            &op,
+            &[x.clone(), w.clone()],
+            1e-5,
+            "layer_norm without bias",
+        );
+        check(
+            &op,
+            std::slice::from_ref(&x),
+            1e-5,
+            "layer_norm without weight",
+        );
+    }
+}
+
+#[test]
+fn add_layer_norm_both_outputs() {
+    let mut rng = Rng::new(22);
+    for dims in [vec![7, 67], vec![131, 384]] {
+        let d = dims[1];
+        let (a, b) = (t(&mut rng, &dims), t(&mut rng, &dims));
+        let (w, bias) = (t(&mut rng, &[d]), t(&mut rng, &[d]));
+        let op = Op::AddLayerNorm { eps: 1e-5 };
+        let inputs = [a, b, w, bias];
+        let want = cyb_ops::reference::execute(&op, &inputs).unwrap();
+        let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+        for (set, one, three) in backends(Default::default()) {
+            let mut got = Vec::new();
+            for be in [&one, &three] {
+                assert!(be.supports(&op, &infos));
+                let out = be
+                    .execute(&op, &inputs, &mut ExecContext::default())
+                    .unwrap();
+                assert_eq!(out.len(), 2);
+                got.push(
+                    out.iter()
+                        .map(|o| o.to_f32_vec().unwrap())
+                        .collect::<Vec<_>>(),
+                );
+            }
+            for (i, w) in want.iter().enumerate() {
+                let w = w.to_f32_vec().unwrap();
+                let err = rel_err(&got[0][i], &w);
+                assert!(err <= 1e-5, "output {i} on {}: {err}", set.name());
+                assert_eq!(got[0][i], got[1][i], "1 and 3 threads on {}", set.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn large_elementwise_and_linear_epilogue() {
+    let mut rng = Rng::new(23);
+    let (a, b, row) = (
+        t(&mut rng, &[131, 387]),
+        t(&mut rng, &[131, 387]),
+        t(&mut rng, &[387]),
+    );
+    for op in [Op::Add, Op::Sub, Op::Mul] {
+        check(&op, &[a.clone(), b.clone()], 1e-6, op.name());
+        check(&op, &[a.clone(), row.clone()], 1e-6, op.name());
+    }
+    let wide = Tensor::from_f32(
+        &[131, 387],
+        &a.to_f32_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v * 9.0)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for approx in [GeluApprox::Erf, GeluApprox::Tanh] {
+        check(
+            &Op::Gelu { approx },
+            std::slice::from_ref(&wide),
+            1e-6,
+            "gelu",
+        );
+    }
+    // act(x·wᵀ + bias) on 131 rows of 67 → 387.
+    let x = t(&mut rng, &[131, 67]);
+    let w = t(&mut rng, &[387, 67]);
+    for act in [
+        LinearAct::None,
+        LinearAct::Gelu(GeluApprox::Erf),
+        LinearAct::Relu,
+    ] {
+        let op = Op::Linear {
+            rhs_transposed: true,
+            act,
+        };
+        check(&op, &[x.clone(), w.clone(), row.clone()], 1e-4, "linear");
+    }
+}
+
+#[test]
+fn masked_attention() {
+    let mut rng = Rng::new(24);
+    // [batch, heads, len, d] with a padding mask [batch, 1, 1, len] (0 or -inf), a full
+    // [len, len] additive mask, and a per-head mask [batch, heads, 1, len].
+    for (b, h, l, d, dv) in [(2, 3, 37, 16, 16), (1, 12, 70, 32, 35), (3, 2, 5, 7, 3)] {
+        let (q, k, v) = (
+            t(&mut rng, &[b, h, l, d]),
+            t(&mut rng, &[b, h, l, d]),
+            t(&mut rng, &[b, h, l, dv]),
+        );
+        let mut pad = vec![0f32; b * l];
+        for (i, m) in pad.iter_mut().enumerate() {
+            // Sequence i/l keeps its first l - 2·(i/l) keys.
+            if i % l >= l - 2 * (i / l) {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+        let pad = Tensor::from_f32(&[b, 1, 1, l], &pad).unwrap();
+        let full = t(&mut rng, &[l, l]);
+        let per_head = t(&mut rng, &[b, h, 1, l]);
+        for (causal, window) in [(false, None), (true, None), (true, Some(3))] {
+            let op = Op::Sdpa {
+                scale: 0.3,
+                causal,
+                sliding_window: window,
+                softcap: None,
+                alibi_max_bias: None,
+            };
+            for (mask, name) in [(&pad, "padding"), (&full, "full"), (&per_head, "per head")] {
+                let inputs = [q.clone(), k.clone(), v.clone(), mask.clone()];
+                check(
+                    &op,
+                    &inputs,
+                    1e-5,
+                    &format!("sdpa {name} {b}x{h}x{l}x{d} {op:?}"),
+                );
+            }
+        }
+        // Every key masked: the row is zeros, as in the reference.
+        let all = Tensor::from_f32(&[1, 1, 1, l], &vec![f32::NEG_INFINITY; l]).unwrap();
+        let op = Op::Sdpa {
+            scale: 1.0,
+            causal: false,
+            sliding_window: None,
+            softcap: Some(5.0),
+            alibi_max_bias: None,
+        };
+        let inputs = [q.clone(), k.clone(), v.clone(), all];
+        assert!(reference(&op, &inputs).iter().all(|&y| y == 0.0));
+        check(&op, &inputs, 0.0, "sdpa all masked");
+    }
+}
