@@ -66,6 +66,8 @@ pub(crate) struct State {
     pub(crate) pending: Option<crate::launch::Pending>,
     /// Small buffers bound where a merged kernel has fewer outputs than bindings.
     pub(crate) spare: Option<[Arc<GpuBuf>; 2]>,
+    /// Lazy slices whose copy is not recorded yet (`memory::LazySlice`).
+    pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -117,6 +119,7 @@ impl WgpuBackend {
                 in_step: false,
                 pending: None,
                 spare: None,
+                lazy: Vec::new(),
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
@@ -212,6 +215,7 @@ impl WgpuBackend {
             buf: buf.clone(),
             len,
             host: None,
+            lazy: None,
         };
         Ok((view.into_tensor(shape, dtype)?, buf))
     }
@@ -288,6 +292,7 @@ impl WgpuBackend {
             return Ok(h.to_vec());
         }
         let mut st = self.lock();
+        ops::materialize_input(self, &mut st, t)?;
         let staging = self.frame_buf(&mut st, view.len, BufferUsage::Staging)?;
         let size = padded(view.len);
         let device = &self.ctx.device;
@@ -418,6 +423,13 @@ impl Backend for WgpuBackend {
             return Err(declined());
         }
         let mut st = self.lock();
+        for (i, t) in inputs.iter().enumerate() {
+            // Attention reads a lazy slice of the KV cache (keys, values) in place.
+            let in_place = matches!(op, Op::Sdpa { .. }) && (i == 1 || i == 2);
+            if !in_place {
+                ops::materialize_input(self, &mut st, t)?;
+            }
+        }
         let result = ops::execute(self, &mut st, op, inputs, &outs)?;
         result.ok_or_else(declined)
     }
@@ -433,6 +445,7 @@ impl Backend for WgpuBackend {
             buf,
             len,
             host: None,
+            lazy: None,
         };
         view.into_tensor(shape, dtype)
     }
@@ -446,6 +459,7 @@ impl Backend for WgpuBackend {
             buf,
             len: data.len(),
             host: shadow(data),
+            lazy: None,
         };
         view.into_tensor(Shape::new(shape)?, dtype)
     }
@@ -467,6 +481,7 @@ impl Backend for WgpuBackend {
             buf,
             len: data.len(),
             host,
+            lazy: None,
         };
         view.into_tensor(Shape::new(t.dims())?, t.dtype())
     }

@@ -47,6 +47,27 @@ pub struct DeviceView {
     pub buf: Arc<GpuBuf>,
     pub len: usize,
     pub host: HostShadow,
+    /// Set on a slice whose copy into `buf` has not been recorded yet (see [`LazySlice`]).
+    pub lazy: Option<Arc<LazySlice>>,
+}
+
+/// A slice `[.., 0..rows, inner]` along the second-to-last axis of `src` (`[.., src_rows,
+/// inner]`) whose copy into its own buffer is recorded only when something reads that buffer:
+/// attention reads the KV cache's prefix in place instead (one launch and one copy of the whole
+/// prefix fewer per layer and step). Only `Op::KvAppend` writes into an existing buffer, and it
+/// records the copies of the slices of its cache first, so a slice never sees later writes.
+#[derive(Debug)]
+pub struct LazySlice {
+    pub src: Arc<GpuBuf>,
+    pub dst: Arc<GpuBuf>,
+    /// Rows of `src` per outer index (the cache's capacity).
+    pub src_rows: usize,
+    /// The copy: iteration dims, source and destination strides (elements).
+    pub dims: Vec<usize>,
+    pub src_strides: Vec<usize>,
+    pub dst_strides: Vec<usize>,
+    /// The copy was recorded.
+    pub done: std::sync::atomic::AtomicBool,
 }
 
 impl DeviceView {

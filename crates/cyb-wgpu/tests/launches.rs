@@ -49,6 +49,17 @@ type Step = (Op, Vec<std::result::Result<usize, usize>>);
 /// Runs `steps` back to back on the GPU (so adjacent launches may merge) and on the reference;
 /// checks every output of every step within `tol` and returns the launches they took.
 fn run_sequence(host: &[Tensor], steps: &[Step], tol: f32) -> Option<u64> {
+    run_sequence_consuming(host, steps, tol, &[])
+}
+
+/// As `run_sequence`; the outputs numbered in `consumed` (KV caches later appended to in place)
+/// are not compared.
+fn run_sequence_consuming(
+    host: &[Tensor],
+    steps: &[Step],
+    tol: f32,
+    consumed: &[usize],
+) -> Option<u64> {
     let gpu = gpu()?;
     let dev: Vec<Tensor> = host
         .iter()
@@ -79,6 +90,9 @@ fn run_sequence(host: &[Tensor], steps: &[Step], tol: f32) -> Option<u64> {
     }
     // Downloading submits what is held back.
     for (i, (g, w)) in gpu_outs.iter().zip(&ref_outs).enumerate() {
+        if consumed.contains(&i) {
+            continue;
+        }
         assert_eq!(g.dims(), w.dims(), "output {i}");
         let e = rel_err(&gpu.download_f32(g).unwrap(), &w.to_f32_vec().unwrap());
         assert!(
@@ -254,10 +268,52 @@ fn llama_decode_step_launches() {
     eprintln!("llama3 fixture, {layers} layers: {unmerged} launches per decode step unmerged, {merged} merged");
     let err = rel_err(&per_step[1].1, &per_step[0].1);
     assert!(err <= 1e-6, "merged vs unmerged logits: {err}");
-    // Per layer, unmerged: q, k, v, rope q, rope k, append k, append v, slice k, slice v,
-    // sdpa, o, add+norm, gate, up, swiglu, down, add+norm (the permutes around sdpa are
-    // views); merged: qkv, rope q+k, appends, slices, sdpa, o, add+norm, gate/up/swiglu,
-    // down, add+norm. Plus embedding, first norm, final norm, output projection.
-    assert_eq!(unmerged, 17 * layers + 4);
-    assert_eq!(merged, 10 * layers + 4);
+    // Per layer, unmerged: q, k, v, rope q, rope k, append k, append v, sdpa, o, add+norm,
+    // gate, up, swiglu, down, add+norm (the permutes around sdpa are views, and sdpa reads the
+    // cache's prefix in place); merged: qkv, rope q+k, appends, sdpa, o, add+norm,
+    // gate/up/swiglu, down, add+norm. Plus embedding, first norm, final norm, output
+    // projection.
+    assert_eq!(unmerged, 15 * layers + 4);
+    assert_eq!(merged, 9 * layers + 4);
+}
+
+#[test]
+fn attention_reads_the_cache_prefix_in_place() {
+    let _turn = serial();
+    let (hq, hkv, d, cap) = (4, 2, 5, 9);
+    let sdpa = Op::Sdpa {
+        scale: 0.4,
+        causal: true,
+        sliding_window: None,
+        softcap: None,
+        alibi_max_bias: None,
+    };
+    let prefix = Op::Slice {
+        axis: 1,
+        start: 0,
+        end: 4,
+        step: 1,
+    };
+    let host = vec![
+        f32t(&[hkv, cap, d], 1),
+        f32t(&[1, hkv, d], 2),
+        f32t(&[hkv, cap, d], 3),
+        f32t(&[1, hkv, d], 4),
+        f32t(&[hq, 1, d], 5),
+        f32t(&[1, hkv, d], 6),
+    ];
+    let steps: Vec<Step> = vec![
+        (Op::KvAppend { start: 3 }, vec![Ok(0), Ok(1)]),
+        (Op::KvAppend { start: 3 }, vec![Ok(2), Ok(3)]),
+        (prefix.clone(), vec![Err(0)]),
+        (prefix, vec![Err(1)]),
+        (sdpa, vec![Ok(4), Err(2), Err(3)]),
+        // Overwrites row 1 of the cache, inside the key slice: the slice keeps its values.
+        (Op::KvAppend { start: 1 }, vec![Err(0), Ok(5)]),
+    ];
+    // Launches: both appends, attention, then the key slice's copy before the overwrite and
+    // the overwrite, then the value slice's copy when it is read back.
+    if let Some(l) = run_sequence_consuming(&host, &steps, 1e-4, &[0]) {
+        assert_eq!(l, 5);
+    }
 }

@@ -3,9 +3,12 @@
 
 use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
+use crate::memory::GpuBuf;
 use cyb_backend::BufferUsage;
 use cyb_ops::{Op, RopeLayout};
 use cyb_tensor::{DType, Result, Tensor, TensorInfo};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 pub(crate) fn supports_rope(inputs: &[TensorInfo]) -> bool {
     let ok_x = inputs
@@ -120,6 +123,16 @@ pub(crate) fn supports_sdpa(op: &Op, inputs: &[TensorInfo]) -> bool {
         && qd[r - 1] > 0
 }
 
+/// The buffer attention reads keys or values `[.., lk, d]` from, and its rows per head: a lazy
+/// slice of the KV cache whose copy is not recorded is read in place, in the cache.
+fn in_place(t: &Tensor, lk: usize) -> Result<(Arc<GpuBuf>, usize)> {
+    let view = device_view(t)?;
+    match &view.lazy {
+        Some(l) if !l.done.load(Ordering::Relaxed) => Ok((l.src.clone(), l.src_rows)),
+        _ => Ok((view.buf.clone(), lk)),
+    }
+}
+
 pub(crate) fn sdpa(
     gpu: &WgpuBackend,
     st: &mut State,
@@ -144,6 +157,11 @@ pub(crate) fn sdpa(
     let rows = inputs[0].numel() / d;
     let scores = gpu.frame_buf(st, rows * lk * 4, BufferUsage::Storage)?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let (q, (k, kcap), (v, vcap)) = (
+        gpu_buf(&inputs[0])?,
+        in_place(&inputs[1], lk)?,
+        in_place(&inputs[2], lk)?,
+    );
     let window = sliding_window.map_or(0, |w| w.min(u32::MAX as usize) as u32);
     let params = [
         rows as u32,
@@ -157,12 +175,9 @@ pub(crate) fn sdpa(
         u32::from(*causal),
         window,
         softcap.unwrap_or(0.0).to_bits(),
+        kcap as u32,
+        vcap as u32,
     ];
-    let (q, k, v) = (
-        gpu_buf(&inputs[0])?,
-        gpu_buf(&inputs[1])?,
-        gpu_buf(&inputs[2])?,
-    );
     let key = KernelKey::plain(Family::Sdpa, "sdpa");
     gpu.dispatch(
         st,

@@ -3,9 +3,11 @@
 
 use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
-use crate::memory::{DeviceView, GpuBuf};
+use crate::memory::{DeviceView, GpuBuf, LazySlice};
 use cyb_ops::Op;
 use cyb_tensor::{Result, Tensor, TensorInfo};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 /// Row-major strides of `dims`.
 fn strides(dims: &[usize]) -> Vec<usize> {
@@ -86,6 +88,7 @@ pub(crate) fn single(
             buf: v.buf.clone(),
             len: v.len,
             host: v.host.clone(),
+            lazy: None,
         };
         return view.into_tensor(out.shape.clone(), x.dtype());
     }
@@ -124,8 +127,84 @@ pub(crate) fn single(
             ))
         }
     };
+    if let Op::Slice { step: 1, .. } = op {
+        let keeps = |i: usize| in_dims[i] == out_dims[i];
+        if base == 0 && rank >= 3 && (0..rank - 2).all(keeps) && keeps(rank - 1) {
+            return lazy_slice(st, x, xbuf, ybuf, out, src, dst);
+        }
+    }
     copy(gpu, st, &xbuf, &ybuf, out_dims, &src, &dst, base, 0)?;
     Ok(y)
+}
+
+/// A slice from row 0 along the second-to-last axis (a KV cache's prefix), its copy deferred
+/// (see [`LazySlice`]).
+fn lazy_slice(
+    st: &mut State,
+    x: &Tensor,
+    src: Arc<GpuBuf>,
+    dst: Arc<GpuBuf>,
+    out: &TensorInfo,
+    src_strides: Vec<usize>,
+    dst_strides: Vec<usize>,
+) -> Result<Tensor> {
+    let dims = out.shape.dims();
+    let lazy = Arc::new(LazySlice {
+        src,
+        dst: dst.clone(),
+        src_rows: x.dims()[dims.len() - 2],
+        dims: dims.to_vec(),
+        src_strides,
+        dst_strides,
+        done: AtomicBool::new(false),
+    });
+    st.lazy
+        .retain(|w| w.upgrade().is_some_and(|l| !l.done.load(Ordering::Relaxed)));
+    st.lazy.push(Arc::downgrade(&lazy));
+    let len = x
+        .dtype()
+        .bytes_for(out.shape.numel())
+        .ok_or_else(|| cyb_tensor::Error::invalid("slice", format!("{}", x.dtype())))?;
+    let view = DeviceView {
+        buf: dst,
+        len,
+        host: None,
+        lazy: Some(lazy),
+    };
+    view.into_tensor(out.shape.clone(), x.dtype())
+}
+
+/// Records the deferred copy of a lazy slice, once.
+fn materialize(gpu: &WgpuBackend, st: &mut State, l: &LazySlice) -> Result<()> {
+    if l.done.swap(true, Ordering::Relaxed) {
+        return Ok(());
+    }
+    let (d, s, t) = (&l.dims, &l.src_strides, &l.dst_strides);
+    copy(gpu, st, &l.src, &l.dst, d, s, t, 0, 0)
+}
+
+/// Makes `t`'s buffer hold its values (a lazy slice's copy is recorded now).
+pub(crate) fn materialize_input(gpu: &WgpuBackend, st: &mut State, t: &Tensor) -> Result<()> {
+    match device_view(t).ok().and_then(|v| v.lazy.as_ref()) {
+        Some(l) => materialize(gpu, st, l),
+        None => Ok(()),
+    }
+}
+
+/// Records the copies of the lazy slices of `buf` before it is written.
+fn materialize_slices_of(gpu: &WgpuBackend, st: &mut State, buf: &GpuBuf) -> Result<()> {
+    let of_buf: Vec<Arc<LazySlice>> = st
+        .lazy
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|l| l.src.id == buf.id)
+        .collect();
+    for l in of_buf {
+        materialize(gpu, st, &l)?;
+    }
+    st.lazy
+        .retain(|w| w.upgrade().is_some_and(|l| !l.done.load(Ordering::Relaxed)));
+    Ok(())
 }
 
 pub(crate) fn concat(
@@ -203,6 +282,7 @@ pub(crate) fn kv_append(
     new: &Tensor,
 ) -> Result<Tensor> {
     let view = device_view(cache)?;
+    materialize_slices_of(gpu, st, &view.buf)?;
     let (c, n) = (cache.dims(), new.dims());
     let (cap, d) = (c[1], c[2]);
     let src = strides(n);
@@ -224,6 +304,7 @@ pub(crate) fn kv_append(
         buf: view.buf.clone(),
         len: view.len,
         host: None,
+        lazy: None,
     };
     out.into_tensor(cache.shape().clone(), cache.dtype())
 }

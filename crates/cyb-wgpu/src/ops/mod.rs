@@ -6,6 +6,8 @@ mod layout;
 mod matmul;
 mod pointwise;
 
+pub(crate) use layout::materialize_input;
+
 use crate::backend::{State, WgpuBackend};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Result, Tensor, TensorInfo};

@@ -1,7 +1,8 @@
 // Scaled dot-product attention, one workgroup of 64 threads per (batch, head, query row).
 // Scores go to the scratch buffer S [rows, lk]; excluded keys are marked -inf there.
 // Params: 0 rows, 1 hq, 2 lq, 3 d, 4 hkv, 5 lk, 6 dv, 7 scale, 8 causal, 9 window (0: none),
-// 10 softcap (0: none).
+// 10 softcap (0: none), 11 and 12 rows per kv head in K and V (lk, or the KV cache's capacity
+// when attention reads the cache in place).
 
 @group(0) @binding(1) var<storage, read> Q: array<f32>;
 @group(0) @binding(2) var<storage, read> K: array<f32>;
@@ -38,7 +39,7 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
             var s = neg_inf;
             if (!hidden) {
                 var dot = 0.0;
-                for (var c = 0u; c < d; c++) { dot += Q[row * d + c] * K[(kvh * lk + j) * d + c]; }
+                for (var c = 0u; c < d; c++) { dot += Q[row * d + c] * K[(kvh * pu(11u) + j) * d + c]; }
                 s = dot * pf(7u);
                 if (cap != 0.0) { s = cap * tanh(clamp(s / cap, -15.0, 15.0)); }
                 mx = max(mx, s);
@@ -79,7 +80,7 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
                 for (var j = 0u; j < lk; j++) {
                     let jj = i32(j);
                     let hidden = (pu(8u) == 1u && jj > pos) || (win > 0i && jj <= pos - win);
-                    if (!hidden) { acc += (S[row * lk + j] / total) * V[(kvh * lk + j) * dv + c]; }
+                    if (!hidden) { acc += (S[row * lk + j] / total) * V[(kvh * pu(12u) + j) * dv + c]; }
                 }
             }
             O[row * dv + c] = acc;
