@@ -52,6 +52,9 @@ pub(crate) struct DebertaWeights {
     pub embed_norm: Norm,
     pub rel: Option<Tensor>,
     pub rel_norm: Option<Norm>,
+    /// deberta-v2-xlarge's convolution, unfolded to one `[h, kernel·h]` projection of the
+    /// `kernel` shifted copies of the input side by side, and its LayerNorm.
+    pub conv: Option<(Linear, Norm)>,
     pub layers: Vec<DebertaLayer>,
     pub head: DebertaHead,
 }
@@ -88,6 +91,33 @@ impl Loader<'_> {
             w: self.tensor(&format!("{name}.weight"), &[d])?,
             b: self.tensor(&format!("{name}.bias"), &[d])?,
         })
+    }
+
+    /// `conv.weight` `[h, h, k]` (PyTorch's Conv1d) rearranged so that output `o` reads tap `t`
+    /// of input channel `c` at column `t·h + c`.
+    fn conv(&self, name: &str, h: usize, k: usize) -> Result<(Linear, Norm)> {
+        let w = self.tensor(&format!("{name}.conv.weight"), &[h, h, k])?;
+        let dtype = w.dtype();
+        let w = w.to_f32_vec()?;
+        let mut unfolded = vec![0f32; h * k * h];
+        for (o, row) in unfolded.chunks_exact_mut(k * h).enumerate() {
+            for c in 0..h {
+                for t in 0..k {
+                    row[t * h + c] = w[(o * h + c) * k + t];
+                }
+            }
+        }
+        let w = match dtype {
+            DType::F16 | DType::BF16 => Tensor::from_f32_as(&[h, k * h], &unfolded, dtype)?,
+            _ => Tensor::from_f32(&[h, k * h], &unfolded)?,
+        };
+        Ok((
+            Linear {
+                w,
+                b: Some(self.tensor(&format!("{name}.conv.bias"), &[h])?),
+            },
+            self.norm(&format!("{name}.LayerNorm"), h)?,
+        ))
     }
 
     /// DeBERTa v1's attention inputs: `in_proj` `[3h, h]` holds, per head, its query, key and
@@ -236,6 +266,11 @@ impl DebertaWeights {
                         &[2 * s.span, h],
                     )
                 })
+                .transpose()?,
+            conv: s
+                .conv
+                .as_ref()
+                .map(|conv| l.conv(&format!("{p}encoder.conv"), h, conv.kernel))
                 .transpose()?,
             rel_norm: (s.relative && s.norm_rel)
                 .then(|| l.norm(&format!("{p}encoder.LayerNorm"), h))

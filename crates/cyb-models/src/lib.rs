@@ -14,6 +14,7 @@ mod bert_modern;
 mod bert_pooling;
 mod bert_weights;
 mod deberta;
+mod deberta_config;
 mod deberta_weights;
 mod jina;
 mod kv_cache;
@@ -28,7 +29,7 @@ pub use bert_config::{BertActivation, BertConfig, BertHead, BertVariant, BERT_AR
 pub use bert_gguf::gguf_pooling;
 pub use bert_modern::{ModernBertModel, ModernSettings};
 pub use bert_pooling::{l2_normalize, pool_rows, EncoderOutput, Pooling};
-pub use deberta::{DebertaModel, DebertaSettings};
+pub use deberta::{ConvActivation, DebertaConv, DebertaModel, DebertaSettings};
 pub use jina::{alibi_slopes, JinaBertModel, JinaSettings};
 pub use kv_cache::KvCache;
 pub use llama::LlamaModel;

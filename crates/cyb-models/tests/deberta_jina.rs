@@ -142,6 +142,20 @@ fn deberta_v2_legacy_masked_lm_matches_transformers() {
     deberta_mlm("deberta_v2_mlm", true);
 }
 
+/// deberta-v2-xlarge's convolution after the first layer (kernel 3, GELU).
+#[test]
+fn deberta_v2_conv_matches_transformers() {
+    deberta("deberta_v2_conv");
+    let file = cyb_format::open(dir("deberta_v2_conv")).unwrap();
+    let m = DebertaModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    let conv = m.settings().conv.clone().unwrap();
+    assert_eq!(conv.kernel, 3);
+    assert_eq!(
+        conv.act,
+        cyb_models::ConvActivation::Gelu(cyb_ops::GeluApprox::Erf)
+    );
+}
+
 /// DeBERTa v1 (`model_type: deberta`): fused in_proj, clamped distances (span 6 < 12).
 #[test]
 fn deberta_v1_matches_transformers() {
