@@ -233,17 +233,24 @@ impl DebertaModel {
             }
             _ => None,
         };
-        let index = |transposed: bool| -> Result<Tensor> {
+        // The gather indices are the same in every layer: built and expanded to the score
+        // shape once per forward pass.
+        let full = vec![b, c.num_heads, l, l];
+        let mut index = |want: bool, transposed: bool| -> Result<Option<Tensor>> {
+            if !want || rel.is_none() {
+                return Ok(None);
+            }
             let idx = Tensor::from_i64(&[1, 1, l, l], &s.index(l, transposed))?;
-            Ok(idx)
+            let dims = full.clone();
+            step.run(Op::Expand { dims }, &[&idx]).map(Some)
         };
-        let (idx, idx_t) = (index(false)?, index(true)?);
+        let (idx, idx_t) = (index(s.c2p, false)?, index(s.p2c, true)?);
         let mut ctx = AttnCtx {
             b,
             l,
             rel: rel.as_ref(),
-            idx: &idx,
-            idx_t: &idx_t,
+            idx: idx.as_ref(),
+            idx_t: idx_t.as_ref(),
             mask: batch.padded.as_ref().and_then(|(_, m)| m.as_ref()),
         };
         let emb = x.clone();
@@ -361,7 +368,6 @@ impl DebertaModel {
                 let t = step.reshape(&t, &[rows, nh, d])?;
                 step.permute(&t, &[1, 0, 2])
             };
-            let full = [b, nh, l, l];
             let mm = Op::MatMul {
                 rhs_transposed: true,
             };
@@ -373,13 +379,8 @@ impl DebertaModel {
                 };
                 let pk = rel_heads(step, proj)?;
                 let scores = step.run(mm.clone(), &[&q, &pk])?;
-                let idx = step.run(
-                    Op::Expand {
-                        dims: full.to_vec(),
-                    },
-                    &[a.idx],
-                )?;
-                let c2p = step.run(Op::GatherElements { axis: 3 }, &[&scores, &idx])?;
+                let idx = expanded(a.idx)?;
+                let c2p = step.run(Op::GatherElements { axis: 3 }, &[&scores, idx])?;
                 bias = Some(c2p);
             }
             if s.p2c {
@@ -390,13 +391,8 @@ impl DebertaModel {
                 };
                 let pq = rel_heads(step, proj)?;
                 let scores = step.run(mm, &[&k, &pq])?;
-                let idx = step.run(
-                    Op::Expand {
-                        dims: full.to_vec(),
-                    },
-                    &[a.idx_t],
-                )?;
-                let p2c = step.run(Op::GatherElements { axis: 3 }, &[&scores, &idx])?;
+                let idx = expanded(a.idx_t)?;
+                let p2c = step.run(Op::GatherElements { axis: 3 }, &[&scores, idx])?;
                 let p2c = step.permute(&p2c, &[0, 1, 3, 2])?;
                 bias = Some(match bias {
                     Some(c2p) => step.run(Op::Add, &[&c2p, &p2c])?,
@@ -437,11 +433,16 @@ struct AttnCtx<'a> {
     l: usize,
     /// The (normalized) relative table, `[2·span, hidden]`.
     rel: Option<&'a Tensor>,
-    /// `δ(i, j)` as `[1, 1, l, l]`, and its transpose.
-    idx: &'a Tensor,
-    idx_t: &'a Tensor,
+    /// `δ(i, j)` expanded to the scores' `[b, heads, l, l]` (with c2p), and its transpose
+    /// (with p2c).
+    idx: Option<&'a Tensor>,
+    idx_t: Option<&'a Tensor>,
     /// The padding mask `[b, 1, 1, l]` (`-inf` on padding keys).
     mask: Option<&'a Tensor>,
+}
+
+fn expanded(idx: Option<&Tensor>) -> Result<&Tensor> {
+    idx.ok_or_else(|| Error::invalid("deberta", "relative index was not built"))
 }
 
 fn pos<'a>(l: &'a Option<Linear>, name: &str) -> Result<&'a Linear> {
