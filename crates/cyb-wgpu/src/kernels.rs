@@ -39,6 +39,8 @@ pub enum Family {
     MatVecMulti,
     RopePair,
     CopyPair,
+    /// Rope of q and k and the KV appends of k and v.
+    RopeAppend,
 }
 
 impl Family {
@@ -55,6 +57,7 @@ impl Family {
             Family::MatVecMulti => include_str!("shaders/matvec_multi.wgsl"),
             Family::RopePair => include_str!("shaders/rope_pair.wgsl"),
             Family::CopyPair => include_str!("shaders/copy_pair.wgsl"),
+            Family::RopeAppend => include_str!("shaders/rope_append.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
@@ -75,6 +78,7 @@ impl Family {
             Family::MatVecMulti => (4, 4),
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),
+            Family::RopeAppend => (4, 4),
         }
     }
 }
@@ -169,6 +173,10 @@ impl Kernels {
             }
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),
+            Family::RopeAppend => {
+                src.push_str(include_str!("shaders/rope.wgsl"));
+                src.push_str(include_str!("shaders/copy.wgsl"));
+            }
             _ => {}
         }
         src.push_str(key.family.source());

@@ -4,7 +4,8 @@
 //! so launches that the op-at-a-time contract would record separately are merged when they are
 //! independent and adjacent: the q, k and v matvecs of one activation (one multi-output matvec;
 //! gate and up too, together with the gated unit that consumes exactly their two outputs), the
-//! rope of q and of k, and two copies (the key and value appends of a layer). The last launch is
+//! rope of q and of k (with the KV cache appends of the rotated k and of v that follow them),
+//! and two copies. The last launch is
 //! held back in `State::pending` until the next one shows whether it joins; anything else that
 //! records work (another launch, a copy, a submission) records the held one first, so the order
 //! of effects never changes. Every merged kernel computes each output exactly as the separate
@@ -55,6 +56,21 @@ fn independent(held: &[Launch], l: &Launch) -> bool {
     })
 }
 
+/// A `copy` launch from a contiguous source from its first element (an append of new rows).
+fn plain_copy(l: &Launch) -> bool {
+    // copy params: 0 n, 1-4 dims, 5-8 source strides, 9-12 destination strides, 13, 14 bases.
+    let mut expect = 1u64;
+    let mut contiguous = true;
+    for i in (0..4).rev() {
+        let dim = u64::from(l.param(1 + i));
+        if dim != 1 && u64::from(l.param(5 + i)) != expect {
+            contiguous = false;
+        }
+        expect *= dim;
+    }
+    l.is(Family::Copy, "copy") && contiguous && l.param(13) == 0
+}
+
 /// Launches held back while the next one may join them.
 pub(crate) enum Pending {
     /// `matmul.wgsl` `main` launches (few activation rows) of one activation, weights of one
@@ -67,6 +83,9 @@ pub(crate) enum Pending {
     Rope(Vec<Launch>),
     /// Strided copies: up to two.
     Copy(Vec<Launch>),
+    /// The two ropes, the copy of the second one's output (k) from its first element on (its
+    /// KV cache append), and perhaps one more copy from a contiguous source (v's append).
+    RopeAppend(Vec<Launch>),
 }
 
 impl Pending {
@@ -123,7 +142,27 @@ impl Pending {
                     && l.id(1) == first.id(1)
                     && (2..6).all(|i| l.param(i) == first.param(i))
                     && independent(v, &l);
-                if !joins {
+                if joins {
+                    v.push(l);
+                    return None;
+                }
+                // rope of k → copy of all of it: the merged kernel writes each rotated
+                // element to both places.
+                let k_append = v.len() == 2
+                    && plain_copy(&l)
+                    && l.id(0) == v[1].id(2)
+                    && l.param(0) == v[1].param(0)
+                    && v.iter().all(|r| r.bufs.iter().all(|b| b.0 != l.id(1)));
+                if !k_append {
+                    return Some(l);
+                }
+                let mut parts = std::mem::take(v);
+                parts.push(l);
+                *self = Pending::RopeAppend(parts);
+                None
+            }
+            Pending::RopeAppend(v) => {
+                if !(v.len() == 3 && plain_copy(&l) && independent(v, &l)) {
                     return Some(l);
                 }
                 v.push(l);
@@ -232,6 +271,35 @@ impl Pending {
                     params,
                     bufs,
                     groups: a.groups + b.groups,
+                })
+            }
+            Pending::RopeAppend(v) => {
+                let (q, k, kc) = (&v[0], &v[1], &v[2]);
+                let vc = v.get(3);
+                let mut params: Vec<u32> = (0..6).map(|i| q.param(i)).collect();
+                params.extend([k.param(0), k.param(1), q.groups, q.groups + k.groups]);
+                params.extend((1..5).chain(9..13).map(|i| kc.param(i)));
+                params.push(kc.param(14));
+                match vc {
+                    Some(c) => params.extend((0..5).chain(9..13).map(|i| c.param(i))),
+                    None => params.extend([0; 9]),
+                }
+                params.push(vc.map_or(0, |c| c.param(14)));
+                let bufs = vec![
+                    q.bufs[0].clone(),
+                    k.bufs[0].clone(),
+                    q.bufs[1].clone(),
+                    vc.map_or_else(|| q.bufs[0].clone(), |c| c.bufs[0].clone()),
+                    q.bufs[2].clone(),
+                    k.bufs[2].clone(),
+                    kc.bufs[1].clone(),
+                    vc.map_or_else(|| spare_ref(0), |c| c.bufs[1].clone()),
+                ];
+                Some(Launch {
+                    key: KernelKey::plain(Family::RopeAppend, "rope_append"),
+                    params,
+                    bufs,
+                    groups: q.groups + k.groups + vc.map_or(0, |c| c.groups),
                 })
             }
             Pending::Copy(v) => {

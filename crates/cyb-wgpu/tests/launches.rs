@@ -270,11 +270,11 @@ fn llama_decode_step_launches() {
     assert!(err <= 1e-6, "merged vs unmerged logits: {err}");
     // Per layer, unmerged: q, k, v, rope q, rope k, append k, append v, sdpa, o, add+norm,
     // gate, up, swiglu, down, add+norm (the permutes around sdpa are views, and sdpa reads the
-    // cache's prefix in place); merged: qkv, rope q+k, appends, sdpa, o, add+norm,
+    // cache's prefix in place); merged: qkv, rope q+k with both appends, sdpa, o, add+norm,
     // gate/up/swiglu, down, add+norm. Plus embedding, first norm, final norm, output
     // projection.
     assert_eq!(unmerged, 15 * layers + 4);
-    assert_eq!(merged, 9 * layers + 4);
+    assert_eq!(merged, 8 * layers + 4);
 }
 
 #[test]
@@ -315,5 +315,42 @@ fn attention_reads_the_cache_prefix_in_place() {
     // the overwrite, then the value slice's copy when it is read back.
     if let Some(l) = run_sequence_consuming(&host, &steps, 1e-4, &[0]) {
         assert_eq!(l, 5);
+    }
+}
+
+#[test]
+fn rope_and_kv_appends_are_one_launch() {
+    let _turn = serial();
+    let (hq, hkv, d, cap, n) = (4, 2, 6, 7, 2);
+    let rope = Op::Rope {
+        layout: RopeLayout::Neox,
+        rot_dims: 4,
+        base: 500.0,
+        scaling: RopeScaling::None,
+    };
+    let host = vec![
+        f32t(&[n, hq, d], 1),
+        f32t(&[n, hkv, d], 2),
+        f32t(&[n, hkv, d], 3),
+        Tensor::from_i64(&[n], &[3, 4]).unwrap(),
+        f32t(&[hkv, cap, d], 4),
+        f32t(&[hkv, cap, d], 5),
+    ];
+    let append = Op::KvAppend { start: 3 };
+    let mut steps: Vec<Step> = vec![
+        (rope.clone(), vec![Ok(0), Ok(3)]),
+        (rope, vec![Ok(1), Ok(3)]),
+        (append.clone(), vec![Ok(4), Err(1)]),
+        (append, vec![Ok(5), Ok(2)]),
+    ];
+    if let Some(l) = run_sequence(&host, &steps, 1e-4) {
+        assert_eq!(l, 1);
+    }
+    // Without the value append; then a copy of the rotated keys that is no append (it reads
+    // them transposed) stays a launch of its own.
+    steps.pop();
+    steps.push((Op::Transpose { a: 0, b: 1 }, vec![Err(1)]));
+    if let Some(l) = run_sequence(&host, &steps, 1e-4) {
+        assert_eq!(l, 2);
     }
 }

@@ -19,3 +19,17 @@ fn copy_offsets(i: u32, p: u32) -> vec2<u32> {
     }
     return vec2<u32>(src, dst);
 }
+
+// Destination of element `i` of a copy from a contiguous source: iteration dims at words
+// `dims..dims+3`, destination strides at `strides..strides+3`, plus `base`.
+fn scatter_offset(i: u32, dims: u32, strides: u32, base: u32) -> u32 {
+    var rem = i;
+    var dst = base;
+    for (var d = 3i; d >= 0i; d--) {
+        let u = u32(d);
+        let dim = pu(dims + u);
+        dst += (rem % dim) * pu(strides + u);
+        rem = rem / dim;
+    }
+    return dst;
+}
