@@ -23,6 +23,9 @@ pub struct ActQuads {
     pub lo: Vec<i8>,
     /// `m · k` high bytes (split only).
     pub hi: Vec<i8>,
+    /// `lo` and `hi` as AMX tiles (see [`ActQuads::tile_planes`]).
+    pub tiles_lo: Vec<i8>,
+    pub tiles_hi: Vec<i8>,
     /// `m · k / block` scales.
     pub d: Vec<f32>,
     /// `Σ L` of each run of 16 values (`m · k / 16`).
@@ -130,5 +133,31 @@ impl ActQuads {
             };
             quantize_rows(&a[r0 * k..r1 * k], block, split16, o);
         });
+    }
+
+    /// The level planes again as AMX `A` tiles (`tiles_lo`/`tiles_hi`): for each 16 rows and
+    /// each 32 values, 16 × 32 contiguous bytes (rows past `m` zero), so a tile loads from
+    /// 512 consecutive bytes instead of 16 rows `k` apart.
+    pub fn tile_planes(&mut self, m: usize) {
+        const T: usize = 16;
+        let (k, nb) = (self.k, self.k / 32);
+        let tiles = m.div_ceil(T);
+        for (src, dst) in [
+            (&self.lo, &mut self.tiles_lo),
+            (&self.hi, &mut self.tiles_hi),
+        ] {
+            if src.len() < m * k {
+                continue; // no `hi` plane in 8-bit mode
+            }
+            dst.clear();
+            dst.resize(tiles * T * k, 0);
+            for r in 0..m {
+                let (t, rr) = (r / T, r % T);
+                for (b, run) in src[r * k..(r + 1) * k].chunks_exact(32).enumerate() {
+                    let at = ((t * nb + b) * T + rr) * 32;
+                    dst[at..at + 32].copy_from_slice(run);
+                }
+            }
+        }
     }
 }

@@ -75,6 +75,14 @@ impl CpuBackend {
     pub fn threads(&self) -> usize {
         self.pool.threads()
     }
+
+    /// This backend with prefill-sized quantized matmuls on AMX tiles (`true`, the default
+    /// where the CPU has AMX-INT8, unless `CYB_CPU_AMX=0`) or on the VNNI kernels (`false`);
+    /// both give bit-identical results.
+    pub fn with_amx(mut self, on: bool) -> CpuBackend {
+        self.scratch.amx = on;
+        self
+    }
 }
 
 impl Backend for CpuBackend {

@@ -35,10 +35,30 @@ pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::Gr
     }
 }
 
-/// Computes `m` rows of `y` (`m × w.n`) from the quantized activations `a`.
+/// The AMX group kernel for `dtype`, if AMX-INT8 runs here and covers it (16 activation rows a
+/// call; bit-identical to [`kernel`]'s).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn amx_kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::GroupKernel> {
+    use crate::amx_x86 as x;
+    if set != KernelSet::Avx512 || !x::available() {
+        return None;
+    }
+    match dtype {
+        DType::Q4_0 => Some(x::q4_0_group),
+        DType::Q8_0 => Some(x::q8_0_group),
+        DType::Q4_1 => Some(x::q4_1_group),
+        DType::Q5_0 => Some(x::q5_0_group),
+        DType::Q4_K => Some(x::q4_k_group),
+        _ => None,
+    }
+}
+
+/// Computes `m` rows of `y` (`m × w.n`) from the quantized activations `a`; with `amx`, 16 rows
+/// at a time on AMX tiles (`a` padded to whole tiles).
 ///
 /// # Safety
-/// `kern` must come from [`kernel`] for `w.dtype`, and the CPU must have its kernel set.
+/// `kern` must come from [`kernel`] for `w.dtype` (from [`amx_kernel`] when `amx`), and the CPU
+/// must have its kernel set.
 #[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn gemm(
     pool: &ThreadPool,
@@ -47,9 +67,14 @@ pub(crate) unsafe fn gemm(
     a: &ActQuads,
     m: usize,
     y: &mut [f32],
+    amx: bool,
 ) {
     use crate::gemm_x86::{tile_rows, Out, ROWS};
-    let rows = tile_rows(a.split);
+    let rows = if amx {
+        crate::amx_x86::TILE_ROWS
+    } else {
+        tile_rows(a.split)
+    };
     let n = w.n;
     assert!(y.len() >= m * n && a.k == w.k);
     let groups = w.groups();
@@ -57,6 +82,8 @@ pub(crate) unsafe fn gemm(
     let threads = pool.threads();
     let out = DisjointOut::new(y);
     pool.run(&|t| {
+        // SAFETY: `amx` only with an AMX kernel, which exists only where `available()`.
+        let _tiles = amx.then(|| unsafe { crate::amx_x86::Tiles::load() });
         let mine = split(groups, threads, t);
         let mut res: Out = [[0.0; 16]; ROWS];
         let mut g0 = mine.start;

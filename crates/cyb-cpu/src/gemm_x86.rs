@@ -13,8 +13,8 @@
 use crate::act_quads::ActQuads;
 use std::arch::x86_64::*;
 
-/// Most activation rows per kernel call.
-pub const ROWS: usize = 8;
+/// Most activation rows per kernel call (the AMX kernels take 16, these 8).
+pub const ROWS: usize = 16;
 
 /// Activation rows per kernel call: 8-bit rows need half the accumulators of split 16-bit
 /// ones, so more of them fit in the 32 vector registers (measured best: 8 and 6).
@@ -344,7 +344,7 @@ macro_rules! entry {
                     (false, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, false>(g, a, r0, out),
                     (false, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, false>(g, a, r0, out),
                     (false, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, false>(g, a, r0, out),
-                    (false, _) if 8 <= ROWS => $kern::<$($q8,)? 8, false>(g, a, r0, out),
+                    (false, 8) => $kern::<$($q8,)? 8, false>(g, a, r0, out),
                     (true, 1) if 1 <= ROWS => $kern::<$($q8,)? 1, true>(g, a, r0, out),
                     (true, 2) if 2 <= ROWS => $kern::<$($q8,)? 2, true>(g, a, r0, out),
                     (true, 3) if 3 <= ROWS => $kern::<$($q8,)? 3, true>(g, a, r0, out),
@@ -352,8 +352,8 @@ macro_rules! entry {
                     (true, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, true>(g, a, r0, out),
                     (true, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, true>(g, a, r0, out),
                     (true, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, true>(g, a, r0, out),
-                    (true, _) if 8 <= ROWS => $kern::<$($q8,)? 8, true>(g, a, r0, out),
-                    _ => unreachable!("at most ROWS rows"),
+                    (true, 8) => $kern::<$($q8,)? 8, true>(g, a, r0, out),
+                    _ => unreachable!("at most 8 rows"),
                 }
             }
         }

@@ -10,6 +10,8 @@
 //! `unsafe` lives only in the kernel files (`*_x86.rs`) and the thread pool.
 
 mod act_quads;
+#[cfg(target_arch = "x86_64")]
+mod amx_x86;
 mod attention;
 mod backend;
 mod features;
@@ -47,3 +49,14 @@ mod wide_x86;
 pub use backend::{register, CpuBackend};
 pub use features::KernelSet;
 pub use quant_act::ActPrecision;
+
+/// Whether this CPU and OS run the AMX-INT8 prefill kernels (the AVX-512 kernel set uses them
+/// for quantized matmuls of 8 or more rows).
+pub fn amx_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        KernelSet::Avx512.is_available() && amx_x86::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}

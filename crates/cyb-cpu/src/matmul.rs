@@ -72,13 +72,31 @@ pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInf
 
 /// Buffers the matmuls reuse between calls (so decode does not allocate them) and the
 /// repacked weights.
-#[derive(Default)]
 pub(crate) struct Scratch {
     rows: Mutex<QuantizedRows>,
     quads: Mutex<ActQuads>,
     repacked: RepackCache,
     panels: crate::repack::WeightCache<crate::sgemm::Panels>,
     packed_rows: Mutex<Vec<f32>>,
+    /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
+    pub(crate) amx: bool,
+}
+
+/// Activation rows from which a quantized matmul takes the AMX kernels (16-row tiles; below
+/// this the VNNI kernels waste less).
+const AMX_MIN_ROWS: usize = 8;
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        Scratch {
+            rows: Mutex::default(),
+            quads: Mutex::default(),
+            repacked: RepackCache::default(),
+            panels: crate::repack::WeightCache::default(),
+            packed_rows: Mutex::default(),
+            amx: std::env::var("CYB_CPU_AMX").map_or(true, |v| v.trim() != "0"),
+        }
+    }
 }
 
 /// The AVX-512 float GEMM or the repacked quantized GEMM, when one covers this weight; `Ok(false)` leaves `y` to the other kernels.
@@ -137,11 +155,16 @@ fn repacked(
             return false;
         };
         let m = a.len() / w.k;
+        let amx =
+            crate::gemm::amx_kernel(w_t.dtype(), set).filter(|_| scratch.amx && m >= AMX_MIN_ROWS);
         let mut q = scratch.quads.lock().unwrap_or_else(PoisonError::into_inner);
         q.quantize(pool, a, w.k, block, act == ActPrecision::Q16);
-        // SAFETY: `kern` is the kernel for this dtype, and `set` was checked available when
-        // the backend was made.
-        unsafe { crate::gemm::gemm(pool, kern, &w, &q, m, y) };
+        if amx.is_some() {
+            q.tile_planes(m);
+        }
+        // SAFETY: `kern` is the kernel for this dtype (the AMX one only with `amx`), and `set`
+        // was checked available when the backend was made.
+        unsafe { crate::gemm::gemm(pool, amx.unwrap_or(kern), &w, &q, m, y, amx.is_some()) };
         return true;
     }
     #[allow(unreachable_code)]

@@ -1,0 +1,362 @@
+//! AMX-INT8 kernels of the repacked GEMM (`gemm.rs`, layouts in `repack.rs`) for prefill: one
+//! 16-row weight group against 16 activation rows per call.
+//!
+//! A repacked unit already is an AMX `B` tile: its 64-byte vectors hold four consecutive levels
+//! of each of the 16 weight rows, which is the row layout `tdpbsud` takes (`K/4` rows of 16 × 4
+//! bytes). Per scale unit (32 values, 16 for Q6_K) the activation plane rows are an `A` tile
+//! (16 rows × 32 bytes, the row stride being `k`), one `tdpbsud` per plane gives the 16 × 16
+//! integer sums, and these go through exactly the float steps of the VNNI kernels
+//! (`gemm_x86.rs`). Integer sums are exact whichever instruction makes them, so every output is
+//! bit-identical to the VNNI kernel's: decode (VNNI) and prefill (AMX) agree, and neither the
+//! tiling nor the thread count changes a result.
+//!
+//! Tiles (one configuration per thread, loaded by [`Tiles::load`]): tmm0/tmm1 the `lo`/`hi`
+//! activation planes over 32 values, tmm2 the weights of 32 values, tmm3/tmm4 the `lo`/`hi`
+//! sums.
+//!
+//! Each `tdpbsud` here covers only 32 values (the formats' scale unit) and its sums go through
+//! memory to the float steps, so AMX gains less than its peak suggests: on the development
+//! machine's Xeon (AVX-512 VNNI + AMX, virtualised) ~10–30% over the VNNI kernels for Q8_0,
+//! Q4_0 and Q4_K at 128 rows. Q6_K's 16-value units gain nothing, so it stays on VNNI.
+//!
+//! The AMX instructions are written as inline assembly (their intrinsics are not stable Rust);
+//! they only name tile registers, which the compiler never uses.
+
+// Kernels index several parallel arrays (rows, units) by one loop counter.
+#![allow(clippy::needless_range_loop)]
+
+use crate::act_quads::ActQuads;
+use crate::gemm_x86::Out;
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+/// Activation rows of one AMX tile: the activation planes must hold whole tiles (see
+/// [`ActQuads::pad_rows`]).
+pub const TILE_ROWS: usize = 16;
+
+/// Whether this CPU and OS run AMX-INT8: CPUID's AMX-TILE and AMX-INT8 bits, and Linux's
+/// permission for the tile data state (asked once per process).
+pub fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        // SAFETY: CPUID leaf 7 exists on every x86-64 CPU with AVX-512 (checked by the caller's
+        // kernel set first); reading it has no side effects.
+        #[allow(unused_unsafe)]
+        let edx = unsafe { __cpuid_count(7, 0) }.edx;
+        edx & (3 << 24) == 3 << 24 && request_tile_data()
+    })
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: Linux refuses AMX instructions to a
+/// process that did not ask for the tile state first.
+#[cfg(target_os = "linux")]
+fn request_tile_data() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: a plain system call that changes nothing but this process's permission.
+    unsafe {
+        asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => ret, in("rdi") ARCH_REQ_XCOMP_PERM,
+             in("rsi") XFEATURE_XTILEDATA, lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    ret == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_data() -> bool {
+    false
+}
+
+#[repr(C, align(64))]
+struct Config([u8; 64]);
+
+/// The tile configuration loaded on this thread; released on drop.
+pub struct Tiles(());
+
+impl Tiles {
+    /// Loads this file's tile shapes on the calling thread.
+    ///
+    /// # Safety
+    /// [`available`] must have returned true.
+    pub unsafe fn load() -> Tiles {
+        // (rows, bytes per row) of tmm0..tmm4.
+        const SHAPES: [(u8, u16); 5] = [(16, 32), (16, 32), (8, 64), (16, 64), (16, 64)];
+        let mut c = Config([0; 64]);
+        c.0[0] = 1; // palette 1
+        for (t, (rows, bytes)) in SHAPES.iter().enumerate() {
+            c.0[16 + 2 * t..18 + 2 * t].copy_from_slice(&bytes.to_le_bytes());
+            c.0[48 + t] = *rows;
+        }
+        // SAFETY: a valid palette-1 configuration, AMX permitted (caller's contract).
+        unsafe { asm!("ldtilecfg [{0}]", in(reg) c.0.as_ptr(), options(nostack, readonly)) };
+        Tiles(())
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: tiles were configured on this thread by `load`.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// The 16 × 16 sums of one scale unit: `lo` then (split) `hi`, 64-byte aligned.
+#[repr(C, align(64))]
+struct Sums([[i32; 16]; 32]);
+
+/// Sums of one unit of 32 values: activation tiles at `lo`/`hi` (rows 32 bytes apart), weights
+/// at `w` (8 rows of 64 bytes) into `s`.
+///
+/// # Safety
+/// Tiles loaded; 16 rows × 32 bytes readable at each plane, 512 bytes at `w`.
+#[inline(always)]
+unsafe fn sums32<const SPLIT: bool>(lo: *const i8, hi: *const i8, w: *const u8, s: &mut Sums) {
+    let k = 32usize;
+    // SAFETY: per this fn's contract.
+    unsafe {
+        asm!("tileloadd tmm2, [{w} + {s64}*1]", "tileloadd tmm0, [{a} + {k}*1]",
+             "tilezero tmm3", "tdpbsud tmm3, tmm0, tmm2", "tilestored [{o} + {s64}*1], tmm3",
+             w = in(reg) w, a = in(reg) lo, k = in(reg) k, s64 = in(reg) 64usize,
+             o = in(reg) s.0.as_mut_ptr(), options(nostack));
+        if SPLIT {
+            asm!("tileloadd tmm1, [{a} + {k}*1]", "tilezero tmm4", "tdpbsud tmm4, tmm1, tmm2",
+                 "tilestored [{o} + {s64}*1], tmm4",
+                 a = in(reg) hi, k = in(reg) k, s64 = in(reg) 64usize,
+                 o = in(reg) s.0[16..].as_mut_ptr(), options(nostack));
+        }
+    }
+}
+
+/// Row `r`'s integer sum: `lo + 256·hi + bias` (what the VNNI kernels' `combine` gives).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn row_sum<const SPLIT: bool>(s: &Sums, r: usize, bias: i32) -> __m512i {
+    // SAFETY: rows r and 16 + r of `s` hold 16 i32 each.
+    unsafe {
+        let mut v = _mm512_add_epi32(
+            _mm512_loadu_si512(s.0[r].as_ptr() as *const __m512i),
+            _mm512_set1_epi32(bias),
+        );
+        if SPLIT {
+            let hi = _mm512_loadu_si512(s.0[16 + r].as_ptr() as *const __m512i);
+            v = _mm512_add_epi32(v, _mm512_slli_epi32(hi, 8));
+        }
+        v
+    }
+}
+
+#[target_feature(enable = "avx512f,f16c")]
+#[inline]
+unsafe fn scales_f16(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 32 readable bytes at p.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p as *const __m256i) })
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable bytes at p.
+    let v = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    _mm512_cvtepi32_ps(if SIGNED {
+        _mm512_cvtepi8_epi32(v)
+    } else {
+        _mm512_cvtepu8_epi32(v)
+    })
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes at p.
+    unsafe { _mm512_loadu_si512(p as *const __m512i) }
+}
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store(p: *mut u8, v: __m512i) {
+    // SAFETY: the caller guarantees 64 writable bytes at p.
+    unsafe { _mm512_storeu_si512(p as *mut __m512i, v) }
+}
+
+/// Weights of 32 or 16 values unpacked to bytes, 64-byte aligned.
+#[repr(C, align(64))]
+struct WeightTile([u8; 512]);
+
+/// Checks the activation tiles and the per-row data of rows `r0..r0 + nr`.
+fn check_act<const SPLIT: bool>(a: &ActQuads, r0: usize, nr: usize) {
+    let k = a.k;
+    let end = (r0 + TILE_ROWS) * k;
+    assert!(r0.is_multiple_of(TILE_ROWS) && nr <= TILE_ROWS && a.tiles_lo.len() >= end);
+    assert!(!SPLIT || a.tiles_hi.len() >= end);
+    assert!(a.d.len() >= (r0 + nr) * k / a.block);
+    assert!(a.sum16.len() >= (r0 + nr) * k / 16 && a.sum32.len() >= (r0 + nr) * k / 32);
+}
+
+/// The tiles of rows `r0..r0 + 16` in each plane: value `v` of row `r0 + r` is at
+/// `(v / 32)·512 + 32·r + v % 32`.
+fn planes<const SPLIT: bool>(a: &ActQuads, r0: usize) -> (*const i8, *const i8) {
+    let at = r0 * a.k;
+    let lo = a.tiles_lo[at..].as_ptr();
+    (lo, if SPLIT { a.tiles_hi[at..].as_ptr() } else { lo })
+}
+
+/// Offset of value `v` of a tile's first row (rows are 32 bytes apart).
+fn at(v: usize) -> usize {
+    v / 32 * 512 + v % 32
+}
+
+const Q4_0: u8 = 0;
+const Q8_0: u8 = 1;
+const Q4_1: u8 = 2;
+const Q5_0: u8 = 3;
+
+/// Q4_0, Q8_0, Q4_1 and Q5_0: `gemm_x86::legacy` with the sums from AMX.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    nr: usize,
+    out: &mut Out,
+) {
+    let nb = a.k / 32;
+    let (ub, levels, zero_point) = match FMT {
+        Q4_0 => (288, 32, 8),
+        Q8_0 => (544, 32, 128),
+        Q4_1 => (320, 64, 0),
+        _ => (352, 32, 16),
+    };
+    assert!(g.len() >= nb * ub && a.block == 32);
+    check_act::<SPLIT>(a, r0, nr);
+    let (lo, hi) = planes::<SPLIT>(a, r0);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let bit4 = _mm512_set1_epi8(0x10);
+    let mut s = Sums([[0; 16]; 32]);
+    let mut wt = WeightTile([0; 512]);
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for b in 0..nb {
+        // SAFETY: unit b lies inside g; values b·32 .. b·32 + 32 of 16 padded rows inside each
+        // plane (asserted); the weight tile is 512 bytes.
+        unsafe {
+            let u = g.as_ptr().add(b * ub);
+            let w = if FMT == Q8_0 {
+                u.add(levels)
+            } else {
+                let fifth = if FMT == Q5_0 {
+                    load(u.add(288))
+                } else {
+                    _mm512_setzero_si512()
+                };
+                for v in 0..4 {
+                    let raw = load(u.add(levels + 64 * v));
+                    let mut l = _mm512_and_si512(raw, m4);
+                    let mut h = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    if FMT == Q5_0 {
+                        let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
+                        let down = _mm512_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
+                        l = _mm512_or_si512(l, _mm512_and_si512(up, bit4));
+                        h = _mm512_or_si512(h, _mm512_and_si512(down, bit4));
+                    }
+                    // Levels 4v + i are tile row v; levels 16 + 4v + i row 4 + v.
+                    store(wt.0.as_mut_ptr().add(64 * v), l);
+                    store(wt.0.as_mut_ptr().add(64 * (4 + v)), h);
+                }
+                wt.0.as_ptr()
+            };
+            sums32::<SPLIT>(lo.add(at(b * 32)), hi.add(at(b * 32)), w, &mut s);
+            let dw = scales_f16(u);
+            for r in 0..nr {
+                let sum = *a.sum32.get_unchecked((r0 + r) * nb + b);
+                let isum = row_sum::<SPLIT>(&s, r, -zero_point * sum);
+                let da = *a.d.get_unchecked((r0 + r) * nb + b);
+                let sf = _mm512_cvtepi32_ps(isum);
+                acc[r] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
+                if FMT == Q4_1 {
+                    let sa = da * sum as f32;
+                    acc[r] = _mm512_fmadd_ps(scales_f16(u.add(32)), _mm512_set1_ps(sa), acc[r]);
+                }
+            }
+        }
+    }
+    for r in 0..nr {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}
+
+/// Q4_K: `gemm_x86::q4_k` with the sums from AMX.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn q4_k<const SPLIT: bool>(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+    let (k, nsb) = (a.k, a.k / 256);
+    assert!(g.len() >= nsb * 2368 && a.block == 256);
+    check_act::<SPLIT>(a, r0, nr);
+    let (lo, hi) = planes::<SPLIT>(a, r0);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let mut s = Sums([[0; 16]; 32]);
+    let mut wt = WeightTile([0; 512]);
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for sb in 0..nsb {
+        // SAFETY: super-block sb lies inside g, its 256 values of 16 padded rows inside each
+        // plane (asserted).
+        unsafe {
+            let u = g.as_ptr().add(sb * 2368);
+            let mut scaled = [_mm512_setzero_ps(); 16];
+            let mut mins = [_mm512_setzero_ps(); 16];
+            for j in 0..8 {
+                for h in 0..4 {
+                    let raw = load(u.add(320 + 256 * j + 64 * h));
+                    // Levels 8h + i are tile row 2h; levels 8h + 4 + i row 2h + 1.
+                    store(wt.0.as_mut_ptr().add(128 * h), _mm512_and_si512(raw, m4));
+                    let high = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    store(wt.0.as_mut_ptr().add(128 * h + 64), high);
+                }
+                let off = sb * 256 + 32 * j;
+                sums32::<SPLIT>(lo.add(at(off)), hi.add(at(off)), wt.0.as_ptr(), &mut s);
+                let sc = scales_u8::<false>(u.add(64 + 16 * j));
+                let mn = scales_u8::<false>(u.add(192 + 16 * j));
+                for r in 0..nr {
+                    let sf = _mm512_cvtepi32_ps(row_sum::<SPLIT>(&s, r, 0));
+                    scaled[r] = _mm512_fmadd_ps(sf, sc, scaled[r]);
+                    let bs = *a.sum32.get_unchecked((r0 + r) * k / 32 + sb * 8 + j) as f32;
+                    mins[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(bs), mins[r]);
+                }
+            }
+            let (d, dmin) = (scales_f16(u), scales_f16(u.add(32)));
+            for r in 0..nr {
+                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                let v = _mm512_fmsub_ps(d, scaled[r], _mm512_mul_ps(dmin, mins[r]));
+                acc[r] = _mm512_fmadd_ps(v, da, acc[r]);
+            }
+        }
+    }
+    for r in 0..nr {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $kern:ident $(, $fmt:ident)?) => {
+        /// # Safety
+        /// The CPU must have the `Avx512` kernel set's features, [`available`] must be true and
+        /// this thread's tiles loaded ([`Tiles::load`]).
+        #[target_feature(enable = "avx512f,avx512bw,f16c")]
+        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+            // SAFETY: same features as this fn; the kernels check their bounds.
+            unsafe {
+                if a.split {
+                    $kern::<$($fmt,)? true>(g, a, r0, nr, out)
+                } else {
+                    $kern::<$($fmt,)? false>(g, a, r0, nr, out)
+                }
+            }
+        }
+    };
+}
+entry!(q4_0_group, legacy, Q4_0);
+entry!(q8_0_group, legacy, Q8_0);
+entry!(q4_1_group, legacy, Q4_1);
+entry!(q5_0_group, legacy, Q5_0);
+entry!(q4_k_group, q4_k);
