@@ -303,7 +303,7 @@ impl WgpuBackend {
         let enc = st.encoder.get_or_insert_with(|| {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
         });
-        enc.copy_buffer_to_buffer(&view.buf.buffer, 0, &staging.buffer, 0, size);
+        enc.copy_buffer_to_buffer(&view.buffer()?.buffer, 0, &staging.buffer, 0, size);
         self.flush(&mut st);
         drop(st);
         let slice = staging.buffer.slice(0..size);
@@ -392,7 +392,7 @@ pub(crate) fn device_view(t: &Tensor) -> Result<&DeviceView> {
 
 /// The buffer behind a tensor of this backend.
 pub(crate) fn gpu_buf(t: &Tensor) -> Result<Arc<GpuBuf>> {
-    Ok(device_view(t)?.buf.clone())
+    device_view(t)?.buffer()
 }
 
 impl Backend for WgpuBackend {

@@ -44,33 +44,47 @@ impl GpuBuf {
 /// positions on the host).
 #[derive(Debug)]
 pub struct DeviceView {
+    /// The buffer; for a lazy slice, its source until the copy is recorded (read the values
+    /// through [`DeviceView::buffer`]).
     pub buf: Arc<GpuBuf>,
     pub len: usize,
     pub host: HostShadow,
-    /// Set on a slice whose copy into `buf` has not been recorded yet (see [`LazySlice`]).
+    /// Set on a slice whose copy into a buffer of its own may not be recorded yet (see
+    /// [`LazySlice`]).
     pub lazy: Option<Arc<LazySlice>>,
 }
 
 /// A slice `[.., 0..rows, inner]` along the second-to-last axis of `src` (`[.., src_rows,
-/// inner]`) whose copy into its own buffer is recorded only when something reads that buffer:
-/// attention reads the KV cache's prefix in place instead (one launch and one copy of the whole
-/// prefix fewer per layer and step). Only `Op::KvAppend` writes into an existing buffer, and it
+/// inner]`) whose buffer is made and filled only when something reads it: attention reads the
+/// KV cache's prefix in place instead (one launch, one buffer and one copy of the whole prefix
+/// fewer per layer and step). Only `Op::KvAppend` writes into an existing buffer, and it
 /// records the copies of the slices of its cache first, so a slice never sees later writes.
 #[derive(Debug)]
 pub struct LazySlice {
     pub src: Arc<GpuBuf>,
-    pub dst: Arc<GpuBuf>,
     /// Rows of `src` per outer index (the cache's capacity).
     pub src_rows: usize,
-    /// The copy: iteration dims, source and destination strides (elements).
+    /// The copy: iteration dims, source and destination strides (elements), bytes.
     pub dims: Vec<usize>,
     pub src_strides: Vec<usize>,
     pub dst_strides: Vec<usize>,
-    /// The copy was recorded.
-    pub done: std::sync::atomic::AtomicBool,
+    pub bytes: usize,
+    /// The slice's own buffer, once its copy is recorded.
+    pub dst: std::sync::OnceLock<Arc<GpuBuf>>,
 }
 
 impl DeviceView {
+    /// The buffer holding the tensor's values (an error for a lazy slice not copied yet: its
+    /// reader should have recorded the copy first).
+    pub fn buffer(&self) -> Result<Arc<GpuBuf>> {
+        match &self.lazy {
+            None => Ok(self.buf.clone()),
+            Some(l) => l.dst.get().cloned().ok_or_else(|| {
+                cyb_tensor::Error::invalid("wgpu", "internal: a lazy slice read before its copy")
+            }),
+        }
+    }
+
     /// A tensor of `shape` and `dtype` over this view.
     pub fn into_tensor(self, shape: Shape, dtype: DType) -> Result<Tensor> {
         Tensor::new(shape, dtype, Storage::Device(Arc::new(self)))

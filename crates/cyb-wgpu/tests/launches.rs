@@ -258,10 +258,21 @@ fn llama_decode_step_launches() {
     for merge in [false, true] {
         gpu.set_launch_merging(merge);
         let mut cache = model.new_cache(16).unwrap();
-        model.forward(&[1, 2, 3], &mut cache).unwrap();
+        model.forward(&[1, 2, 3, 4], &mut cache).unwrap();
         let before = gpu.launch_count();
-        let logits = model.forward(&[4], &mut cache).unwrap();
+        let logits = model.forward(&[5], &mut cache).unwrap();
         per_step.push((gpu.launch_count() - before, logits));
+        // Later steps make no buffers: the cache's prefix is not copied into a buffer of a
+        // new size each step, and attention's scratch grows by powers of two.
+        let made = gpu.frame_stats().created;
+        for t in [6, 7, 8] {
+            model.forward(&[t], &mut cache).unwrap();
+        }
+        assert_eq!(
+            gpu.frame_stats().created,
+            made,
+            "buffers made by decode steps"
+        );
     }
     gpu.set_launch_merging(true);
     let (unmerged, merged) = (per_step[0].0, per_step[1].0);

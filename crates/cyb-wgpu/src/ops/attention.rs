@@ -7,7 +7,6 @@ use crate::memory::GpuBuf;
 use cyb_backend::BufferUsage;
 use cyb_ops::{Op, RopeLayout};
 use cyb_tensor::{DType, Result, Tensor, TensorInfo};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) fn supports_rope(inputs: &[TensorInfo]) -> bool {
@@ -128,8 +127,8 @@ pub(crate) fn supports_sdpa(op: &Op, inputs: &[TensorInfo]) -> bool {
 fn in_place(t: &Tensor, lk: usize) -> Result<(Arc<GpuBuf>, usize)> {
     let view = device_view(t)?;
     match &view.lazy {
-        Some(l) if !l.done.load(Ordering::Relaxed) => Ok((l.src.clone(), l.src_rows)),
-        _ => Ok((view.buf.clone(), lk)),
+        Some(l) if l.dst.get().is_none() => Ok((l.src.clone(), l.src_rows)),
+        _ => Ok((view.buffer()?, lk)),
     }
 }
 
@@ -155,7 +154,9 @@ pub(crate) fn sdpa(
     let (hq, lq, d) = (qd[r - 3], qd[r - 2], qd[r - 1]);
     let (hkv, lk, dv) = (kd[r - 3], kd[r - 2], vd[r - 1]);
     let rows = inputs[0].numel() / d;
-    let scores = gpu.frame_buf(st, rows * lk * 4, BufferUsage::Storage)?;
+    // The scratch is sized for a power of two of keys: the frame allocator pools buffers by
+    // exact size, and a size growing by one key per decode step would make a buffer per step.
+    let scores = gpu.frame_buf(st, rows * lk.next_power_of_two() * 4, BufferUsage::Storage)?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
     let (q, (k, kcap), (v, vcap)) = (
         gpu_buf(&inputs[0])?,

@@ -6,7 +6,6 @@ use crate::kernels::{Family, KernelKey};
 use crate::memory::{DeviceView, GpuBuf, LazySlice};
 use cyb_ops::Op;
 use cyb_tensor::{Result, Tensor, TensorInfo};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Row-major strides of `dims`.
@@ -85,7 +84,7 @@ pub(crate) fn single(
     if matches!(op, Op::Reshape { .. }) || keeps_order(op, x.dims())? {
         let v = device_view(x)?;
         let view = DeviceView {
-            buf: v.buf.clone(),
+            buf: v.buffer()?,
             len: v.len,
             host: v.host.clone(),
             lazy: None,
@@ -95,7 +94,6 @@ pub(crate) fn single(
     let in_dims = x.dims();
     let in_st = strides(in_dims);
     let rank = in_dims.len();
-    let (y, ybuf) = gpu.output(st, out.shape.dims(), x.dtype())?;
     let out_dims = out.shape.dims();
     let dst = strides(out_dims);
     let xbuf = gpu_buf(x)?;
@@ -130,57 +128,66 @@ pub(crate) fn single(
     if let Op::Slice { step: 1, .. } = op {
         let keeps = |i: usize| in_dims[i] == out_dims[i];
         if base == 0 && rank >= 3 && (0..rank - 2).all(keeps) && keeps(rank - 1) {
-            return lazy_slice(st, x, xbuf, ybuf, out, src, dst);
+            return lazy_slice(st, x, xbuf, out, src, dst);
         }
     }
+    let (y, ybuf) = gpu.output(st, out_dims, x.dtype())?;
     copy(gpu, st, &xbuf, &ybuf, out_dims, &src, &dst, base, 0)?;
     Ok(y)
 }
 
-/// A slice from row 0 along the second-to-last axis (a KV cache's prefix), its copy deferred
-/// (see [`LazySlice`]).
+/// A slice from row 0 along the second-to-last axis (a KV cache's prefix), its buffer and copy
+/// deferred (see [`LazySlice`]).
 fn lazy_slice(
     st: &mut State,
     x: &Tensor,
     src: Arc<GpuBuf>,
-    dst: Arc<GpuBuf>,
     out: &TensorInfo,
     src_strides: Vec<usize>,
     dst_strides: Vec<usize>,
 ) -> Result<Tensor> {
     let dims = out.shape.dims();
+    let bytes = x
+        .dtype()
+        .bytes_for(out.shape.numel())
+        .ok_or_else(|| cyb_tensor::Error::invalid("slice", format!("{}", x.dtype())))?;
     let lazy = Arc::new(LazySlice {
-        src,
-        dst: dst.clone(),
+        src: src.clone(),
         src_rows: x.dims()[dims.len() - 2],
         dims: dims.to_vec(),
         src_strides,
         dst_strides,
-        done: AtomicBool::new(false),
+        bytes,
+        dst: std::sync::OnceLock::new(),
     });
-    st.lazy
-        .retain(|w| w.upgrade().is_some_and(|l| !l.done.load(Ordering::Relaxed)));
+    prune(st);
     st.lazy.push(Arc::downgrade(&lazy));
-    let len = x
-        .dtype()
-        .bytes_for(out.shape.numel())
-        .ok_or_else(|| cyb_tensor::Error::invalid("slice", format!("{}", x.dtype())))?;
     let view = DeviceView {
-        buf: dst,
-        len,
+        buf: src,
+        len: bytes,
         host: None,
         lazy: Some(lazy),
     };
     view.into_tensor(out.shape.clone(), x.dtype())
 }
 
-/// Records the deferred copy of a lazy slice, once.
+/// Forgets lazy slices that are gone or copied.
+fn prune(st: &mut State) {
+    st.lazy
+        .retain(|w| w.upgrade().is_some_and(|l| l.dst.get().is_none()));
+}
+
+/// Makes the buffer of a lazy slice and records its copy, once.
 fn materialize(gpu: &WgpuBackend, st: &mut State, l: &LazySlice) -> Result<()> {
-    if l.done.swap(true, Ordering::Relaxed) {
+    if l.dst.get().is_some() {
         return Ok(());
     }
+    let dst = gpu.frame_buf(st, l.bytes, cyb_backend::BufferUsage::Storage)?;
     let (d, s, t) = (&l.dims, &l.src_strides, &l.dst_strides);
-    copy(gpu, st, &l.src, &l.dst, d, s, t, 0, 0)
+    copy(gpu, st, &l.src, &dst, d, s, t, 0, 0)?;
+    // Only this step's lock holder gets here, so the cell is still empty.
+    let _ = l.dst.set(dst);
+    Ok(())
 }
 
 /// Makes `t`'s buffer hold its values (a lazy slice's copy is recorded now).
@@ -202,8 +209,7 @@ fn materialize_slices_of(gpu: &WgpuBackend, st: &mut State, buf: &GpuBuf) -> Res
     for l in of_buf {
         materialize(gpu, st, &l)?;
     }
-    st.lazy
-        .retain(|w| w.upgrade().is_some_and(|l| !l.done.load(Ordering::Relaxed)));
+    prune(st);
     Ok(())
 }
 
@@ -282,7 +288,8 @@ pub(crate) fn kv_append(
     new: &Tensor,
 ) -> Result<Tensor> {
     let view = device_view(cache)?;
-    materialize_slices_of(gpu, st, &view.buf)?;
+    let cache_buf = view.buffer()?;
+    materialize_slices_of(gpu, st, &cache_buf)?;
     let (c, n) = (cache.dims(), new.dims());
     let (cap, d) = (c[1], c[2]);
     let src = strides(n);
@@ -292,7 +299,7 @@ pub(crate) fn kv_append(
         gpu,
         st,
         &*gpu_buf(new)?,
-        &view.buf,
+        &cache_buf,
         n,
         &src,
         &dst,
@@ -301,7 +308,7 @@ pub(crate) fn kv_append(
     )?;
     // A new view without a host shadow: an uploaded cache's shadow no longer matches its bytes.
     let out = DeviceView {
-        buf: view.buf.clone(),
+        buf: cache_buf,
         len: view.len,
         host: None,
         lazy: None,
