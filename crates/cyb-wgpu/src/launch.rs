@@ -5,11 +5,11 @@
 //! independent and adjacent: the q, k and v matvecs of one activation (one multi-output matvec;
 //! gate and up too, together with the gated unit that consumes exactly their two outputs), the
 //! rope of q and of k (with the KV cache appends of the rotated k and of v that follow them),
-//! and two copies. The last launch is
-//! held back in `State::pending` until the next one shows whether it joins; anything else that
-//! records work (another launch, a copy, a submission) records the held one first, so the order
-//! of effects never changes. Every merged kernel computes each output exactly as the separate
-//! kernels do, and still writes every output they would have written.
+//! and two copies. The last launch is held back in `State::pending` until the next one shows
+//! whether it joins; anything else that records work (another launch, a copy, a submission)
+//! records the held one first, so the order of effects never changes. Every merged kernel
+//! computes each output exactly as the separate kernels do, and still writes every output they
+//! would have written (a later reader of the gate's or the rotated k's output sees it).
 //!
 //! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
@@ -221,6 +221,7 @@ impl Pending {
                 Some(multi_launch(f, params, bufs, groups))
             }
             Pending::Glu(v) => {
+                // Always three: `absorb` makes it from two matvecs and the unit.
                 let [g, u, glu] = &v[..] else {
                     return None;
                 };
