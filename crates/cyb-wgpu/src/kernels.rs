@@ -41,6 +41,8 @@ pub enum Family {
     CopyPair,
     /// Rope of q and k and the KV appends of k and v.
     RopeAppend,
+    BinaryPair,
+    NormPair,
 }
 
 impl Family {
@@ -58,6 +60,8 @@ impl Family {
             Family::RopePair => include_str!("shaders/rope_pair.wgsl"),
             Family::CopyPair => include_str!("shaders/copy_pair.wgsl"),
             Family::RopeAppend => include_str!("shaders/rope_append.wgsl"),
+            Family::BinaryPair => include_str!("shaders/binary_pair.wgsl"),
+            Family::NormPair => include_str!("shaders/norm_pair.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
@@ -79,6 +83,7 @@ impl Family {
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),
             Family::RopeAppend => (4, 4),
+            Family::BinaryPair | Family::NormPair => (4, 2),
         }
     }
 }
@@ -168,9 +173,14 @@ impl Kernels {
             }
         }
         match key.family {
-            Family::Unary | Family::Binary | Family::MatVecMulti => {
+            Family::Unary | Family::MatVecMulti => {
                 src.push_str(include_str!("shaders/activation.wgsl"))
             }
+            Family::Binary => {
+                src.push_str(include_str!("shaders/activation.wgsl"));
+                src.push_str(include_str!("shaders/broadcast.wgsl"));
+            }
+            Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),
             Family::RopeAppend => {

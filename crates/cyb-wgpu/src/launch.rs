@@ -5,7 +5,8 @@
 //! independent and adjacent: the q, k and v matvecs of one activation (one multi-output matvec;
 //! gate and up too, together with the gated unit that consumes exactly their two outputs), the
 //! rope of q and of k (with the KV cache appends of the rotated k and of v that follow them),
-//! and two copies. The last launch is held back in `State::pending` until the next one shows
+//! two copies, two RMS norms (Qwen3's q and k norms) and two broadcasting binary ops (bias
+//! adds). The last launch is held back in `State::pending` until the next one shows
 //! whether it joins; anything else that records work (another launch, a copy, a submission)
 //! records the held one first, so the order of effects never changes. Every merged kernel
 //! computes each output exactly as the separate kernels do, and still writes every output they
@@ -71,6 +72,14 @@ fn plain_copy(l: &Launch) -> bool {
     l.is(Family::Copy, "copy") && contiguous && l.param(13) == 0
 }
 
+/// A launch a `Pair` starts with.
+fn pairable(l: &Launch) -> bool {
+    l.is(Family::Norm, "rms_norm")
+        || ["add", "sub", "mul", "div"]
+            .iter()
+            .any(|e| l.is(Family::Binary, e))
+}
+
 /// Launches held back while the next one may join them.
 pub(crate) enum Pending {
     /// `matmul.wgsl` `main` launches (few activation rows) of one activation, weights of one
@@ -86,6 +95,9 @@ pub(crate) enum Pending {
     /// The two ropes, the copy of the second one's output (k) from its first element on (its
     /// KV cache append), and perhaps one more copy from a contiguous source (v's append).
     RopeAppend(Vec<Launch>),
+    /// Two `rms_norm` launches with one eps and offset, or two broadcasting binary launches of
+    /// one kind (`add`, `sub`, `mul`, `div`).
+    Pair(Vec<Launch>),
 }
 
 impl Pending {
@@ -97,6 +109,8 @@ impl Pending {
             Ok(Pending::Rope(vec![l]))
         } else if l.is(Family::Copy, "copy") {
             Ok(Pending::Copy(vec![l]))
+        } else if pairable(&l) {
+            Ok(Pending::Pair(vec![l]))
         } else {
             Err(l)
         }
@@ -175,6 +189,17 @@ impl Pending {
                 v.push(l);
                 None
             }
+            Pending::Pair(v) => {
+                let joins = v.len() < 2
+                    && l.key == v[0].key
+                    && (l.key.family != Family::Norm || l.params[2..4] == v[0].params[2..4])
+                    && independent(v, &l);
+                if !joins {
+                    return Some(l);
+                }
+                v.push(l);
+                None
+            }
             Pending::Glu(_) => Some(l),
         }
     }
@@ -184,7 +209,9 @@ impl Pending {
     fn into_launch(self, spare: &[Arc<GpuBuf>; 2]) -> Option<Launch> {
         let spare_ref = |i: usize| (spare[i].id, spare[i].buffer.clone());
         match self {
-            Pending::Matvec(v) | Pending::Rope(v) | Pending::Copy(v) if v.len() <= 1 => {
+            Pending::Matvec(v) | Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v)
+                if v.len() <= 1 =>
+            {
                 v.into_iter().next()
             }
             Pending::Matvec(v) => {
@@ -301,6 +328,39 @@ impl Pending {
                     params,
                     bufs,
                     groups: q.groups + k.groups + vc.map_or(0, |c| c.groups),
+                })
+            }
+            Pending::Pair(v) => {
+                let (a, b) = (&v[0], &v[1]);
+                let (key, params) = if a.key.family == Family::Norm {
+                    // norm params: 0 rows, 1 d, 2 eps, 3 offset.
+                    let p = vec![a.param(0), a.param(1), a.param(2), a.param(3)];
+                    let p = [p, vec![b.param(0), b.param(1)]].concat();
+                    (KernelKey::plain(Family::NormPair, "norm_pair"), p)
+                } else {
+                    let op = ["add", "sub", "mul", "div"]
+                        .iter()
+                        .position(|e| a.key.entry == *e)
+                        .unwrap_or(0) as u32;
+                    let mut p: Vec<u32> = (0..13).map(|i| a.param(i)).collect();
+                    p.extend((0..13).map(|i| b.param(i)));
+                    p.extend([a.groups, op]);
+                    (KernelKey::plain(Family::BinaryPair, "binary_pair"), p)
+                };
+                // Both read two inputs and write one; norm_pair binds X0, X1, W0, W1 and
+                // binary_pair A0, B0, A1, B1.
+                let b_ = |i: usize, l: &Launch| l.bufs[i].clone();
+                let mut bufs = if key.family == Family::NormPair {
+                    vec![b_(0, a), b_(0, b), b_(1, a), b_(1, b)]
+                } else {
+                    vec![b_(0, a), b_(1, a), b_(0, b), b_(1, b)]
+                };
+                bufs.extend([b_(2, a), b_(2, b)]);
+                Some(Launch {
+                    key,
+                    params,
+                    bufs,
+                    groups: a.groups + b.groups,
                 })
             }
             Pending::Copy(v) => {

@@ -242,14 +242,15 @@ fn two_copies_are_one_launch_and_dependent_ones_two() {
     }
 }
 
-/// Launches per decode step of the LlamaStyle llama3 fixture (split q/k/v and gate/up, no
-/// biases: the Llama 3.2 1B / SmolLM2 layout), merged and not, with equal logits.
-#[test]
-fn llama_decode_step_launches() {
-    let _turn = serial();
-    let Some(gpu) = gpu() else { return };
+/// Launches of one decode step of a LlamaStyle fixture, unmerged then merged, with their
+/// logits equal; checks that decode steps make no new buffers. Returns (unmerged, merged,
+/// layers).
+fn decode_step_launches(variant: &str) -> Option<(u64, u64, u64)> {
+    let gpu = gpu()?;
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/llama_family/llama3/model-q8_0.gguf");
+        .join("../../tests/fixtures/llama_family")
+        .join(variant)
+        .join("model-q8_0.gguf");
     let f = cyb_format::open(&path).unwrap();
     let chain: Vec<Arc<dyn Backend>> = vec![gpu.clone()];
     let model = LlamaModel::load(&f, Arc::new(Dispatcher::new(chain))).unwrap();
@@ -271,14 +272,25 @@ fn llama_decode_step_launches() {
         assert_eq!(
             gpu.frame_stats().created,
             made,
-            "buffers made by decode steps"
+            "{variant}: buffers made by decode steps"
         );
     }
     gpu.set_launch_merging(true);
     let (unmerged, merged) = (per_step[0].0, per_step[1].0);
-    eprintln!("llama3 fixture, {layers} layers: {unmerged} launches per decode step unmerged, {merged} merged");
+    eprintln!("{variant} fixture, {layers} layers: {unmerged} launches per decode step unmerged, {merged} merged");
     let err = rel_err(&per_step[1].1, &per_step[0].1);
-    assert!(err <= 1e-6, "merged vs unmerged logits: {err}");
+    assert!(err <= 1e-6, "{variant}: merged vs unmerged logits: {err}");
+    Some((unmerged, merged, layers))
+}
+
+/// The llama3 fixture has the Llama 3.2 1B / SmolLM2 layout (split q/k/v and gate/up, no
+/// biases).
+#[test]
+fn llama_decode_step_launches() {
+    let _turn = serial();
+    let Some((unmerged, merged, layers)) = decode_step_launches("llama3") else {
+        return;
+    };
     // Per layer, unmerged: q, k, v, rope q, rope k, append k, append v, sdpa, o, add+norm,
     // gate, up, swiglu, down, add+norm (the permutes around sdpa are views, and sdpa reads the
     // cache's prefix in place); merged: qkv, rope q+k with both appends, sdpa, o, add+norm,
@@ -286,6 +298,18 @@ fn llama_decode_step_launches() {
     // projection.
     assert_eq!(unmerged, 15 * layers + 4);
     assert_eq!(merged, 8 * layers + 4);
+}
+
+/// The other fixtures' layouts (biases, q/k norms, fused projections, extra norms) merge with
+/// the same results.
+#[test]
+fn other_layouts_merge_with_equal_logits() {
+    let _turn = serial();
+    for variant in ["qwen2", "qwen3", "gemma2", "phi3", "mistral"] {
+        if let Some((unmerged, merged, _)) = decode_step_launches(variant) {
+            assert!(merged < unmerged, "{variant}");
+        }
+    }
 }
 
 #[test]
@@ -362,6 +386,59 @@ fn rope_and_kv_appends_are_one_launch() {
     steps.pop();
     steps.push((Op::Transpose { a: 0, b: 1 }, vec![Err(1)]));
     if let Some(l) = run_sequence(&host, &steps, 1e-4) {
+        assert_eq!(l, 2);
+    }
+}
+
+#[test]
+fn two_norms_or_two_binary_ops_are_one_launch() {
+    let _turn = serial();
+    // Qwen3's q and k norms: rows of one width, two weights.
+    let norm = Op::RmsNorm {
+        eps: 1e-6,
+        weight_offset: 0.0,
+    };
+    let host = vec![
+        f32t(&[3, 5, 67], 1),
+        f32t(&[3, 2, 67], 2),
+        f32t(&[67], 3),
+        f32t(&[67], 4),
+    ];
+    let steps: Vec<Step> = vec![
+        (norm.clone(), vec![Ok(0), Ok(2)]),
+        (norm.clone(), vec![Ok(1), Ok(3)]),
+    ];
+    if let Some(l) = run_sequence(&host, &steps, 1e-5) {
+        assert_eq!(l, 1);
+    }
+    // Another eps: two launches.
+    let other = Op::RmsNorm {
+        eps: 1e-5,
+        weight_offset: 0.0,
+    };
+    let steps: Vec<Step> = vec![(norm, vec![Ok(0), Ok(2)]), (other, vec![Ok(1), Ok(3)])];
+    if let Some(l) = run_sequence(&host, &steps, 1e-5) {
+        assert_eq!(l, 2);
+    }
+    // Bias adds (a row broadcast over the tokens), and the other binary ops.
+    let host = vec![
+        f32t(&[3, 70], 5),
+        f32t(&[70], 6),
+        f32t(&[3, 13], 7),
+        f32t(&[13], 8),
+    ];
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        let steps: Vec<Step> = vec![
+            (op.clone(), vec![Ok(0), Ok(1)]),
+            (op.clone(), vec![Ok(2), Ok(3)]),
+        ];
+        if let Some(l) = run_sequence(&host, &steps, 1e-5) {
+            assert_eq!(l, 1, "{op:?}");
+        }
+    }
+    // Different ops: two launches.
+    let steps: Vec<Step> = vec![(Op::Add, vec![Ok(0), Ok(1)]), (Op::Mul, vec![Ok(2), Ok(3)])];
+    if let Some(l) = run_sequence(&host, &steps, 1e-5) {
         assert_eq!(l, 2);
     }
 }

@@ -6,20 +6,7 @@
 @group(0) @binding(2) var<storage, read> B: array<f32>;
 @group(0) @binding(3) var<storage, read_write> O: array<f32>;
 
-fn offsets(i: u32) -> vec2<u32> {
-    var rem = i;
-    var oa = 0u;
-    var ob = 0u;
-    for (var d = 3i; d >= 0i; d--) {
-        let u = u32(d);
-        let dim = pu(1u + u);
-        let c = rem % dim;
-        rem = rem / dim;
-        oa += c * pu(5u + u);
-        ob += c * pu(9u + u);
-    }
-    return vec2<u32>(oa, ob);
-}
+fn offsets(i: u32) -> vec2<u32> { return offsets_at(i, 0u); }
 
 fn index(wg: vec3<u32>, nw: vec3<u32>, t: u32) -> u32 { return flat_wg(wg, nw) * 64u + t; }
 
