@@ -47,6 +47,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "q5_0" => DType::Q5_0,
             "q4_k" => DType::Q4_K,
             "q5_k" => DType::Q5_K,
+            "q5_1" => DType::Q5_1,
+            "q2_k" => DType::Q2_K,
+            "q3_k" => DType::Q3_K,
             "q6_k" => DType::Q6_K,
             other => return Err(format!("unknown dtype {other}").into()),
         };

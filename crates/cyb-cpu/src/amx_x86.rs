@@ -26,6 +26,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
+use crate::gemm_kq_x86::move_bit;
 use crate::gemm_x86::Out;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -211,8 +212,9 @@ const Q4_0: u8 = 0;
 const Q8_0: u8 = 1;
 const Q4_1: u8 = 2;
 const Q5_0: u8 = 3;
+const Q5_1: u8 = 4;
 
-/// Q4_0, Q8_0, Q4_1 and Q5_0: `gemm_x86::legacy` with the sums from AMX.
+/// Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1: `gemm_x86::legacy` with the sums from AMX.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     g: &[u8],
@@ -226,8 +228,10 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
         Q4_0 => (288, 32, 8),
         Q8_0 => (544, 32, 128),
         Q4_1 => (320, 64, 0),
+        Q5_1 => (384, 64, 0),
         _ => (352, 32, 16),
     };
+    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<SPLIT>(a, r0, nr);
     let (lo, hi) = planes::<SPLIT>(a, r0);
@@ -244,8 +248,8 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
             let w = if FMT == Q8_0 {
                 u.add(levels)
             } else {
-                let fifth = if FMT == Q5_0 {
-                    load(u.add(288))
+                let fifth = if five {
+                    load(u.add(levels + 256))
                 } else {
                     _mm512_setzero_si512()
                 };
@@ -253,7 +257,7 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
                     let raw = load(u.add(levels + 64 * v));
                     let mut l = _mm512_and_si512(raw, m4);
                     let mut h = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                    if FMT == Q5_0 {
+                    if five {
                         let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
                         let down = _mm512_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
                         l = _mm512_or_si512(l, _mm512_and_si512(up, bit4));
@@ -273,7 +277,7 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
                 let da = *a.d.get_unchecked((r0 + r) * nb + b);
                 let sf = _mm512_cvtepi32_ps(isum);
                 acc[r] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
-                if FMT == Q4_1 {
+                if with_min {
                     let sa = da * sum as f32;
                     acc[r] = _mm512_fmadd_ps(scales_f16(u.add(32)), _mm512_set1_ps(sa), acc[r]);
                 }
@@ -286,14 +290,22 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     }
 }
 
-/// Q4_K: `gemm_x86::q4_k` with the sums from AMX.
+/// Q4_K and (`FIVE`) Q5_K: `gemm_x86::q4_k` and `gemm_kq_x86::q5_k` with the sums from AMX.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn q4_k<const SPLIT: bool>(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+unsafe fn q4_k<const FIVE: bool, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    nr: usize,
+    out: &mut Out,
+) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 2368 && a.block == 256);
+    let ub = if FIVE { 2880 } else { 2368 };
+    assert!(g.len() >= nsb * ub && a.block == 256);
     check_act::<SPLIT>(a, r0, nr);
     let (lo, hi) = planes::<SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
+    let bit4 = _mm512_set1_epi8(0x10);
     let mut s = Sums([[0; 16]; 32]);
     let mut wt = WeightTile([0; 512]);
     let mut acc = [_mm512_setzero_ps(); 16];
@@ -301,15 +313,27 @@ unsafe fn q4_k<const SPLIT: bool>(g: &[u8], a: &ActQuads, r0: usize, nr: usize, 
         // SAFETY: super-block sb lies inside g, its 256 values of 16 padded rows inside each
         // plane (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 2368);
+            let u = g.as_ptr().add(sb * ub);
             let mut scaled = [_mm512_setzero_ps(); 16];
             let mut mins = [_mm512_setzero_ps(); 16];
             for j in 0..8 {
+                let fifth = if FIVE {
+                    load(u.add(2368 + 64 * j))
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for h in 0..4 {
                     let raw = load(u.add(320 + 256 * j + 64 * h));
+                    let mut low = _mm512_and_si512(raw, m4);
+                    let mut high = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    if FIVE {
+                        low =
+                            _mm512_or_si512(low, _mm512_and_si512(move_bit(fifth, 2 * h, 4), bit4));
+                        let b5 = move_bit(fifth, 2 * h + 1, 4);
+                        high = _mm512_or_si512(high, _mm512_and_si512(b5, bit4));
+                    }
                     // Levels 8h + i are tile row 2h; levels 8h + 4 + i row 2h + 1.
-                    store(wt.0.as_mut_ptr().add(128 * h), _mm512_and_si512(raw, m4));
-                    let high = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    store(wt.0.as_mut_ptr().add(128 * h), low);
                     store(wt.0.as_mut_ptr().add(128 * h + 64), high);
                 }
                 let off = sb * 256 + 32 * j;
@@ -338,7 +362,7 @@ unsafe fn q4_k<const SPLIT: bool>(g: &[u8], a: &ActQuads, r0: usize, nr: usize, 
 }
 
 macro_rules! entry {
-    ($name:ident, $kern:ident $(, $fmt:ident)?) => {
+    ($name:ident, $kern:ident $(, $fmt:tt)?) => {
         /// # Safety
         /// The CPU must have the `Avx512` kernel set's features, [`available`] must be true and
         /// this thread's tiles loaded ([`Tiles::load`]).
@@ -359,4 +383,6 @@ entry!(q4_0_group, legacy, Q4_0);
 entry!(q8_0_group, legacy, Q8_0);
 entry!(q4_1_group, legacy, Q4_1);
 entry!(q5_0_group, legacy, Q5_0);
-entry!(q4_k_group, q4_k);
+entry!(q5_1_group, legacy, Q5_1);
+entry!(q4_k_group, q4_k, false);
+entry!(q5_k_group, q4_k, true);

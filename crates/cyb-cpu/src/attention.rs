@@ -14,8 +14,8 @@ use crate::pool::{split, DisjointOut};
 use cyb_ops::Op;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Tensor, TensorInfo};
 
-/// Keys per block of the transposed layout (four AVX-512 registers of scores).
-const KB: usize = 64;
+/// Keys per block of the transposed layout (eight AVX-512 registers of scores).
+const KB: usize = 128;
 /// Output values per register block of the weighted sum.
 const VB: usize = 32;
 /// Query rows per KV head from which transposing the keys pays.
@@ -110,9 +110,9 @@ fn transpose_keys(k: &[f32], lk: usize, d: usize, kt: &mut Vec<f32>) {
     }
 }
 
-/// Raw scores `q·k_j` of keys `lo..hi` from the blocked keys.
+/// Raw scores `q·k_j` of keys `lo..hi` from the blocked keys (`KB` independent sums).
 #[inline(always)]
-fn scores_blocked(q: &[f32], kt: &[f32], d: usize, lo: usize, hi: usize, scores: &mut [f32]) {
+fn scores_blocked(q: &[f32], kt: &[f32], d: usize, (lo, hi): (usize, usize), scores: &mut [f32]) {
     for jb in lo / KB..hi.div_ceil(KB) {
         let mut acc = [0f32; KB];
         let block = &kt[jb * d * KB..(jb + 1) * d * KB];
@@ -127,8 +127,9 @@ fn scores_blocked(q: &[f32], kt: &[f32], d: usize, lo: usize, hi: usize, scores:
     }
 }
 
-/// `y += Σ_j p_j v_j` over `lo..hi`, a register block of `W` outputs at `off`. Keys whose
-/// weight is 0 (excluded) are skipped, so a non-finite value cannot leak in.
+/// `y = Σ_j p_j v_j` over `lo..hi`, a register block of `W` outputs at `off`, the keys dealt
+/// round-robin to four partial sums (`4 × W` independent additions). Keys weighted 0
+/// (excluded) are skipped, so a non-finite value there cannot leak in.
 #[inline(always)]
 fn weighted<const W: usize>(
     y: &mut [f32],
@@ -136,27 +137,90 @@ fn weighted<const W: usize>(
     v: &[f32],
     dv: usize,
     off: usize,
-    lo: usize,
-    hi: usize,
+    (lo, hi): (usize, usize),
 ) {
-    let mut acc = [0f32; W];
-    for (j, &pj) in p.iter().enumerate().take(hi).skip(lo) {
-        if pj == 0.0 {
-            continue;
-        }
-        let vr = &v[j * dv + off..][..W];
-        for l in 0..W {
-            acc[l] += pj * vr[l];
+    #[inline(always)]
+    fn add<const W: usize>(a: &mut [f32; W], pj: f32, vr: &[f32]) {
+        if pj != 0.0 {
+            let vr = &vr[..W];
+            for l in 0..W {
+                a[l] += pj * vr[l];
+            }
         }
     }
-    y[off..off + W].copy_from_slice(&acc);
+    let (mut a0, mut a1, mut a2, mut a3) = ([0f32; W], [0f32; W], [0f32; W], [0f32; W]);
+    let row = |j: usize| &v[j * dv + off..];
+    let mut j = lo;
+    while j + 4 <= hi {
+        add(&mut a0, p[j], row(j));
+        add(&mut a1, p[j + 1], row(j + 1));
+        add(&mut a2, p[j + 2], row(j + 2));
+        add(&mut a3, p[j + 3], row(j + 3));
+        j += 4;
+    }
+    for (a, jj) in [&mut a0, &mut a1, &mut a2].into_iter().zip(j..hi) {
+        add(a, p[jj], row(jj));
+    }
+    for l in 0..W {
+        y[off + l] = (a0[l] + a1[l]) + (a2[l] + a3[l]);
+    }
+}
+
+/// [`weighted`] over all `dv` outputs: register blocks of `VB`, then 8, then 1.
+#[inline(always)]
+fn weighted_row(y: &mut [f32], p: &[f32], v: &[f32], span: (usize, usize)) {
+    let dv = y.len();
+    let mut off = 0;
+    while off + VB <= dv {
+        weighted::<VB>(y, p, v, dv, off, span);
+        off += VB;
+    }
+    while off + 8 <= dv {
+        weighted::<8>(y, p, v, dv, off, span);
+        off += 8;
+    }
+    while off < dv {
+        weighted::<1>(y, p, v, dv, off, span);
+        off += 1;
+    }
+}
+
+/// Where query row `row` reads: its KV head and the visible keys `[lo, hi)`.
+struct Geometry {
+    lq: usize,
+    hq: usize,
+    hkv: usize,
+    lk: usize,
+    group: usize,
+    causal: bool,
+    sliding_window: Option<usize>,
+}
+
+impl Geometry {
+    #[inline(always)]
+    fn visible(&self, row: usize) -> (usize, usize, usize) {
+        let i = row % self.lq;
+        let h = (row / self.lq) % self.hq;
+        let batch = row / (self.lq * self.hq);
+        let kv = batch * self.hkv + h / self.group;
+        let lk = self.lk as i64;
+        let pos = lk - self.lq as i64 + i as i64;
+        let hi = if self.causal {
+            (pos + 1).clamp(0, lk) as usize
+        } else {
+            self.lk
+        };
+        let lo = match self.sliding_window {
+            Some(w) => (pos - w as i64 + 1).clamp(0, lk) as usize,
+            None => 0,
+        };
+        (kv, lo, hi)
+    }
 }
 
 struct Params<'a> {
     scale: f32,
     softcap: Option<f32>,
-    causal: bool,
-    sliding_window: Option<usize>,
     mask: Option<(&'a [f32], Vec<usize>)>,
     /// `[.., hq, lq]`: the dims of query rows.
     row_dims: Vec<usize>,
@@ -230,8 +294,10 @@ fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool
         *a += *x;
     }
     let sum = fold_lanes(sums, |a, b| a + b);
+    // One division: a multiply per weight rounds differently from `e / sum` by at most 1 ulp.
+    let inv = 1.0 / sum;
     for x in s.iter_mut() {
-        *x /= sum;
+        *x *= inv;
     }
     true
 }
@@ -274,8 +340,6 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
     let p = Params {
         scale,
         softcap,
-        causal,
-        sliding_window,
         mask,
         row_dims: qd[..r - 1].to_vec(),
     };
@@ -286,6 +350,15 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
         let threads = par.pool.threads().min(rows);
         let transpose = lq * group >= TRANSPOSE_MIN_ROWS;
         let (q, k, v, p) = (&*q, &*k, &*v, &p);
+        let g = &Geometry {
+            lq,
+            hq,
+            hkv,
+            lk,
+            group,
+            causal,
+            sliding_window,
+        };
         let set = par.set;
         let job = |t: usize| {
             if t >= threads {
@@ -302,33 +375,19 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                     let mut kt = Vec::new();
                     let mut kt_head = usize::MAX;
                     for (row, y_row) in range.zip(y.chunks_exact_mut(dv)) {
-                        let i = row % lq;
-                        let h = (row / lq) % hq;
-                        let batch = row / (lq * hq);
-                        let kv = batch * hkv + h / group;
-                        let q_row = &q[row * d..(row + 1) * d];
-                        let keys = &k[kv * lk * d..(kv + 1) * lk * d];
-                        let pos = lk as i64 - lq as i64 + i as i64;
-                        // Visible keys form one contiguous range [lo, hi).
-                        let hi = if p.causal {
-                            (pos + 1).clamp(0, lk as i64) as usize
-                        } else {
-                            lk
-                        };
-                        let lo = match p.sliding_window {
-                            Some(w) => (pos - w as i64 + 1).clamp(0, lk as i64) as usize,
-                            None => 0,
-                        };
+                        let (kv, lo, hi) = g.visible(row);
                         if lo >= hi {
                             y_row.fill(0.0);
                             continue;
                         }
+                        let q_row = &q[row * d..(row + 1) * d];
+                        let keys = &k[kv * lk * d..(kv + 1) * lk * d];
                         if transpose {
                             if kt_head != kv {
                                 transpose_keys(keys, lk, d, &mut kt);
                                 kt_head = kv;
                             }
-                            scores_blocked(q_row, &kt, d, lo, hi, &mut scores);
+                            scores_blocked(q_row, &kt, d, (lo, hi), &mut scores);
                         } else {
                             for (s, key) in scores[lo..hi]
                                 .iter_mut()
@@ -352,19 +411,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                             continue;
                         }
                         let vals = &v[kv * lk * dv..(kv + 1) * lk * dv];
-                        let mut off = 0;
-                        while off + VB <= dv {
-                            weighted::<VB>(y_row, &scores, vals, dv, off, lo, hi);
-                            off += VB;
-                        }
-                        while off + 8 <= dv {
-                            weighted::<8>(y_row, &scores, vals, dv, off, lo, hi);
-                            off += 8;
-                        }
-                        while off < dv {
-                            weighted::<1>(y_row, &scores, vals, dv, off, lo, hi);
-                            off += 1;
-                        }
+                        weighted_row(y_row, &scores, vals, (lo, hi));
                     }
                 },
             );

@@ -29,8 +29,12 @@ pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::Gr
         DType::Q8_0 => Some(x::q8_0_group),
         DType::Q4_1 => Some(x::q4_1_group),
         DType::Q5_0 => Some(x::q5_0_group),
+        DType::Q5_1 => Some(x::q5_1_group),
         DType::Q4_K => Some(x::q4_k_group),
+        DType::Q5_K => Some(x::q5_k_group),
         DType::Q6_K => Some(x::q6_k_group),
+        DType::Q2_K => Some(x::q2_k_group),
+        DType::Q3_K => Some(x::q3_k_group),
         _ => None,
     }
 }
@@ -48,7 +52,9 @@ pub(crate) fn amx_kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86
         DType::Q8_0 => Some(x::q8_0_group),
         DType::Q4_1 => Some(x::q4_1_group),
         DType::Q5_0 => Some(x::q5_0_group),
+        DType::Q5_1 => Some(x::q5_1_group),
         DType::Q4_K => Some(x::q4_k_group),
+        DType::Q5_K => Some(x::q5_k_group),
         _ => None,
     }
 }

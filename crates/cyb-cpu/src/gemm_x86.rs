@@ -11,6 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
+use crate::gemm_kq_x86::{q2_k, q3_k, q5_k};
 use std::arch::x86_64::*;
 
 /// Most activation rows per kernel call (the AMX kernels take 16, these 8).
@@ -35,14 +36,14 @@ pub type Out = [[f32; 16]; ROWS];
 /// Four activation bytes broadcast to every lane.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn quad(p: *const i8) -> __m512i {
+pub(crate) unsafe fn quad(p: *const i8) -> __m512i {
     // SAFETY: the caller guarantees four readable bytes at p.
     _mm512_set1_epi32(unsafe { std::ptr::read_unaligned(p as *const i32) })
 }
 
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn load(p: *const u8) -> __m512i {
+pub(crate) unsafe fn load(p: *const u8) -> __m512i {
     // SAFETY: the caller guarantees 64 readable bytes at p.
     unsafe { _mm512_loadu_si512(p as *const __m512i) }
 }
@@ -50,7 +51,7 @@ unsafe fn load(p: *const u8) -> __m512i {
 /// Sixteen f16 scales at p as f32 lanes.
 #[target_feature(enable = "avx512f,f16c")]
 #[inline]
-unsafe fn scales_f16(p: *const u8) -> __m512 {
+pub(crate) unsafe fn scales_f16(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 32 readable bytes at p.
     _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p as *const __m256i) })
 }
@@ -58,7 +59,7 @@ unsafe fn scales_f16(p: *const u8) -> __m512 {
 /// Sixteen unsigned (`SIGNED == false`) or signed bytes at p as f32 lanes.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
+pub(crate) unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees 16 readable bytes at p.
     let v = unsafe { _mm_loadu_si128(p as *const __m128i) };
     _mm512_cvtepi32_ps(if SIGNED {
@@ -69,7 +70,7 @@ unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
 }
 
 /// The level planes of one activation row: `lo` and (split) `hi` at value offset `at`.
-struct Planes {
+pub(crate) struct Planes {
     lo: *const i8,
     hi: *const i8,
 }
@@ -78,7 +79,12 @@ struct Planes {
 /// products go to `acc[1]`).
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
-unsafe fn dot<const SPLIT: bool>(acc: &mut [__m512i; 2], w: __m512i, p: &Planes, off: usize) {
+pub(crate) unsafe fn dot<const SPLIT: bool>(
+    acc: &mut [__m512i; 2],
+    w: __m512i,
+    p: &Planes,
+    off: usize,
+) {
     // SAFETY: the caller guarantees the quad lies inside both planes.
     unsafe {
         acc[0] = _mm512_dpbusd_epi32(acc[0], w, quad(p.lo.add(off)));
@@ -91,7 +97,7 @@ unsafe fn dot<const SPLIT: bool>(acc: &mut [__m512i; 2], w: __m512i, p: &Planes,
 /// `lo + 256·hi` (exact: every caller's sums stay below 2^31).
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn combine<const SPLIT: bool>(acc: [__m512i; 2]) -> __m512i {
+pub(crate) fn combine<const SPLIT: bool>(acc: [__m512i; 2]) -> __m512i {
     if SPLIT {
         _mm512_add_epi32(acc[0], _mm512_slli_epi32(acc[1], 8))
     } else {
@@ -100,14 +106,14 @@ fn combine<const SPLIT: bool>(acc: [__m512i; 2]) -> __m512i {
 }
 
 /// Checks the activation planes hold rows `r0..r0 + R` of `a.k` values.
-fn check_act<const R: usize, const SPLIT: bool>(a: &ActQuads, r0: usize) {
+pub(crate) fn check_act<const R: usize, const SPLIT: bool>(a: &ActQuads, r0: usize) {
     let k = a.k;
     assert!(a.lo.len() >= (r0 + R) * k && (!SPLIT || a.hi.len() >= (r0 + R) * k));
     assert!(a.d.len() >= (r0 + R) * k / a.block);
     assert!(a.sum16.len() >= (r0 + R) * k / 16 && a.sum32.len() >= (r0 + R) * k / 32);
 }
 
-fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
+pub(crate) fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
     let at = row * a.k;
     Planes {
         lo: a.lo[at..].as_ptr(),
@@ -124,8 +130,9 @@ const Q4_0: u8 = 0;
 const Q8_0: u8 = 1;
 const Q4_1: u8 = 2;
 const Q5_0: u8 = 3;
+const Q5_1: u8 = 4;
 
-/// Q4_0 (zero point 8), Q8_0 (128), Q5_0 (16) and Q4_1 (`x = d·q + m`).
+/// Q4_0 (zero point 8), Q8_0 (128), Q5_0 (16), Q4_1 and Q5_1 (`x = d·q + m`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
 unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     g: &[u8],
@@ -138,8 +145,10 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         Q4_0 => (288, 32, 8),
         Q8_0 => (544, 32, 128),
         Q4_1 => (320, 64, 0),
+        Q5_1 => (384, 64, 0),
         _ => (352, 32, 16),
     };
+    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
@@ -165,8 +174,8 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     }
                 }
             } else {
-                let fifth = if FMT == Q5_0 {
-                    load(u.add(288))
+                let fifth = if five {
+                    load(u.add(levels + 256))
                 } else {
                     _mm512_setzero_si512()
                 };
@@ -174,7 +183,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     let raw = load(u.add(levels + 64 * v));
                     let mut lo = _mm512_and_si512(raw, m4);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                    if FMT == Q5_0 {
+                    if five {
                         // Bit v (levels 4v + i) and bit v + 4 (levels 16 + 4v + i) to bit 4;
                         // 16-bit shifts of at most 4 keep bit 4 within its byte.
                         let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
@@ -193,7 +202,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                 let da = *a.d.get_unchecked((r0 + r) * nb + b);
                 let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
                 acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
-                if FMT == Q4_1 {
+                if with_min {
                     let sa = da * *a.sum32.get_unchecked((r0 + r) * nb + b) as f32;
                     acc[r] = _mm512_fmadd_ps(scales_f16(u.add(32)), _mm512_set1_ps(sa), acc[r]);
                 }
@@ -363,5 +372,9 @@ entry!(q4_0_group, legacy, Q4_0);
 entry!(q8_0_group, legacy, Q8_0);
 entry!(q4_1_group, legacy, Q4_1);
 entry!(q5_0_group, legacy, Q5_0);
+entry!(q5_1_group, legacy, Q5_1);
+entry!(q5_k_group, q5_k);
+entry!(q2_k_group, q2_k);
+entry!(q3_k_group, q3_k);
 entry!(q4_k_group, q4_k);
 entry!(q6_k_group, q6_k);

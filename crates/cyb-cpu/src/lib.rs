@@ -17,6 +17,8 @@ mod backend;
 mod features;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod gemm_kq_x86;
+#[cfg(target_arch = "x86_64")]
 mod gemm_x86;
 mod math;
 mod matmul;

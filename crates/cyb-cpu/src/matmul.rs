@@ -67,7 +67,21 @@ pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInf
         && ad.len() >= 2
         && wd.len() == 2
         && ad.last() == wd.last()
-        && kernel(w.dtype, set, ActPrecision::Q8).is_some()
+        && (kernel(w.dtype, set, ActPrecision::Q8).is_some() || repacked_only(w.dtype, set))
+}
+
+/// Formats that only the repacked GEMM covers (no per-row kernel): their weights are repacked
+/// for the call when they are not in shared storage, where the repacking is cached.
+fn repacked_only(dtype: DType, set: KernelSet) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::gemm::kernel(dtype, set).is_some() && kernel(dtype, set, ActPrecision::Q8).is_none()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, set);
+        false
+    }
 }
 
 /// Buffers the matmuls reuse between calls (so decode does not allocate them) and the
@@ -149,8 +163,17 @@ fn repacked(
         let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
             return false;
         };
-        let Some(w) = scratch.repacked.get(w_t, |d, n, k| {
-            crate::repack::repack(pool, w_t.dtype(), d, n, k)
+        let dtype = w_t.dtype();
+        let cached = scratch
+            .repacked
+            .get(w_t, |d, n, k| crate::repack::repack(pool, dtype, d, n, k));
+        let Some(w) = cached.or_else(|| {
+            let [n, k] = *w_t.dims() else { return None };
+            let data = w_t.host_bytes()?;
+            repacked_only(dtype, set)
+                .then(|| crate::repack::repack(pool, dtype, data, n, k))
+                .flatten()
+                .map(Arc::new)
         }) else {
             return false;
         };
@@ -184,7 +207,10 @@ pub(crate) fn matmul(
         backend: "cpu".into(),
         input_dtype: w_t.dtype(),
     };
-    let kern = kernel(w_t.dtype(), set, act).ok_or_else(unsupported)?;
+    let kern = kernel(w_t.dtype(), set, act);
+    if kern.is_none() && !repacked_only(w_t.dtype(), set) {
+        return Err(unsupported());
+    }
     let a = a_t.as_f32()?;
     let (ad, wd) = (a_t.dims(), w_t.dims());
     let (n, k) = (wd[0], wd[1]);
@@ -241,7 +267,7 @@ pub(crate) fn matmul(
                 j0 = j1;
             }
         };
-        match kern {
+        match kern.ok_or_else(unsupported)? {
             Kernel::Quant { dot: f, block, act } => {
                 let mut q = scratch.rows.lock().unwrap_or_else(PoisonError::into_inner);
                 match act {

@@ -22,6 +22,16 @@
 //!   low nibble, `16g + 8h + 4 + i` high nibble) and one of their top two bits (bits
 //!   `2s..2s + 2` of byte `(r, i)` belong to level `16g + 4s + i`). Zero point 32.
 //!
+//! - Q5_1 (384 B): the Q4_1 unit | the fifth-bit vector of Q5_0.
+//! - Q5_K (2880 B): the Q4_K unit | per sub-block `j` one vector of fifth bits: bit `2h` of byte
+//!   `(r, i)` belongs to level `32j + 8h + i`, bit `2h + 1` to level `32j + 8h + 4 + i`.
+//! - Q2_K (1600 B): `d` ×16 | `dmin` ×16 | scales `[g][r]` (256 B) | mins `[g][r]` (256 B) |
+//!   per 16-value group `g` one vector: bits `2s..2s + 2` of byte `(r, i)` are level
+//!   `16g + 4s + i`.
+//! - Q3_K (1824 B): `d` ×16 | signed scales `[g][r]` (256 B) | per group `g` one vector of the
+//!   levels' low two bits (as Q2_K) | per pair of groups one vector of their third bits (bit
+//!   `s + 4·(g % 2)` of byte `(r, i)` belongs to level `16g + 4s + i`). Zero point 4.
+//!
 //! Repacked Q4_0/Q4_K/Q6_K are the size of the original; Q8_0 too. Repacking is built lazily on
 //! first use and cached per weight, keyed by the weight's shared owner (a file mapping), whose
 //! bytes never change while it is alive.
@@ -42,8 +52,12 @@ pub fn unit(dtype: DType) -> Option<(usize, usize)> {
         DType::Q8_0 => Some((32, 544)),
         DType::Q4_1 => Some((32, 320)),
         DType::Q5_0 => Some((32, 352)),
+        DType::Q5_1 => Some((32, 384)),
         DType::Q4_K => Some((256, 2368)),
+        DType::Q5_K => Some((256, 2880)),
         DType::Q6_K => Some((256, 3360)),
+        DType::Q2_K => Some((256, 1600)),
+        DType::Q3_K => Some((256, 1824)),
         _ => None,
     }
 }
@@ -83,6 +97,41 @@ fn q6_k_levels(b: &[u8]) -> [u8; 256] {
         }
     }
     q
+}
+
+/// The 256 levels of a Q2_K/Q3_K block in value order: two bits from the planes `qs` (byte
+/// `32·h + l` holds value `128·h + 32·s + l` at bit `2·s`), plus 4 where Q3_K's `hmask` bit is
+/// set (bit `b` of `hmask[l]` belongs to value `32·b + l`).
+fn low_levels(qs: &[u8], hmask: Option<&[u8]>) -> [u8; 256] {
+    let mut q = [0u8; 256];
+    for (i, l) in q.iter_mut().enumerate() {
+        let (half, within) = (i / 128, i % 128);
+        *l = (qs[32 * half + within % 32] >> (2 * (within / 32))) & 3;
+        if let Some(h) = hmask {
+            *l |= ((h[i % 32] >> (i / 32)) & 1) << 2;
+        }
+    }
+    q
+}
+
+/// The 16 biased six-bit Q3_K scales (`0..64`) of the packed `s` (12 bytes).
+fn q3_k_scales(s: &[u8]) -> [u8; 16] {
+    std::array::from_fn(|j| {
+        let low = if j < 8 { s[j] & 0x0f } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        low | (high << 4)
+    })
+}
+
+/// Row `r`'s low two bits of `q` into 16 group vectors (`out`, 1024 B): bits `2s..2s + 2` of
+/// byte `(r, i)` of vector `g` are level `16g + 4s + i`.
+fn pack_two_bit(q: &[u8; 256], r: usize, out: &mut [u8]) {
+    for g in 0..16 {
+        for i in 0..4 {
+            out[64 * g + 4 * r + i] =
+                (0..4).fold(0u8, |acc, s| acc | ((q[16 * g + 4 * s + i] & 3) << (2 * s)));
+        }
+    }
 }
 
 /// Writes unit `u` of row `r` (its original block `b`) into `out` (the unit's bytes).
@@ -142,6 +191,66 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
                         let hi = (src[8 * h + 4 + i] >> shift) & 0x0f;
                         dst[i] = lo | (hi << 4);
                     }
+                }
+            }
+        }
+        DType::Q5_1 => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+            out[32 + 2 * r..34 + 2 * r].copy_from_slice(&b[2..4]);
+            for v in 0..4 {
+                let at = 64 + 64 * v + 4 * r;
+                out[at..at + 4].copy_from_slice(&b[8 + 4 * v..12 + 4 * v]);
+            }
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            for i in 0..4 {
+                out[320 + 4 * r + i] =
+                    (0..8).fold(0u8, |acc, s| acc | ((((qh >> (4 * s + i)) & 1) as u8) << s));
+            }
+        }
+        DType::Q5_K => {
+            // Scales and low nibbles are laid out as in Q4_K (qs moves past qh).
+            let mut q4 = [0u8; 144];
+            q4[..16].copy_from_slice(&b[..16]);
+            q4[16..].copy_from_slice(&b[48..176]);
+            pack_unit(DType::Q4_K, &q4, r, &mut out[..2368]);
+            let qh = &b[16..48];
+            for j in 0..8 {
+                for i in 0..4 {
+                    let bit = |l: usize| (qh[l] >> j) & 1;
+                    out[2368 + 64 * j + 4 * r + i] = (0..4).fold(0u8, |acc, h| {
+                        acc | (bit(8 * h + i) << (2 * h)) | (bit(8 * h + 4 + i) << (2 * h + 1))
+                    });
+                }
+            }
+        }
+        DType::Q2_K => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[80..82]);
+            out[32 + 2 * r..34 + 2 * r].copy_from_slice(&b[82..84]);
+            for g in 0..16 {
+                out[64 + 16 * g + r] = b[g] & 0x0f;
+                out[320 + 16 * g + r] = b[g] >> 4;
+            }
+            let q = low_levels(&b[16..80], None);
+            pack_two_bit(&q, r, &mut out[576..1600]);
+        }
+        DType::Q3_K => {
+            out[2 * r..2 * r + 2].copy_from_slice(&b[108..110]);
+            let scales = q3_k_scales(&b[96..108]);
+            for g in 0..16 {
+                out[32 + 16 * g + r] = (scales[g] as i8 - 32) as u8;
+            }
+            let q = low_levels(&b[32..96], Some(&b[0..32]));
+            pack_two_bit(&q, r, &mut out[288..1312]);
+            for p in 0..8 {
+                for i in 0..4 {
+                    let mut byte = 0u8;
+                    for half in 0..2 {
+                        for s4 in 0..4 {
+                            let level = q[16 * (2 * p + half) + 4 * s4 + i];
+                            byte |= ((level >> 2) & 1) << (s4 + 4 * half);
+                        }
+                    }
+                    out[1312 + 64 * p + 4 * r + i] = byte;
                 }
             }
         }

@@ -48,8 +48,10 @@ fn amx_equals_vnni_bit_for_bit() {
             DType::Q4_0,
             DType::Q4_1,
             DType::Q5_0,
+            DType::Q5_1,
             DType::Q8_0,
             DType::Q4_K,
+            DType::Q5_K,
         ] {
             for (m, n, k) in [(8usize, 37usize, 512usize), (16, 16, 256), (41, 70, 768)] {
                 let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
