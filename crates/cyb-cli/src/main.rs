@@ -6,6 +6,7 @@ mod chat;
 mod classify;
 mod embed;
 mod fetch;
+mod fill_mask;
 mod graph;
 mod import;
 mod infer;
@@ -53,8 +54,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Embed texts with an encoder model; prints a JSON array, one vector per text.
     Embed(embed::EmbedArgs),
-    /// Label probabilities of texts from a sequence-classification model (JSON).
+    /// Label scores of texts from a sequence-classification model (JSON).
     Classify(classify::ClassifyArgs),
+    /// The most likely tokens at each mask token ([MASK], <mask>) of texts (masked-LM model).
+    FillMask(fill_mask::FillMaskArgs),
     /// Print an ONNX model's graph in the text form of docs/graph-format.md.
     Graph(graph::GraphArgs),
     /// Run an ONNX model on .npy inputs; writes one .npy per graph output.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Classify(args) => classify::run(args),
+        Command::FillMask(args) => fill_mask::run(args),
         Command::Fetch(args) => fetch::run(args),
         Command::Models(args) => models::run(args),
     };

@@ -1,6 +1,8 @@
 //! Encoders: `Model::embed` (one vector per text, pooled and normalized as the checkpoint's
 //! sentence-transformers settings say unless the caller overrides them) and
-//! `Model::classify` (label probabilities from a sequence-classification head).
+//! `Model::classify` (label scores from a sequence-classification head: softmax, sigmoid or
+//! the raw value, by transformers' text-classification pipeline's rule, see
+//! [`ScoreFunction`]).
 //!
 //! Texts are tokenized with the model's special tokens, sorted by length and run in padded
 //! batches (the attention mask makes padding invisible, so batching never changes a vector);
@@ -42,6 +44,24 @@ impl EncoderNet {
             EncoderNet::Modern(m) => m.hidden_states(seqs),
             EncoderNet::Deberta(m) => m.hidden_states(seqs),
             EncoderNet::Jina(m) => m.hidden_states(seqs),
+        }
+    }
+
+    /// Vocabulary logits, `[len_i, vocab]` per sequence, of a `*ForMaskedLM` checkpoint.
+    pub(crate) fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            EncoderNet::Bert(m) => m.masked_lm_logits(seqs),
+            EncoderNet::Deberta(m) => m.masked_lm_logits(seqs),
+            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(Error::invalid(
+                "fill-mask",
+                format!(
+                    "{} masked-LM heads are not supported yet",
+                    match self {
+                        EncoderNet::Jina(_) => "Jina-v2",
+                        _ => "ModernBERT",
+                    }
+                ),
+            )),
         }
     }
 
@@ -88,6 +108,10 @@ pub(crate) struct Encoder {
     /// Special tokens the tokenizer appends after the text (`[SEP]`, `</s>`), kept when
     /// truncating.
     suffix_specials: usize,
+    /// How classification logits become scores.
+    pub(crate) score_function: ScoreFunction,
+    /// The tokenizer's mask and padding tokens (fill-mask).
+    pub(crate) mask: crate::fill_mask::MaskTokens,
 }
 
 impl Encoder {
@@ -108,6 +132,8 @@ impl Encoder {
             settings,
             max_tokens,
             suffix_specials,
+            score_function: ScoreFunction::Softmax,
+            mask: Default::default(),
         })
     }
 }
@@ -146,7 +172,7 @@ pub struct TokenLabel {
     pub score: f32,
 }
 
-/// One class and its probability.
+/// One class and its score (a probability, or the raw value of a regression head).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelScore {
     pub label: String,
@@ -207,8 +233,9 @@ impl Model {
         Ok(Embeddings { vectors, tokens })
     }
 
-    /// Class probabilities (softmax of the sequence-classification logits) of `text`, most
-    /// likely first, named by the checkpoint's `id2label`.
+    /// Class scores of `text`, best first, named by the checkpoint's `id2label`: softmax of
+    /// the sequence-classification logits, or sigmoid / the raw logit as
+    /// [`score_function`](Model::score_function) says.
     pub fn classify(&self, text: &str) -> Result<Vec<LabelScore>> {
         let mut all = self.classify_batch(&[text], false)?;
         all.pop()
@@ -229,10 +256,16 @@ impl Model {
             let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
             let logits = enc.net.sequence_logits(&batch, None)?;
             for (&i, l) in chunk.iter().zip(logits) {
-                out[i] = ranked_labels(&l, labels);
+                out[i] = ranked_labels(&l, labels, enc.score_function);
             }
         }
         Ok(out)
+    }
+
+    /// How [`classify`](Model::classify) turns logits into scores (`None` for a text
+    /// generator).
+    pub fn score_function(&self) -> Option<ScoreFunction> {
+        self.encoder().map(|e| e.score_function)
     }
 
     /// True when the model has a token-classification head (use
@@ -271,7 +304,7 @@ impl Model {
             .collect())
     }
 
-    fn token_sequences(
+    pub(crate) fn token_sequences(
         &self,
         enc: &Encoder,
         inputs: &[EmbedInput],
@@ -335,9 +368,46 @@ pub(crate) fn softmax(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// The labels with their softmax probabilities from `logits`, most likely first.
-pub(crate) fn ranked_labels(logits: &[f32], labels: &[String]) -> Vec<LabelScore> {
-    let mut scores: Vec<LabelScore> = softmax(logits)
+/// How sequence-classification logits become scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreFunction {
+    /// One probability distribution over the labels (single-label classifiers).
+    Softmax,
+    /// An independent probability per label (one-logit rerankers, multi-label classifiers).
+    Sigmoid,
+    /// The logits as they are (regression heads, e.g. similarity scores).
+    Identity,
+}
+
+impl ScoreFunction {
+    /// transformers' text-classification pipeline's default: `problem_type` "regression" →
+    /// identity; "multi_label_classification" or a single label → sigmoid; otherwise softmax.
+    pub fn for_head(problem_type: Option<&str>, num_labels: usize) -> ScoreFunction {
+        match problem_type {
+            Some("regression") => ScoreFunction::Identity,
+            Some("multi_label_classification") => ScoreFunction::Sigmoid,
+            _ if num_labels == 1 => ScoreFunction::Sigmoid,
+            _ => ScoreFunction::Softmax,
+        }
+    }
+
+    pub fn apply(self, logits: &[f32]) -> Vec<f32> {
+        match self {
+            ScoreFunction::Softmax => softmax(logits),
+            ScoreFunction::Sigmoid => logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect(),
+            ScoreFunction::Identity => logits.to_vec(),
+        }
+    }
+}
+
+/// The labels with their scores from `logits`, best first.
+pub(crate) fn ranked_labels(
+    logits: &[f32],
+    labels: &[String],
+    function: ScoreFunction,
+) -> Vec<LabelScore> {
+    let mut scores: Vec<LabelScore> = function
+        .apply(logits)
         .into_iter()
         .zip(labels)
         .map(|(score, label)| LabelScore {

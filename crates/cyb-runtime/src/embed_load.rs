@@ -51,7 +51,20 @@ pub(crate) fn load_encoder(
     };
     let config = model_config(net.config(), file);
     let template: Option<ChatTemplate> = None;
-    let encoder = Encoder::new(net, &tokenizer, settings)?;
+    let problem_type = match file {
+        ModelFile::HuggingFace(h) => h
+            .config_json()
+            .get("problem_type")
+            .and_then(Value::as_str)
+            .map(String::from),
+        ModelFile::Gguf(_) => None,
+    };
+    let mut encoder = Encoder::new(net, &tokenizer, settings)?;
+    encoder.score_function = crate::embed::ScoreFunction::for_head(
+        problem_type.as_deref(),
+        encoder.net.config().labels.len(),
+    );
+    encoder.mask = crate::fill_mask::mask_tokens(file, &tokenizer);
     Ok(Model::from_parts(
         path,
         config,

@@ -33,7 +33,9 @@ impl Default for ZeroShotOptions {
 const BATCH: usize = 32;
 
 impl Model {
-    /// Class probabilities of the text pair `(text, text_pair)`, most likely first. With
+    /// Class scores of the text pair `(text, text_pair)` (as [`classify`](Model::classify)
+    /// scores one text: softmax, sigmoid for one-logit rerankers, raw for regression), best
+    /// first. With
     /// `truncate`, a pair longer than the model takes loses tokens from the end of `text`.
     pub fn classify_pair(
         &self,
@@ -46,7 +48,11 @@ impl Model {
         let row = logits
             .first()
             .ok_or_else(|| Error::invalid("classify", "no result"))?;
-        Ok(crate::embed::ranked_labels(row, &enc.net.config().labels))
+        Ok(crate::embed::ranked_labels(
+            row,
+            &enc.net.config().labels,
+            enc.score_function,
+        ))
     }
 
     /// Zero-shot classification of `text` over `labels` with the default template
