@@ -50,6 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "q5_1" => DType::Q5_1,
             "q2_k" => DType::Q2_K,
             "q3_k" => DType::Q3_K,
+            "tq1_0" => DType::TQ1_0,
+            "tq2_0" => DType::TQ2_0,
             "q6_k" => DType::Q6_K,
             other => return Err(format!("unknown dtype {other}").into()),
         };

@@ -35,6 +35,7 @@ pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::Gr
         DType::Q6_K => Some(x::q6_k_group),
         DType::Q2_K => Some(x::q2_k_group),
         DType::Q3_K => Some(x::q3_k_group),
+        DType::TQ1_0 | DType::TQ2_0 => Some(x::ternary_group),
         _ => None,
     }
 }

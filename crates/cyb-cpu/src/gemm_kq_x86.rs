@@ -202,3 +202,53 @@ pub(crate) unsafe fn q3_k<const R: usize, const SPLIT: bool>(
         unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
     }
 }
+
+/// TQ1_0 and TQ2_0: `x = d·(q - 1)`, one scale per 256 values.
+///
+/// # Safety
+/// The CPU must have the `Avx512` kernel set's features.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+pub(crate) unsafe fn ternary<const R: usize, const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    out: &mut Out,
+) {
+    let (k, nsb) = (a.k, a.k / 256);
+    assert!(g.len() >= nsb * 1056 && a.block == 256);
+    check_act::<R, SPLIT>(a, r0);
+    let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
+    let mut acc = [_mm512_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
+        unsafe {
+            let u = g.as_ptr().add(sb * 1056);
+            let mut isum: [[__m512i; 2]; R] = std::array::from_fn(|r| {
+                let sums = &a.sum16[(r0 + r) * k / 16 + sb * 16..][..16];
+                [
+                    _mm512_set1_epi32(-sums.iter().sum::<i32>()),
+                    _mm512_setzero_si512(),
+                ]
+            });
+            for grp in 0..16 {
+                let w = two_bit(load(u.add(32 + 64 * grp)));
+                let off = sb * 256 + 16 * grp;
+                for r in 0..R {
+                    for (s, &wv) in w.iter().enumerate() {
+                        dot::<SPLIT>(&mut isum[r], wv, &p[r], off + 4 * s);
+                    }
+                }
+            }
+            let d = scales_f16(u);
+            for r in 0..R {
+                let da = *a.d.get_unchecked((r0 + r) * nsb + sb);
+                let sf = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
+                acc[r] = _mm512_fmadd_ps(sf, _mm512_mul_ps(d, _mm512_set1_ps(da)), acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: out[r] holds 16 floats.
+        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
+    }
+}

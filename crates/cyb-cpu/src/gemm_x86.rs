@@ -11,7 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
-use crate::gemm_kq_x86::{q2_k, q3_k, q5_k};
+use crate::gemm_kq_x86::{q2_k, q3_k, q5_k, ternary};
 use std::arch::x86_64::*;
 
 /// Most activation rows per kernel call (the AMX kernels take 16, these 8).
@@ -376,5 +376,6 @@ entry!(q5_1_group, legacy, Q5_1);
 entry!(q5_k_group, q5_k);
 entry!(q2_k_group, q2_k);
 entry!(q3_k_group, q3_k);
+entry!(ternary_group, ternary);
 entry!(q4_k_group, q4_k);
 entry!(q6_k_group, q6_k);

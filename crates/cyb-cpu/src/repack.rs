@@ -31,6 +31,8 @@
 //! - Q3_K (1824 B): `d` ×16 | signed scales `[g][r]` (256 B) | per group `g` one vector of the
 //!   levels' low two bits (as Q2_K) | per pair of groups one vector of their third bits (bit
 //!   `s + 4·(g % 2)` of byte `(r, i)` belongs to level `16g + 4s + i`). Zero point 4.
+//! - TQ1_0 and TQ2_0 (1056 B): `d` ×16 | per group `g` one vector of levels `q + 1` in
+//!   `0..=2` (as Q2_K's). Zero point 1.
 //!
 //! Repacked Q4_0/Q4_K/Q6_K are the size of the original; Q8_0 too. Repacking is built lazily on
 //! first use and cached per weight, keyed by the weight's shared owner (a file mapping), whose
@@ -58,6 +60,7 @@ pub fn unit(dtype: DType) -> Option<(usize, usize)> {
         DType::Q6_K => Some((256, 3360)),
         DType::Q2_K => Some((256, 1600)),
         DType::Q3_K => Some((256, 1824)),
+        DType::TQ1_0 | DType::TQ2_0 => Some((256, 1056)),
         _ => None,
     }
 }
@@ -253,6 +256,19 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
                     out[1312 + 64 * p + 4 * r + i] = byte;
                 }
             }
+        }
+        DType::TQ1_0 | DType::TQ2_0 => {
+            let at = if dtype == DType::TQ1_0 { 52 } else { 64 };
+            out[2 * r..2 * r + 2].copy_from_slice(&b[at..at + 2]);
+            // The levels from the values (`d·(q - 1)` is exact for q - 1 in {-1, 0, 1}), so
+            // the two packings share cyb-tensor's one reading of them.
+            let mut x = [0f32; 256];
+            let d = half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
+            let q: [u8; 256] = match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
+                Ok(()) if d != 0.0 => std::array::from_fn(|i| ((x[i] / d).round() + 1.0) as u8),
+                _ => [1; 256],
+            };
+            pack_two_bit(&q, r, &mut out[32..1056]);
         }
         _ => {
             // Q6_K

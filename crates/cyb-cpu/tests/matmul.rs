@@ -196,6 +196,13 @@ fn k_quant_formats() {
 }
 
 #[test]
+fn ternary_formats() {
+    for dtype in [DType::TQ1_0, DType::TQ2_0] {
+        check_dtype(dtype, &[256, 768]);
+    }
+}
+
+#[test]
 fn float_formats() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         check_dtype(dtype, &[1, 7, 37, 200, 1100]);
