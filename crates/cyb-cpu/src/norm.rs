@@ -118,8 +118,7 @@ pub(crate) fn add_layer_norm(par: Par<'_>, eps: f32, inputs: &[Tensor]) -> Resul
     let (w, bias) = (w.as_deref(), bias.as_deref());
     let mut s_buf = AlignedBuf::for_overwrite(a.len() * 4);
     let mut y_buf = AlignedBuf::for_overwrite(a.len() * 4);
-    if d > 0 {
-        let rows = a.len() / d;
+    if let Some(rows) = a.len().checked_div(d) {
         let s_out = DisjointOut::new(bytemuck::cast_slice_mut(s_buf.as_bytes_mut()));
         let y_out = DisjointOut::new(bytemuck::cast_slice_mut(y_buf.as_bytes_mut()));
         let threads = if a.len() < 32 * 1024 {

@@ -1,9 +1,12 @@
 //! A persistent thread pool with low wake-up latency for the many small parallel sections of a
 //! decode step (one per matmul): workers spin briefly after each job, then park.
 //!
-//! `run(f)` calls `f(t)` once for every thread index `t` in `0..threads` (the caller is thread
-//! 0) and returns when all are done. Kernels split their outputs by `t`, so a result never
-//! depends on which OS thread ran it, only on the fixed split.
+//! `run(f)` calls `f(t)` once for every part index `t` in `0..threads` and returns when all are
+//! done. Parts are claimed from a shared counter by whichever thread gets there first, the
+//! caller included, so a worker that is slow to wake (parked, or preempted on a busy machine)
+//! never holds the caller up: the caller runs the unclaimed parts itself. Kernels split their
+//! outputs by `t`, so a result never depends on which OS thread ran a part, only on the fixed
+//! split.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,22 +22,54 @@ const SPIN: Duration = Duration::from_micros(200);
 type Job = dyn Fn(usize) + Sync;
 
 struct Shared {
-    /// Bumped once per job; workers run the job when they see a new value.
+    /// Bumped once per job, after the job is published; wakes the workers.
     generation: AtomicUsize,
-    /// The current job. Written only by `run` while every worker is idle (pending == 0), read
-    /// by workers only after they observe the generation that published it.
+    /// The current job. Written only by `run` while no part is claimed-but-unfinished (before
+    /// `next` is reset, or after `done` reached `parts`); read only by a thread that has just
+    /// claimed a part (`next` below `parts`), which orders it after the write.
     job: UnsafeCell<Option<*const Job>>,
-    pending: AtomicUsize,
+    /// The next part to claim; values ≥ `parts` mean every part is taken.
+    next: AtomicUsize,
+    /// Parts finished in the current job.
+    done: AtomicUsize,
+    parts: usize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
 }
 
-// SAFETY: `job` is the only non-Sync field; the generation/pending protocol above ensures it is
-// never written while a worker may read it.
+// SAFETY: `job` is the only non-Sync field; the claim protocol above ensures it is never
+// written while a thread may read it.
 unsafe impl Sync for Shared {}
 // SAFETY: the raw job pointer is only dereferenced during `run`, while the closure it points to
 // is alive on the caller's stack.
 unsafe impl Send for Shared {}
+
+impl Shared {
+    /// Claims and runs parts of the current job until none is left; the first panic of a part
+    /// it ran, if any.
+    fn work(&self) -> Result<(), Box<dyn std::any::Any + Send>> {
+        let mut result = Ok(());
+        loop {
+            let t = self.next.fetch_add(1, Ordering::AcqRel);
+            if t >= self.parts {
+                return result;
+            }
+            // SAFETY: a successful claim happens after `run` published the job (it reset
+            // `next` with Release after writing `job`), and `run` keeps the closure alive and
+            // `job` unchanged until this part counts as done.
+            if let Some(job) = unsafe { *self.job.get() } {
+                // SAFETY: see above; the pointee outlives this call.
+                let f = unsafe { &*job };
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(t))) {
+                    if result.is_ok() {
+                        result = Err(p);
+                    }
+                }
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
 
 pub struct ThreadPool {
     shared: Arc<Shared>,
@@ -46,26 +81,29 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// A pool of `threads` (≥ 1) including the calling thread.
     pub fn new(threads: usize) -> ThreadPool {
+        let parts = threads.max(1);
         let shared = Arc::new(Shared {
             generation: AtomicUsize::new(0),
             job: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            next: AtomicUsize::new(parts),
+            done: AtomicUsize::new(0),
+            parts,
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
         });
         let mut workers = Vec::new();
-        for index in 1..threads.max(1) {
+        for index in 1..parts {
             let s = Arc::clone(&shared);
             let spawned = thread::Builder::new()
                 .name(format!("cyb-cpu-{index}"))
-                .spawn(move || worker(&s, index));
+                .spawn(move || worker(&s));
             match spawned {
                 Ok(h) => {
                     let t = h.thread().clone();
                     workers.push((h, t));
                 }
-                // Fewer threads than asked still computes the same results (the split is by
-                // index, and the caller runs the missing indices below).
+                // Fewer threads than asked still computes the same results: the caller runs
+                // the parts nobody else claims.
                 Err(_) => break,
             }
         }
@@ -76,34 +114,37 @@ impl ThreadPool {
         }
     }
 
-    /// Number of thread indices `run` hands out.
+    /// Number of part indices `run` hands out.
     pub fn threads(&self) -> usize {
-        self.workers.len() + 1
+        self.shared.parts
     }
 
     /// Calls `f(t)` for `t` in `0..threads()`, in parallel, and waits for all of them.
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+        let s = &*self.shared;
         if self.workers.is_empty() {
-            f(0);
+            for t in 0..s.parts {
+                f(t);
+            }
             return;
         }
         let _one_at_a_time = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        let s = &*self.shared;
         // SAFETY: we only erase the lifetime; the pointer is cleared below before `f` can go
-        // out of scope, and workers finish with it before `pending` reaches 0.
+        // out of scope, and no part runs after `done` reaches `parts`.
         let ptr: *const Job =
             unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f) };
-        // SAFETY: every worker is idle (the previous `run` waited for pending == 0), so nobody
-        // reads `job` now.
+        // SAFETY: the previous job is finished (`done` == `parts`) and `next` is still ≥
+        // `parts`, so no thread holds a claim or reads `job` now.
         unsafe { *s.job.get() = Some(ptr) };
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        s.done.store(0, Ordering::Relaxed);
+        s.next.store(0, Ordering::Release);
         s.generation.fetch_add(1, Ordering::Release);
         for (_, t) in &self.workers {
             t.unpark();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+        let mine = s.work();
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while s.done.load(Ordering::Acquire) != s.parts {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(1024) {
                 thread::yield_now();
@@ -111,7 +152,7 @@ impl ThreadPool {
                 std::hint::spin_loop();
             }
         }
-        // SAFETY: all workers are done with the job (pending == 0).
+        // SAFETY: every part is done and `next` ≥ `parts`, so no thread reads `job`.
         unsafe { *s.job.get() = None };
         if let Err(p) = mine {
             std::panic::resume_unwind(p);
@@ -122,7 +163,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(s: &Shared, index: usize) {
+fn worker(s: &Shared) {
     let mut seen = 0usize;
     loop {
         let start = Instant::now();
@@ -144,16 +185,9 @@ fn worker(s: &Shared, index: usize) {
             return;
         }
         seen = gen;
-        // SAFETY: the Acquire load of the new generation makes the caller's write of `job`
-        // visible, and the caller keeps the closure alive until `pending` reaches 0.
-        if let Some(job) = unsafe { *s.job.get() } {
-            // SAFETY: see above; the pointee outlives this call.
-            let f = unsafe { &*job };
-            if catch_unwind(AssertUnwindSafe(|| f(index))).is_err() {
-                s.panicked.store(true, Ordering::Relaxed);
-            }
+        if s.work().is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
         }
-        s.pending.fetch_sub(1, Ordering::Release);
     }
 }
 
