@@ -1,6 +1,7 @@
-//! `cyb-llm classify MODEL "text"...`: label probabilities of each text from a
-//! sequence-classification model, or the label of every token from a token-classification
-//! model, as a JSON array (one object per text, in order) on stdout. `--pair TEXT` classifies
+//! `cyb-llm classify MODEL "text"...`: label scores of each text from a sequence-classification
+//! model (softmax; sigmoid for one-logit rerankers and multi-label heads, raw for regression;
+//! `--function` overrides), or the label of every token from a token-classification model, as
+//! a JSON array (one object per text, in order) on stdout. `--pair TEXT` classifies
 //! text pairs (token types 0/1); `--labels a,b,c` is zero-shot classification with an NLI model
 //! (each label as the hypothesis "This example is {label}.").
 
@@ -32,6 +33,11 @@ pub struct ClassifyArgs {
     /// one softmax over all labels.
     #[arg(long, requires = "labels")]
     pub multi_label: bool,
+    /// How logits become scores: softmax, sigmoid or none (default: as transformers'
+    /// text-classification pipeline decides from the config: none for regression, sigmoid
+    /// for one label or multi-label, else softmax).
+    #[arg(long, conflicts_with = "labels")]
+    pub function: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -39,6 +45,14 @@ pub struct ClassifyArgs {
 pub fn run(args: ClassifyArgs) -> Result<()> {
     let model = args.engine.load(Some(&args.model))?;
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
+    let opts = cyb_runtime::ClassifyOptions {
+        truncate: args.truncate,
+        function: args
+            .function
+            .as_deref()
+            .map(cyb_runtime::ScoreFunction::parse)
+            .transpose()?,
+    };
     if model.has_token_classifier() {
         let mut out = Vec::with_capacity(texts.len());
         for t in &texts {
@@ -65,12 +79,10 @@ pub fn run(args: ClassifyArgs) -> Result<()> {
             .map(|t| model.zero_shot(t, &labels, &opts))
             .collect::<Result<Vec<_>>>()?
     } else if let Some(pair) = &args.pair {
-        texts
-            .iter()
-            .map(|t| model.classify_pair(t, pair, args.truncate))
-            .collect::<Result<Vec<_>>>()?
+        let pairs: Vec<(&str, &str)> = texts.iter().map(|t| (*t, pair.as_str())).collect();
+        model.classify_pair_with(&pairs, &opts)?
     } else {
-        model.classify_batch(&texts, args.truncate)?
+        model.classify_with(&texts, &opts)?
     };
     let out: Vec<_> = texts
         .iter()

@@ -98,4 +98,22 @@ fn classify_a_reranker_pair_gives_its_sigmoid() {
     let got = v[0]["scores"][0]["score"].as_f64().unwrap();
     let want = p["labels"][0]["score"].as_f64().unwrap();
     assert!((got - want).abs() <= 1e-5, "{got} vs {want}");
+    // --function none: the logit itself, the sigmoid undone.
+    let text = p["text"].as_str().unwrap();
+    let (ok, out, err) = cyb(&[
+        "classify",
+        &m,
+        text,
+        "--pair",
+        p["text_pair"].as_str().unwrap(),
+        "--function",
+        "none",
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let got = v[0]["scores"][0]["score"].as_f64().unwrap();
+    let logit = (want / (1.0 - want)).ln();
+    assert!((got - logit).abs() <= 1e-4, "{got} vs {logit}");
+    let (ok, _, err) = cyb(&["classify", &m, text, "--function", "tanh"]);
+    assert!(!ok && err.contains("softmax, sigmoid or none"), "{err}");
 }

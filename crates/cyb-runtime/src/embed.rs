@@ -172,6 +172,16 @@ pub struct TokenLabel {
     pub score: f32,
 }
 
+/// Choices of [`Model::classify_with`] and [`Model::classify_pair_with`].
+#[derive(Clone, Debug, Default)]
+pub struct ClassifyOptions {
+    /// Cut inputs longer than the model takes instead of refusing them.
+    pub truncate: bool,
+    /// How logits become scores (transformers' `function_to_apply`); `None` keeps the model's
+    /// [`score_function`](Model::score_function).
+    pub function: Option<ScoreFunction>,
+}
+
 /// One class and its score (a probability, or the raw value of a regression head).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelScore {
@@ -244,7 +254,23 @@ impl Model {
 
     /// [`classify`](Model::classify) for several texts, in order.
     pub fn classify_batch(&self, texts: &[&str], truncate: bool) -> Result<Vec<Vec<LabelScore>>> {
+        let opts = ClassifyOptions {
+            truncate,
+            function: None,
+        };
+        self.classify_with(texts, &opts)
+    }
+
+    /// [`classify`](Model::classify) for several texts, in order, with a choice of truncation
+    /// and score function.
+    pub fn classify_with(
+        &self,
+        texts: &[&str],
+        opts: &ClassifyOptions,
+    ) -> Result<Vec<Vec<LabelScore>>> {
         let enc = self.encoder_or_err("classify")?;
+        let function = opts.function.unwrap_or(enc.score_function);
+        let truncate = opts.truncate;
         let inputs: Vec<EmbedInput> = texts
             .iter()
             .map(|t| EmbedInput::Text(t.to_string()))
@@ -256,7 +282,7 @@ impl Model {
             let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
             let logits = enc.net.sequence_logits(&batch, None)?;
             for (&i, l) in chunk.iter().zip(logits) {
-                out[i] = ranked_labels(&l, labels, enc.score_function);
+                out[i] = ranked_labels(&l, labels, function);
             }
         }
         Ok(out)
@@ -380,6 +406,19 @@ pub enum ScoreFunction {
 }
 
 impl ScoreFunction {
+    /// `softmax`, `sigmoid` or `none` (transformers' `function_to_apply` names).
+    pub fn parse(name: &str) -> Result<ScoreFunction> {
+        match name.to_ascii_lowercase().as_str() {
+            "softmax" => Ok(ScoreFunction::Softmax),
+            "sigmoid" => Ok(ScoreFunction::Sigmoid),
+            "none" | "identity" => Ok(ScoreFunction::Identity),
+            other => Err(Error::invalid(
+                "classify",
+                format!("score function {other:?}: use softmax, sigmoid or none"),
+            )),
+        }
+    }
+
     /// transformers' text-classification pipeline's default: `problem_type` "regression" →
     /// identity; "multi_label_classification" or a single label → sigmoid; otherwise softmax.
     pub fn for_head(problem_type: Option<&str>, num_labels: usize) -> ScoreFunction {

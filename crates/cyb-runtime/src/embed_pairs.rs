@@ -6,7 +6,7 @@
 //! candidate against the contradiction logit (multi-label, or one candidate). The text is
 //! truncated, never the hypothesis, when the pair is too long (transformers' `only_first`).
 
-use crate::embed::{by_length, softmax, Encoder, LabelScore};
+use crate::embed::{by_length, softmax, ClassifyOptions, Encoder, LabelScore};
 use crate::Model;
 use cyb_tensor::{Error, Result};
 
@@ -43,16 +43,33 @@ impl Model {
         text_pair: &str,
         truncate: bool,
     ) -> Result<Vec<LabelScore>> {
+        let opts = ClassifyOptions {
+            truncate,
+            function: None,
+        };
+        let mut all = self.classify_pair_with(&[(text, text_pair)], &opts)?;
+        all.pop()
+            .ok_or_else(|| Error::invalid("classify", "no result"))
+    }
+
+    /// [`classify_pair`](Model::classify_pair) for several pairs, in order, with a choice of
+    /// truncation and score function.
+    pub fn classify_pair_with(
+        &self,
+        pairs: &[(&str, &str)],
+        opts: &ClassifyOptions,
+    ) -> Result<Vec<Vec<LabelScore>>> {
         let enc = self.encoder_or_err("classify")?;
-        let logits = self.pair_logits(enc, &[(text, text_pair)], truncate)?;
-        let row = logits
-            .first()
-            .ok_or_else(|| Error::invalid("classify", "no result"))?;
-        Ok(crate::embed::ranked_labels(
-            row,
-            &enc.net.config().labels,
-            enc.score_function,
-        ))
+        if pairs.is_empty() {
+            return Err(Error::invalid("classify", "no input given"));
+        }
+        let function = opts.function.unwrap_or(enc.score_function);
+        let labels = &enc.net.config().labels;
+        Ok(self
+            .pair_logits(enc, pairs, opts.truncate)?
+            .iter()
+            .map(|row| crate::embed::ranked_labels(row, labels, function))
+            .collect())
     }
 
     /// Zero-shot classification of `text` over `labels` with the default template

@@ -26,7 +26,9 @@ pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use cyb_models::Pooling;
 pub use default_model::{cache_dir, default_model_path, ensure_default_model};
-pub use embed::{EmbedInput, EmbedOptions, Embeddings, LabelScore, ScoreFunction, TokenLabel};
+pub use embed::{
+    ClassifyOptions, EmbedInput, EmbedOptions, Embeddings, LabelScore, ScoreFunction, TokenLabel,
+};
 pub use embed_pairs::ZeroShotOptions;
 pub use fill_mask::MaskFill;
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};

@@ -5,7 +5,7 @@
 //! - `classify` / `classify_pair` on a one-logit reranker (sigmoid), a multi-label classifier
 //!   (sigmoid per label) and a regression head (raw value) equal TextClassificationPipeline.
 
-use cyb_runtime::{Model, Runtime, RuntimeOptions, ScoreFunction};
+use cyb_runtime::{ClassifyOptions, Model, Runtime, RuntimeOptions, ScoreFunction};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -109,4 +109,45 @@ fn single_score_classifiers_match_transformers() {
             check_labels(&got, &p["labels"], &format!("{name} {a:?} / {b:?}"));
         }
     }
+}
+
+/// transformers' `function_to_apply`: the regression head's raw value through a sigmoid, and
+/// the reranker's sigmoid undone, when asked for.
+#[test]
+fn score_function_can_be_chosen() {
+    let (m, r) = setup("regression");
+    let raw = r["texts"][0]["labels"][0]["score"].as_f64().unwrap();
+    let text = r["texts"][0]["text"].as_str().unwrap();
+    let opts = ClassifyOptions {
+        truncate: false,
+        function: Some(ScoreFunction::Sigmoid),
+    };
+    let got = m.classify_with(&[text], &opts).unwrap();
+    close(
+        got[0][0].score,
+        1.0 / (1.0 + (-raw).exp()),
+        "regression as sigmoid",
+    );
+    let (m, r) = setup("reranker");
+    let p = &r["pairs"][0];
+    let prob = p["labels"][0]["score"].as_f64().unwrap();
+    let pair = (
+        p["text"].as_str().unwrap(),
+        p["text_pair"].as_str().unwrap(),
+    );
+    let opts = ClassifyOptions {
+        truncate: false,
+        function: Some(ScoreFunction::Identity),
+    };
+    let got = m.classify_pair_with(&[pair], &opts).unwrap();
+    close(
+        got[0][0].score,
+        (prob / (1.0 - prob)).ln(),
+        "reranker logit",
+    );
+    assert_eq!(
+        ScoreFunction::parse("none").unwrap(),
+        ScoreFunction::Identity
+    );
+    assert!(ScoreFunction::parse("tanh").is_err());
 }
