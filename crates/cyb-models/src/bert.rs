@@ -17,7 +17,7 @@ use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::Op;
+use cyb_ops::{LinearAct, Op};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::sync::Arc;
 
@@ -55,14 +55,62 @@ impl Step<'_> {
     }
 
     pub(crate) fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
+        self.linear_act(x, l, LinearAct::None)
+    }
+
+    /// `act(x · wᵀ + b)`: one `Op::Linear` where the primary backend runs it (and there is a
+    /// bias), else `MatMul`, `Add` and the activation op.
+    pub(crate) fn linear_act(&mut self, x: &Tensor, l: &Linear, act: LinearAct) -> Result<Tensor> {
+        if let Some(b) = &l.b {
+            let fused = Op::Linear {
+                rhs_transposed: true,
+                act,
+            };
+            if self.primary_supports(&fused, &[x, &l.w, b]) {
+                return self.run(fused, &[x, &l.w, b]);
+            }
+        }
         let mm = Op::MatMul {
             rhs_transposed: true,
         };
-        let y = self.run(mm, &[x, &l.w])?;
-        match &l.b {
-            Some(b) => self.run(Op::Add, &[&y, b]),
+        let mut y = self.run(mm, &[x, &l.w])?;
+        if let Some(b) = &l.b {
+            y = self.run(Op::Add, &[&y, b])?;
+        }
+        match act.op() {
+            Some(op) => self.run(op, &[&y]),
             None => Ok(y),
         }
+    }
+
+    fn primary_supports(&self, op: &Op, inputs: &[&Tensor]) -> bool {
+        let infos: Vec<TensorInfo> = inputs.iter().map(|t| t.info()).collect();
+        self.dispatcher.primary().supports(op, &infos)
+    }
+
+    /// `LayerNorm(a + b)`: one `Op::AddLayerNorm` where the primary backend runs it.
+    pub(crate) fn add_layer_norm(
+        &mut self,
+        a: &Tensor,
+        b: &Tensor,
+        n: &Norm,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let fused = Op::AddLayerNorm { eps };
+        let inputs = [a, b, &n.w, &n.b];
+        if self.primary_supports(&fused, &inputs) {
+            let owned: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
+            let mut out = self.dispatcher.run_with(&fused, &owned, &mut self.ctx)?;
+            if out.len() != 2 {
+                return Err(Error::invalid(
+                    fused.name(),
+                    "expected the sum and its norm",
+                ));
+            }
+            return Ok(out.swap_remove(1));
+        }
+        let s = self.run(Op::Add, &[a, b])?;
+        self.layer_norm(&s, n, eps)
     }
 
     pub(crate) fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
@@ -309,11 +357,9 @@ impl BertModel {
         x = step.layer_norm(&x, &w.embed_norm, c.norm_eps)?;
         for layer in &w.layers {
             let a = self.attention(step, layer, &x, batch)?;
-            let y = step.run(Op::Add, &[&x, &a])?;
-            x = step.layer_norm(&y, &layer.attn_norm, c.norm_eps)?;
+            x = step.add_layer_norm(&x, &a, &layer.attn_norm, c.norm_eps)?;
             let f = self.feed_forward(step, layer, &x)?;
-            let y = step.run(Op::Add, &[&x, &f])?;
-            x = step.layer_norm(&y, &layer.ffn_norm, c.norm_eps)?;
+            x = step.add_layer_norm(&x, &f, &layer.ffn_norm, c.norm_eps)?;
         }
         Ok(x)
     }
@@ -372,8 +418,11 @@ impl BertModel {
     }
 
     fn feed_forward(&self, step: &mut Step<'_>, layer: &BertLayer, x: &Tensor) -> Result<Tensor> {
-        let h = step.linear(x, &layer.up)?;
-        let h = step.run(activation_op(self.config.activation), &[&h])?;
+        let act = match self.config.activation {
+            BertActivation::Gelu(approx) => LinearAct::Gelu(approx),
+            BertActivation::Relu => LinearAct::Relu,
+        };
+        let h = step.linear_act(x, &layer.up, act)?;
         step.linear(&h, &layer.down)
     }
 }
