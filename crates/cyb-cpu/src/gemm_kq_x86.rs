@@ -1,5 +1,5 @@
-//! AVX-512 VNNI kernels of the repacked GEMM for Q5_K, Q2_K and Q3_K (layouts in `repack.rs`),
-//! built like `gemm_x86.rs`'s Q4_K and Q6_K: levels unpacked to bytes of 16 rows, one
+//! AVX-512 VNNI kernels of the repacked GEMM for Q2_K, Q3_K and the ternary formats (layouts in
+//! `repack.rs`), built like `gemm_x86.rs`'s Q4_K and Q6_K: levels unpacked to bytes of 16 rows, one
 //! `vpdpbusd` per four levels and activation row, exact i32 sums per scale unit, then the float
 //! steps per unit and row.
 
@@ -20,72 +20,6 @@ pub(crate) fn move_bit(v: __m512i, from: usize, to: usize) -> __m512i {
         _mm512_sll_epi16(v, _mm_cvtsi32_si128((to - from) as i32))
     } else {
         _mm512_srl_epi16(v, _mm_cvtsi32_si128((from - to) as i32))
-    }
-}
-
-/// Q5_K: `x = d·sc_j·q - dmin·m_j` per 32-value sub-block `j`, `q` five bits.
-///
-/// # Safety
-/// The CPU must have the `Avx512` kernel set's features.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-pub(crate) unsafe fn q5_k<const R: usize, const SPLIT: bool>(
-    g: &[u8],
-    a: &ActQuads,
-    r0: usize,
-    out: &mut Out,
-) {
-    let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 2880 && a.block == 256);
-    check_act::<R, SPLIT>(a, r0);
-    let m4 = _mm512_set1_epi8(0x0f);
-    let bit4 = _mm512_set1_epi8(0x10);
-    let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
-        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
-        unsafe {
-            let u = g.as_ptr().add(sb * 2880);
-            let mut scaled = [_mm512_setzero_ps(); R];
-            let mut mins = [_mm512_setzero_ps(); R];
-            for j in 0..8 {
-                let mut isum = [[_mm512_setzero_si512(); 2]; R];
-                let fifth = load(u.add(2368 + 64 * j));
-                for h in 0..4 {
-                    let raw = load(u.add(320 + 256 * j + 64 * h));
-                    let lo = _mm512_or_si512(
-                        _mm512_and_si512(raw, m4),
-                        _mm512_and_si512(move_bit(fifth, 2 * h, 4), bit4),
-                    );
-                    let hi = _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
-                        _mm512_and_si512(move_bit(fifth, 2 * h + 1, 4), bit4),
-                    );
-                    let off = sb * 256 + 32 * j + 8 * h;
-                    for r in 0..R {
-                        dot::<SPLIT>(&mut isum[r], lo, &p[r], off);
-                        dot::<SPLIT>(&mut isum[r], hi, &p[r], off + 4);
-                    }
-                }
-                let sc = scales_u8::<false>(u.add(64 + 16 * j));
-                let mn = scales_u8::<false>(u.add(192 + 16 * j));
-                for r in 0..R {
-                    let s = _mm512_cvtepi32_ps(combine::<SPLIT>(isum[r]));
-                    scaled[r] = _mm512_fmadd_ps(s, sc, scaled[r]);
-                    let bs = *a.sum32.get_unchecked((r0 + r) * k / 32 + sb * 8 + j) as f32;
-                    mins[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(bs), mins[r]);
-                }
-            }
-            let (d, dmin) = (scales_f16(u), scales_f16(u.add(32)));
-            for r in 0..R {
-                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
-                let v = _mm512_fmsub_ps(d, scaled[r], _mm512_mul_ps(dmin, mins[r]));
-                acc[r] = _mm512_fmadd_ps(v, da, acc[r]);
-            }
-        }
-    }
-    for r in 0..R {
-        // SAFETY: out[r] holds 16 floats.
-        unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
     }
 }
 

@@ -11,7 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
-use crate::gemm_kq_x86::{q2_k, q3_k, q5_k, ternary};
+use crate::gemm_kq_x86::{move_bit, q2_k, q3_k, ternary};
 use std::arch::x86_64::*;
 
 /// Most activation rows per kernel call (the AMX kernels take 16, these 8).
@@ -215,32 +215,45 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     }
 }
 
-/// Q4_K: `x = d·sc_j·q - dmin·m_j` per 32-value sub-block `j`.
+/// Q4_K and (`FIVE`) Q5_K: `x = d·sc_j·q - dmin·m_j` per 32-value sub-block `j`; Q5_K's fifth
+/// bits come from one more vector per sub-block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-unsafe fn q4_k<const R: usize, const SPLIT: bool>(
+unsafe fn q4_k<const FIVE: bool, const R: usize, const SPLIT: bool>(
     g: &[u8],
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 2368 && a.block == 256);
+    let ub = if FIVE { 2880 } else { 2368 };
+    assert!(g.len() >= nsb * ub && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
+    let bit4 = _mm512_set1_epi8(0x10);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [_mm512_setzero_ps(); R];
     for sb in 0..nsb {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 2368);
+            let u = g.as_ptr().add(sb * ub);
             let mut scaled = [_mm512_setzero_ps(); R];
             let mut mins = [_mm512_setzero_ps(); R];
             for j in 0..8 {
                 let mut isum = [[_mm512_setzero_si512(); 2]; R];
+                let fifth = if FIVE {
+                    load(u.add(2368 + 64 * j))
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for h in 0..4 {
                     let raw = load(u.add(320 + 256 * j + 64 * h));
-                    let lo = _mm512_and_si512(raw, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    let mut lo = _mm512_and_si512(raw, m4);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                    if FIVE {
+                        lo = _mm512_or_si512(lo, _mm512_and_si512(move_bit(fifth, 2 * h, 4), bit4));
+                        let b5 = move_bit(fifth, 2 * h + 1, 4);
+                        hi = _mm512_or_si512(hi, _mm512_and_si512(b5, bit4));
+                    }
                     let off = sb * 256 + 32 * j + 8 * h;
                     for r in 0..R {
                         dot::<SPLIT>(&mut isum[r], lo, &p[r], off);
@@ -338,7 +351,7 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
 pub type GroupKernel = unsafe fn(&[u8], &ActQuads, usize, usize, &mut Out);
 
 macro_rules! entry {
-    ($name:ident, $kern:ident $(, $q8:ident)?) => {
+    ($name:ident, $kern:ident $(, $q8:tt)?) => {
         /// # Safety
         /// The CPU must have the `Avx512` kernel set's features.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
@@ -373,9 +386,9 @@ entry!(q8_0_group, legacy, Q8_0);
 entry!(q4_1_group, legacy, Q4_1);
 entry!(q5_0_group, legacy, Q5_0);
 entry!(q5_1_group, legacy, Q5_1);
-entry!(q5_k_group, q5_k);
+entry!(q5_k_group, q4_k, true);
 entry!(q2_k_group, q2_k);
 entry!(q3_k_group, q3_k);
 entry!(ternary_group, ternary);
-entry!(q4_k_group, q4_k);
+entry!(q4_k_group, q4_k, false);
 entry!(q6_k_group, q6_k);
