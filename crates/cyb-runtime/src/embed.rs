@@ -294,6 +294,13 @@ impl Model {
         self.encoder().map(|e| e.score_function)
     }
 
+    /// The class names (`id2label`) of the model's sequence- or token-classification head;
+    /// empty without one.
+    pub fn class_labels(&self) -> &[String] {
+        self.encoder()
+            .map_or(&[], |e| e.net.config().labels.as_slice())
+    }
+
     /// True when the model has a token-classification head (use
     /// [`classify_tokens`](Model::classify_tokens) rather than [`classify`](Model::classify)).
     pub fn has_token_classifier(&self) -> bool {

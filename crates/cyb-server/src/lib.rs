@@ -1,8 +1,8 @@
 //! cyb-server: an OpenAI-compatible HTTP server over cyb-runtime (`cyb-llm serve`).
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (SSE streaming or not),
-//! `POST /v1/embeddings` (encoder models; the generation endpoints need a text generator and
-//! answer 400 for an encoder, and the other way round), `GET /v1/models`,
+//! `POST /v1/embeddings` and `POST /v1/rerank` (encoder models; the generation endpoints need a
+//! text generator and answer 400 for an encoder, and the other way round), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). Each request generates in its own session
 //! over the model's shared weights, on a blocking thread; at most `parallel` run at once and
 //! `queue` more wait, the rest get 429. Idle sessions keep their KV cache and are reused by
@@ -20,6 +20,7 @@ mod metrics;
 mod pool;
 mod reply;
 mod request;
+mod rerank;
 mod routes;
 mod sse;
 mod structured;
