@@ -1,7 +1,8 @@
 //! Fill-mask and single-score classification on tiny fixtures (tests/fixtures/task_heads, made
 //! by tools/fixtures/make_task_heads_fixture.py) against transformers' pipelines:
-//! - `fill_mask` on BERT and DeBERTa-v3 masked LMs equals FillMaskPipeline (token ids, token
-//!   text and filled-in sequence exactly, scores within 1e-5), with one and with two masks;
+//! - `fill_mask` on BERT, DeBERTa-v3 and RoBERTa (byte-level BPE, `<mask>` eating the space
+//!   before it) masked LMs equals FillMaskPipeline (token ids, token text and filled-in
+//!   sequence exactly, scores within 1e-5), with one and with two masks;
 //! - `classify` / `classify_pair` on a one-logit reranker (sigmoid), a multi-label classifier
 //!   (sigmoid per label) and a regression head (raw value) equal TextClassificationPipeline.
 
@@ -27,9 +28,13 @@ fn close(got: f32, want: f64, what: &str) {
 
 #[test]
 fn fill_mask_matches_transformers() {
-    for name in ["bert_mlm", "deberta_mlm"] {
+    for (name, mask) in [
+        ("bert_mlm", "[MASK]"),
+        ("deberta_mlm", "[MASK]"),
+        ("roberta_mlm", "<mask>"),
+    ] {
         let (m, r) = setup(name);
-        assert_eq!(m.mask_token(), Some("[MASK]"), "{name}");
+        assert_eq!(m.mask_token(), Some(mask), "{name}");
         let cases = r["fill_mask"].as_array().unwrap();
         assert!(cases
             .iter()
