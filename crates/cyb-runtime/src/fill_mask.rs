@@ -43,14 +43,17 @@ fn token_name(v: &Value) -> Option<&str> {
 /// `tokenizer_config.json`, then `special_tokens_map.json` (Hugging Face), or
 /// `tokenizer.ggml.{mask,padding}_token_id` (GGUF); the usual spellings otherwise.
 pub(crate) fn mask_tokens(file: &ModelFile, tokenizer: &Tokenizer) -> MaskTokens {
+    let (config, map) = match file {
+        ModelFile::HuggingFace(h) => (
+            h.tokenizer_config.as_ref(),
+            std::fs::read_to_string(h.dir().join("special_tokens_map.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok()),
+        ),
+        ModelFile::Gguf(_) => (None, None),
+    };
     let named = |key: &str| -> Option<(String, u32)> {
-        let ModelFile::HuggingFace(h) = file else {
-            return None;
-        };
-        let map = std::fs::read_to_string(h.dir().join("special_tokens_map.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok());
-        let name = [h.tokenizer_config.as_ref(), map.as_ref()]
+        let name = [config, map.as_ref()]
             .into_iter()
             .flatten()
             .find_map(|c| c.get(key).and_then(token_name).map(String::from))?;
