@@ -464,3 +464,23 @@ pub(crate) fn ranked_labels(
     scores.sort_by(|a, b| b.score.total_cmp(&a.score));
     scores
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ScoreFunction::{self, Identity, Sigmoid, Softmax};
+
+    /// The order of transformers 5.24's TextClassificationPipeline.postprocess: regression
+    /// first, then multi-label or one label, then softmax (a single-label problem_type with
+    /// one label still gets the sigmoid).
+    #[test]
+    fn score_function_follows_the_pipeline_rule() {
+        let rule = ScoreFunction::for_head;
+        assert_eq!(rule(Some("regression"), 1), Identity);
+        assert_eq!(rule(Some("regression"), 3), Identity);
+        assert_eq!(rule(Some("multi_label_classification"), 3), Sigmoid);
+        assert_eq!(rule(Some("single_label_classification"), 1), Sigmoid);
+        assert_eq!(rule(Some("single_label_classification"), 2), Softmax);
+        assert_eq!(rule(None, 1), Sigmoid);
+        assert_eq!(rule(None, 3), Softmax);
+    }
+}
