@@ -130,9 +130,13 @@ fn repacked(
         let m = a.len().checked_div(k).unwrap_or(0);
         if let Some(tile) = crate::sgemm::tile(w_t.dtype(), set).filter(|_| m >= 2) {
             let dtype = w_t.dtype();
-            let packed = scratch
-                .panels
-                .get(w_t, |d, n, k| crate::sgemm::pack(pool, dtype, d, n, k));
+            // Weights outside shared storage are packed for this call only, so a result never
+            // depends on where its weight lives.
+            let build = |d: &[u8], n, k| crate::sgemm::pack(pool, dtype, d, n, k);
+            let packed = scratch.panels.get(w_t, build).or_else(|| {
+                let [n, k] = *w_t.dims() else { return None };
+                build(w_t.host_bytes()?, n, k).map(Arc::new)
+            });
             if let Some(w) = packed {
                 let mut rows = scratch
                     .packed_rows
