@@ -27,6 +27,17 @@ pub struct WgpuBackend {
     pub(crate) launches: std::sync::atomic::AtomicU64,
     /// Adjacent independent launches are merged (`launch.rs`).
     pub(crate) merge: std::sync::atomic::AtomicBool,
+    /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
+    /// first part of a step while the rest is being recorded (0: once per step).
+    pub(crate) submit_every: usize,
+}
+
+/// `CYB_WGPU_SUBMIT_EVERY` (default 32; 0 submits once per step).
+fn submit_every() -> usize {
+    std::env::var("CYB_WGPU_SUBMIT_EVERY")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(32)
 }
 
 impl Drop for WgpuBackend {
@@ -68,6 +79,8 @@ pub(crate) struct State {
     pub(crate) spare: Option<[Arc<GpuBuf>; 2]>,
     /// Lazy slices whose copy is not recorded yet (`memory::LazySlice`).
     pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
+    /// Launches recorded since the last submission.
+    pub(crate) since_submit: usize,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -120,10 +133,12 @@ impl WgpuBackend {
                 pending: None,
                 spare: None,
                 lazy: Vec::new(),
+                since_submit: 0,
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
             launches: std::sync::atomic::AtomicU64::new(0),
+            submit_every: submit_every(),
         })
     }
 
@@ -279,6 +294,7 @@ impl WgpuBackend {
     pub(crate) fn flush(&self, st: &mut State) {
         self.emit_pending(st);
         st.pass = None;
+        st.since_submit = 0;
         self.write_params(st);
         if let Some(enc) = st.encoder.take() {
             self.ctx.queue.submit([enc.finish()]);

@@ -562,6 +562,10 @@ impl WgpuBackend {
         pass.dispatch_workgroups(x, y, 1);
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        st.since_submit += 1;
+        if self.submit_every > 0 && st.since_submit >= self.submit_every {
+            self.flush(st);
+        }
         if let Some(p) = &self.profile {
             let t0 = std::time::Instant::now();
             self.flush(st);
