@@ -84,13 +84,13 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
         },
         Op::SwiGlu => swiglu(inputs, od),
         Op::RmsNorm { eps, weight_offset } => rms_norm(*eps, *weight_offset, inputs),
-        Op::Permute { perm } => permute(x, perm, od),
+        Op::Permute { perm } => permute(par, x, perm, od),
         Op::Transpose { a, b } => {
             let rank = x.dims().len();
             let resolve = |v: isize| if v < 0 { v + rank as isize } else { v } as usize;
             let mut perm: Vec<usize> = (0..rank).collect();
             perm.swap(resolve(*a), resolve(*b));
-            permute(x, &perm, od)
+            permute(par, x, &perm, od)
         }
         Op::Rope {
             layout,
@@ -302,8 +302,9 @@ fn add_bias(
     )
 }
 
-fn permute(x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {
+fn permute(par: Par<'_>, x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {
     let a = x.as_f32()?;
+    let a = &*a;
     let xd = x.dims();
     let rank = xd.len();
     let mut in_strides = vec![1usize; rank];
@@ -312,25 +313,26 @@ fn permute(x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {
     }
     // Stride in the input of each output axis.
     let strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
-    make(od, |y| {
-        let inner = od.last().copied().unwrap_or(1);
-        let inner_stride = strides.last().copied().unwrap_or(1);
-        let mut idx = vec![0usize; rank];
-        for row in y.chunks_mut(inner.max(1)) {
-            let base: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
-            for (j, o) in row.iter_mut().enumerate() {
-                *o = a[base + j * inner_stride];
+    let inner = od.last().copied().unwrap_or(1).max(1);
+    let inner_stride = strides.last().copied().unwrap_or(1);
+    let outer = &od[..rank.saturating_sub(1)];
+    par.make(od, inner, |first, y| {
+        for (r, row) in y.chunks_mut(inner).enumerate() {
+            // The input offset of output row `first + r`, axis by axis from the last.
+            let mut rest = first + r;
+            let mut base = 0;
+            for (&n, &s) in outer.iter().zip(&strides).rev() {
+                base += (rest % n) * s;
+                rest /= n;
             }
-            // Odometer over every axis but the last.
-            for ax in (0..rank.saturating_sub(1)).rev() {
-                idx[ax] += 1;
-                if idx[ax] < od[ax] {
-                    break;
+            if inner_stride == 1 {
+                row.copy_from_slice(&a[base..base + inner]);
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = a[base + j * inner_stride];
                 }
-                idx[ax] = 0;
             }
         }
-        Ok(())
     })
 }
 

@@ -1,6 +1,6 @@
 //! The encoder-sized ops (large enough to run on the pool) against the reference: layer norm,
-//! the fused residual add + layer norm (both outputs), element-wise ops, the `Linear`
-//! epilogue, and attention with additive masks; 1 and 3 threads bit-identical.
+//! the fused residual add + layer norm (both outputs), element-wise ops, permutes, the
+//! `Linear` epilogue, and attention with additive masks; 1 and 3 threads bit-identical.
 
 mod common;
 use common::{backends, check, reference, rel_err, Rng};
@@ -106,6 +106,16 @@ fn large_elementwise_and_linear_epilogue() {
             std::slice::from_ref(&wide),
             1e-6,
             "gelu",
+        );
+    }
+    // Head splits of an encoder (contiguous rows) and a permute moving the last axis.
+    let heads = t(&mut rng, &[2, 131, 12, 33]);
+    for perm in [vec![0, 2, 1, 3], vec![3, 1, 0, 2]] {
+        check(
+            &Op::Permute { perm },
+            std::slice::from_ref(&heads),
+            0.0,
+            "permute",
         );
     }
     // act(x·wᵀ + bias) on 131 rows of 67 → 387.

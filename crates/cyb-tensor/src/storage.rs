@@ -21,31 +21,27 @@ pub struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    /// `len` zero bytes.
+    /// `len` zero bytes (in a recycled buffer when one fits: zeroing memory still in cache is
+    /// cheaper than faulting in fresh pages).
     pub fn zeroed(len: usize) -> AlignedBuf {
-        AlignedBuf {
-            chunks: vec![Chunk([0; 64]); len.div_ceil(64)],
-            len,
-        }
+        let n = len.div_ceil(64);
+        let mut chunks = take_spare(len).unwrap_or_default();
+        chunks.clear();
+        chunks.resize(n, Chunk([0; 64]));
+        AlignedBuf { chunks, len }
     }
 
     /// `len` bytes of unspecified (initialised) content, for a result its maker overwrites
     /// entirely: a recently dropped buffer of a fitting size when one is kept (no zero fill,
     /// and often still in cache), else a zeroed one.
     pub fn for_overwrite(len: usize) -> AlignedBuf {
-        let n = len.div_ceil(64);
-        if (SPARE_MIN..=SPARE_MAX).contains(&len) {
-            let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
-            // Newest first (likeliest in cache), and not more than twice the size asked.
-            let fits = |c: &Vec<Chunk>| c.capacity() >= n && c.capacity() <= 2 * n;
-            if let Some(i) = spare.iter().rposition(fits) {
-                let mut chunks = spare.swap_remove(i);
-                drop(spare);
-                chunks.resize(n, Chunk([0; 64]));
-                return AlignedBuf { chunks, len };
+        match take_spare(len) {
+            Some(mut chunks) => {
+                chunks.resize(len.div_ceil(64), Chunk([0; 64]));
+                AlignedBuf { chunks, len }
             }
+            None => AlignedBuf::zeroed(len),
         }
-        AlignedBuf::zeroed(len)
     }
 
     /// A copy of `bytes`.
@@ -79,6 +75,19 @@ const SPARE_MIN: usize = 64 << 10;
 const SPARE_MAX: usize = 32 << 20;
 const SPARE_BYTES: usize = 128 << 20;
 static SPARE: Mutex<Vec<Vec<Chunk>>> = Mutex::new(Vec::new());
+
+/// A kept buffer with room for `len` bytes (and not more than twice that), newest first.
+fn take_spare(len: usize) -> Option<Vec<Chunk>> {
+    if !(SPARE_MIN..=SPARE_MAX).contains(&len) {
+        return None;
+    }
+    let n = len.div_ceil(64);
+    let mut spare = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+    let i = spare
+        .iter()
+        .rposition(|c| c.capacity() >= n && c.capacity() <= 2 * n)?;
+    Some(spare.swap_remove(i))
+}
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
@@ -178,6 +187,15 @@ mod tests {
         if b.as_bytes().as_ptr() == ptr {
             assert!(b.as_bytes().iter().all(|&x| x == 7));
         }
+        drop(b);
+        let mut c = AlignedBuf::for_overwrite(100_000);
+        c.as_bytes_mut().fill(9);
+        drop(c);
+        // A zeroed buffer is zero, also when it is a recycled dirty one.
+        assert!(AlignedBuf::zeroed(98_000)
+            .as_bytes()
+            .iter()
+            .all(|&x| x == 0));
         // Small requests are never served from the spares.
         assert!(AlignedBuf::for_overwrite(100)
             .as_bytes()
