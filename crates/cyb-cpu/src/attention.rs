@@ -11,6 +11,7 @@
 use crate::math::exp;
 use crate::par::{f32_tensor, wide, Par};
 use crate::pool::{split, DisjointOut};
+use crate::KernelSet;
 use cyb_ops::Op;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Tensor, TensorInfo};
 
@@ -110,15 +111,31 @@ fn transpose_keys(k: &[f32], lk: usize, d: usize, kt: &mut Vec<f32>) {
     }
 }
 
+/// `a·b + c`, fused when `F` (one rounding instead of two).
+#[inline(always)]
+fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if F {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// Raw scores `q·k_j` of keys `lo..hi` from the blocked keys (`KB` independent sums).
 #[inline(always)]
-fn scores_blocked(q: &[f32], kt: &[f32], d: usize, (lo, hi): (usize, usize), scores: &mut [f32]) {
+fn scores_blocked<const F: bool>(
+    q: &[f32],
+    kt: &[f32],
+    d: usize,
+    (lo, hi): (usize, usize),
+    scores: &mut [f32],
+) {
     for jb in lo / KB..hi.div_ceil(KB) {
         let mut acc = [0f32; KB];
         let block = &kt[jb * d * KB..(jb + 1) * d * KB];
         for (&qc, kc) in q.iter().zip(block.chunks_exact(KB)) {
             for l in 0..KB {
-                acc[l] += qc * kc[l];
+                acc[l] = madd::<F>(qc, kc[l], acc[l]);
             }
         }
         let dst = &mut scores[jb * KB..];
@@ -131,7 +148,7 @@ fn scores_blocked(q: &[f32], kt: &[f32], d: usize, (lo, hi): (usize, usize), sco
 /// round-robin to four partial sums (`4 × W` independent additions). Keys weighted 0
 /// (excluded) are skipped, so a non-finite value there cannot leak in.
 #[inline(always)]
-fn weighted<const W: usize>(
+fn weighted<const F: bool, const W: usize>(
     y: &mut [f32],
     p: &[f32],
     v: &[f32],
@@ -140,11 +157,11 @@ fn weighted<const W: usize>(
     (lo, hi): (usize, usize),
 ) {
     #[inline(always)]
-    fn add<const W: usize>(a: &mut [f32; W], pj: f32, vr: &[f32]) {
+    fn add<const F: bool, const W: usize>(a: &mut [f32; W], pj: f32, vr: &[f32]) {
         if pj != 0.0 {
             let vr = &vr[..W];
             for l in 0..W {
-                a[l] += pj * vr[l];
+                a[l] = madd::<F>(pj, vr[l], a[l]);
             }
         }
     }
@@ -152,14 +169,14 @@ fn weighted<const W: usize>(
     let row = |j: usize| &v[j * dv + off..];
     let mut j = lo;
     while j + 4 <= hi {
-        add(&mut a0, p[j], row(j));
-        add(&mut a1, p[j + 1], row(j + 1));
-        add(&mut a2, p[j + 2], row(j + 2));
-        add(&mut a3, p[j + 3], row(j + 3));
+        add::<F, W>(&mut a0, p[j], row(j));
+        add::<F, W>(&mut a1, p[j + 1], row(j + 1));
+        add::<F, W>(&mut a2, p[j + 2], row(j + 2));
+        add::<F, W>(&mut a3, p[j + 3], row(j + 3));
         j += 4;
     }
     for (a, jj) in [&mut a0, &mut a1, &mut a2].into_iter().zip(j..hi) {
-        add(a, p[jj], row(jj));
+        add::<F, W>(a, p[jj], row(jj));
     }
     for l in 0..W {
         y[off + l] = (a0[l] + a1[l]) + (a2[l] + a3[l]);
@@ -168,19 +185,19 @@ fn weighted<const W: usize>(
 
 /// [`weighted`] over all `dv` outputs: register blocks of `VB`, then 8, then 1.
 #[inline(always)]
-fn weighted_row(y: &mut [f32], p: &[f32], v: &[f32], span: (usize, usize)) {
+fn weighted_row<const F: bool>(y: &mut [f32], p: &[f32], v: &[f32], span: (usize, usize)) {
     let dv = y.len();
     let mut off = 0;
     while off + VB <= dv {
-        weighted::<VB>(y, p, v, dv, off, span);
+        weighted::<F, VB>(y, p, v, dv, off, span);
         off += VB;
     }
     while off + 8 <= dv {
-        weighted::<8>(y, p, v, dv, off, span);
+        weighted::<F, 8>(y, p, v, dv, off, span);
         off += 8;
     }
     while off < dv {
-        weighted::<1>(y, p, v, dv, off, span);
+        weighted::<F, 1>(y, p, v, dv, off, span);
         off += 1;
     }
 }
@@ -349,6 +366,9 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
         let out = DisjointOut::new(y);
         let threads = par.pool.threads().min(rows);
         let transpose = lq * group >= TRANSPOSE_MIN_ROWS;
+        // Fused multiply-adds where the kernel set has them (the portable build would call
+        // libm's software fma); each set stays deterministic across thread counts.
+        let fma = par.set != KernelSet::Portable && par.set.is_available();
         let (q, k, v, p) = (&*q, &*k, &*v, &p);
         let g = &Geometry {
             lq,
@@ -387,7 +407,11 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                 transpose_keys(keys, lk, d, &mut kt);
                                 kt_head = kv;
                             }
-                            scores_blocked(q_row, &kt, d, (lo, hi), &mut scores);
+                            if fma {
+                                scores_blocked::<true>(q_row, &kt, d, (lo, hi), &mut scores);
+                            } else {
+                                scores_blocked::<false>(q_row, &kt, d, (lo, hi), &mut scores);
+                            }
                         } else {
                             for (s, key) in scores[lo..hi]
                                 .iter_mut()
@@ -411,7 +435,11 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                             continue;
                         }
                         let vals = &v[kv * lk * dv..(kv + 1) * lk * dv];
-                        weighted_row(y_row, &scores, vals, (lo, hi));
+                        if fma {
+                            weighted_row::<true>(y_row, &scores, vals, (lo, hi));
+                        } else {
+                            weighted_row::<false>(y_row, &scores, vals, (lo, hi));
+                        }
                     }
                 },
             );
