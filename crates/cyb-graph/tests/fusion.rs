@@ -192,8 +192,8 @@ fn the_fast_cpu_backend_runs_the_fused_graph() {
     let cpu = cyb_backend::create_backend("cpu").unwrap();
     let plain = block(false);
     let mut fused = plain.clone();
-    // The cpu backend has Linear and AddRmsNorm kernels, and no layer norm of its own.
-    assert_eq!(fuse_for_backend(&mut fused, cpu.as_ref()), 3);
+    // The cpu backend has Linear, AddRmsNorm and AddLayerNorm kernels: all four fuse.
+    assert_eq!(fuse_for_backend(&mut fused, cpu.as_ref()), 4);
     let x = Tensor::from_f32(&[7, 8], &values(56, 3)).unwrap();
     let on_cpu = Dispatcher::new(vec![cpu as Arc<dyn Backend>]);
     let want = run(&plain, &Dispatcher::reference(), &x);
@@ -204,7 +204,7 @@ fn the_fast_cpu_backend_runs_the_fused_graph() {
         assert!(err <= 1e-5 * scale.max(1.0), "{err}");
     }
     let log = on_cpu.log();
-    for op in ["linear", "add_rms_norm"] {
+    for op in ["linear", "add_rms_norm", "add_layer_norm"] {
         assert!(
             log.executed
                 .contains_key(&(op.to_string(), "cpu".to_string())),
