@@ -32,12 +32,12 @@ pub struct WgpuBackend {
     pub(crate) submit_every: usize,
 }
 
-/// `CYB_WGPU_SUBMIT_EVERY` (default 32; 0 submits once per step).
+/// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
 fn submit_every() -> usize {
     std::env::var("CYB_WGPU_SUBMIT_EVERY")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(32)
+        .unwrap_or(16)
 }
 
 impl Drop for WgpuBackend {
