@@ -229,7 +229,12 @@ pub(crate) fn matmul(
     if let Some(last) = dims.last_mut() {
         *last = n;
     }
-    let mut buf = AlignedBuf::zeroed(m * n * 4);
+    // Every kernel writes each output once k > 0; with k = 0 the outputs are zero.
+    let mut buf = if k > 0 {
+        AlignedBuf::for_overwrite(m * n * 4)
+    } else {
+        AlignedBuf::zeroed(m * n * 4)
+    };
     if m * n > 0 && k > 0 {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
         if repacked(set, act, pool, scratch, &a, w_t, y) {
