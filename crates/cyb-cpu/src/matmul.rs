@@ -91,7 +91,6 @@ pub(crate) struct Scratch {
     quads: Mutex<ActQuads>,
     repacked: RepackCache,
     panels: crate::repack::WeightCache<crate::sgemm::Panels>,
-    packed_rows: Mutex<Vec<f32>>,
     /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
     pub(crate) amx: bool,
 }
@@ -107,7 +106,6 @@ impl Default for Scratch {
             quads: Mutex::default(),
             repacked: RepackCache::default(),
             panels: crate::repack::WeightCache::default(),
-            packed_rows: Mutex::default(),
             amx: std::env::var("CYB_CPU_AMX").map_or(true, |v| v.trim() != "0"),
         }
     }
@@ -138,14 +136,9 @@ fn repacked(
                 build(w_t.host_bytes()?, n, k).map(Arc::new)
             });
             if let Some(w) = packed {
-                let mut rows = scratch
-                    .packed_rows
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                crate::sgemm::pack_rows(pool, a, m, k, &mut rows);
                 // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
                 // when the backend was made.
-                unsafe { crate::sgemm::gemm(pool, tile, &w, &rows, m, y) };
+                unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y) };
                 return true;
             }
         }

@@ -5,8 +5,8 @@
 //! holds outputs `p·NR..p·NR + NR` as `k` runs of `NR` values in the weight's own dtype
 //! (`[k][NR]`, the last panel padded with zero outputs), so one step of the micro-kernel loads
 //! the `NR` weights of one `k` contiguously and multiplies them with `MR` broadcast activations
-//! into `MR × NR` accumulators held in registers for the whole of `k`. The activations are
-//! packed per call the same way (`MR` rows interleaved, `[k][MR]`).
+//! into `MR × NR` accumulators held in registers for the whole of `k`. The activations are read
+//! in place, `MR` rows at a time (packing them too measured no faster).
 //!
 //! Every output is one running sum over `k` in order, whatever the tiling and the thread
 //! count; the pool splits panels (outputs), never `k`. Rows are taken in blocks that stay in
@@ -98,33 +98,11 @@ fn pack_panels<V: bytemuck::Pod + Send + Sync>(
     });
 }
 
-/// Packs `m` activation rows of `k` (`a`) into `ceil(m / MR)` tiles of `[k][MR]` in `buf`
-/// (rows past `m` are zero), tiles split over the pool.
-pub fn pack_rows(pool: &ThreadPool, a: &[f32], m: usize, k: usize, buf: &mut Vec<f32>) {
-    let tiles = m.div_ceil(MR);
-    buf.clear();
-    buf.resize(tiles * k * MR, 0.0);
-    let out = DisjointOut::new(buf);
-    let threads = pool.threads();
-    pool.run(&|t| {
-        for tile in split(tiles, threads, t) {
-            // SAFETY: tile `tile` belongs to this thread only.
-            let dst = unsafe { out.slice(tile * k * MR..(tile + 1) * k * MR) };
-            for r in 0..MR.min(m - tile * MR) {
-                let row = &a[(tile * MR + r) * k..][..k];
-                for (i, &v) in row.iter().enumerate() {
-                    dst[i * MR + r] = v;
-                }
-            }
-        }
-    });
-}
-
 /// `MR × NR` results of one register tile.
 pub type TileOut = [[f32; NR]; MR];
 
-/// One register tile: the packed rows `rows` (`[k][MR]`, the first `nr` of them used) times
-/// `panel` over all of `k`, into `out`.
+/// One register tile: `nr` activation rows (`rows`, `k` apart) times `panel` over all of `k`,
+/// into `out`.
 pub type Tile = unsafe fn(panel: &[u8], rows: &[f32], k: usize, nr: usize, out: &mut TileOut);
 
 /// The tile for weights of `dtype` in `set`, if this GEMM covers it.
@@ -142,7 +120,7 @@ pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
     }
 }
 
-/// Computes `m` rows of `y` (`m × w.n`) from the packed activation tiles `rows`.
+/// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`).
 ///
 /// # Safety
 /// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
@@ -156,7 +134,7 @@ pub unsafe fn gemm(
     y: &mut [f32],
 ) {
     let (n, k) = (w.n, w.k);
-    assert!(y.len() >= m * n && rows.len() >= m.div_ceil(MR) * k * MR);
+    assert!(y.len() >= m * n && rows.len() >= m * k);
     let block = (ROW_BLOCK_BYTES / (k * 4 * MR)).max(1) * MR;
     let panels = w.panels();
     let threads = pool.threads();
@@ -171,14 +149,18 @@ pub unsafe fn gemm(
                 let panel = w.panel(p);
                 for r0 in (m0..m1).step_by(MR) {
                     let nr = (m1 - r0).min(MR);
-                    let tile_rows = &rows[r0 * k..(r0 + MR) * k];
+                    let tile_rows = &rows[r0 * k..(r0 + nr) * k];
                     // SAFETY: per this fn's contract; the tile checks its bounds.
                     unsafe { tile(panel, tile_rows, k, nr, &mut res) };
                     for (r, row) in res.iter().enumerate().take(nr) {
                         let at = (r0 + r) * n + c0;
                         // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
                         let dst = unsafe { out.slice(at..at + nc) };
-                        dst.copy_from_slice(&row[..nc]);
+                        // A whole panel is a fixed-size copy (inlined, not a memmove call).
+                        match <&mut [f32; NR]>::try_from(&mut *dst) {
+                            Ok(d) => *d = *row,
+                            Err(_) => dst.copy_from_slice(&row[..nc]),
+                        }
                     }
                 }
             }

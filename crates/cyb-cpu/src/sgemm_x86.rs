@@ -1,4 +1,4 @@
-//! AVX-512 register tiles of `sgemm.rs`: `R` packed activation rows × 32 packed outputs, two
+//! AVX-512 register tiles of `sgemm.rs`: `R` activation rows × 32 packed outputs, two
 //! accumulators per row, all of `k` in registers.
 
 use crate::sgemm::{TileOut, MR, NR};
@@ -29,7 +29,7 @@ macro_rules! sgemm_tile {
     ($entry:ident, $rows:ident, $size:expr, $load:ident) => {
         #[target_feature(enable = "avx512f")]
         unsafe fn $rows<const R: usize>(panel: &[u8], rows: &[f32], k: usize, out: &mut TileOut) {
-            assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= k * MR);
+            assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= (R - 1) * k + k);
             let mut lo = [_mm512_setzero_ps(); R];
             let mut hi = [_mm512_setzero_ps(); R];
             let (bp, ap) = (panel.as_ptr(), rows.as_ptr());
@@ -38,9 +38,8 @@ macro_rules! sgemm_tile {
                 unsafe {
                     let b0 = $load(bp.add(i * NR * $size));
                     let b1 = $load(bp.add((i * NR + 16) * $size));
-                    let x = ap.add(i * MR);
                     for r in 0..R {
-                        let v = _mm512_set1_ps(*x.add(r));
+                        let v = _mm512_set1_ps(*ap.add(r * k + i));
                         lo[r] = _mm512_fmadd_ps(v, b0, lo[r]);
                         hi[r] = _mm512_fmadd_ps(v, b1, hi[r]);
                     }
