@@ -24,6 +24,8 @@ Tensor types per file (mirroring what llama.cpp's llama-quantize produces for th
   every matrix with 576 columns in the SmolLM2 shape). Every quantized tensor of this file
   comes from cyb-llm's own quantizer (`cyb_tensor::quant::quantize`, through
   crates/cyb-cli/examples/quantize_raw.rs).
+- q5_k_m: the same rule with Q5_K as the default type (fallback Q5_1 for rows that are not
+  whole 256-value blocks, as llama.cpp).
 
 The SmolLM2 shape carries the real SmolLM2 tokenizer, copied from the cached SmolLM2 GGUF
 (`cyb-llm run` fetches it); the Llama-3.2-1B shape gets a synthetic gpt2-style vocabulary of
@@ -76,7 +78,7 @@ SHAPES = {
     ),
 }
 
-FILE_TYPES = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}
+FILE_TYPES = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}
 
 
 def tensor_list(s: Shape) -> list[tuple[str, tuple[int, ...]]]:
@@ -109,7 +111,7 @@ def use_more_bits(i: int, n: int) -> bool:
 def k_fallback(t: QT, cols: int) -> QT:
     if cols % QK_K == 0:
         return t
-    return {QT.Q4_K: QT.Q5_0, QT.Q6_K: QT.Q8_0}.get(t, t)
+    return {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0}.get(t, t)
 
 
 def tensor_type(s: Shape, dtype: str, name: str, shape: tuple[int, ...]) -> QT:
@@ -123,8 +125,8 @@ def tensor_type(s: Shape, dtype: str, name: str, shape: tuple[int, ...]) -> QT:
     is_output = name == "token_embd.weight"  # tied: llama-quantize treats it as output
     if dtype == "q4_0":
         return k_fallback(QT.Q6_K, cols) if is_output else QT.Q4_0
-    if dtype == "q4_k_m":
-        t = QT.Q4_K
+    if dtype in ("q4_k_m", "q5_k_m"):
+        t = QT.Q4_K if dtype == "q4_k_m" else QT.Q5_K
         if is_output:
             t = QT.Q6_K
         elif name.endswith((".attn_v.weight", ".ffn_down.weight")):
@@ -311,7 +313,7 @@ def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | No
     wr.write_ti_data_to_file()
     for (name, shape), t in zip(tensors, types):
         w = weights(s, name, shape)
-        wr.write_tensor_data(quantize(w, t, ours, use_ours=dtype == "q4_k_m"))
+        wr.write_tensor_data(quantize(w, t, ours, use_ours=dtype in ("q4_k_m", "q5_k_m")))
         print(f"  {name:28} {t.name:5} {shape}", file=sys.stderr)
     wr.close()
     tmp_path.rename(out)
