@@ -15,8 +15,9 @@
 
 use crate::bert::Step;
 use crate::bert_batch;
-use crate::bert_config::BertConfig;
-use crate::bert_pooling::EncoderOutput;
+use crate::bert_config::{BertConfig, BertHead};
+use crate::bert_modern_heads::ModernHead;
+use crate::bert_pooling::{EncoderOutput, Pooling};
 use crate::bert_weights::Linear;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
@@ -35,6 +36,11 @@ pub struct ModernSettings {
     pub window: usize,
     pub rope_global: f32,
     pub rope_local: f32,
+    /// The task head's activation (`classifier_activation`, transformers' name).
+    pub head_activation: String,
+    /// Sequence classification pools by the mean (`classifier_pooling: mean`), not the first
+    /// token.
+    pub mean_pool: bool,
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> Error {
@@ -77,7 +83,23 @@ impl ModernSettings {
                 .or_else(|| num(old))
                 .unwrap_or(default) as f32
         };
+        let pooling = config
+            .get("classifier_pooling")
+            .and_then(Value::as_str)
+            .unwrap_or("cls");
+        if !matches!(pooling, "cls" | "mean") {
+            return Err(invalid(
+                "classifier_pooling",
+                format!("{pooling:?} (expected cls or mean)"),
+            ));
+        }
         Ok(ModernSettings {
+            head_activation: config
+                .get("classifier_activation")
+                .and_then(Value::as_str)
+                .unwrap_or("gelu")
+                .into(),
+            mean_pool: pooling == "mean",
             global,
             window: local_attention / 2,
             rope_global: theta("full_attention", "global_rope_theta", 160_000.0),
@@ -103,6 +125,7 @@ pub struct ModernBertModel {
     embed_norm: (Tensor, Option<Tensor>),
     layers: Vec<ModernLayer>,
     final_norm: (Tensor, Option<Tensor>),
+    head: Option<ModernHead>,
     dispatcher: Arc<Dispatcher>,
 }
 
@@ -197,8 +220,30 @@ impl ModernBertModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let embed = l.tensor("embeddings.tok_embeddings.weight", &[config.vocab_size, h])?;
+        // Heads sit beside the encoder, without its `model.` prefix.
+        let heads = Loader {
+            file,
+            names: l.names.clone(),
+            prefix: String::new(),
+        };
+        let head = ModernHead::load(
+            config.head,
+            &modern,
+            h,
+            config.labels.len(),
+            &embed,
+            |name, dims, required| {
+                if required {
+                    heads.tensor(name, dims).map(Some)
+                } else {
+                    heads.optional(name, dims)
+                }
+            },
+        )?;
         Ok(ModernBertModel {
-            embed: l.tensor("embeddings.tok_embeddings.weight", &[config.vocab_size, h])?,
+            head,
+            embed,
             embed_norm: l.norm("embeddings.norm", h)?,
             layers,
             final_norm: l.norm("final_norm", h)?,
@@ -214,32 +259,94 @@ impl ModernBertModel {
 
     /// The final hidden states of every token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
-        bert_batch::check(&self.config, seqs)?;
         let h = self.config.hidden_size;
+        let host = self.in_step(seqs, |_, _, x| Ok(x))?;
+        Ok(EncoderOutput {
+            hidden: h,
+            states: split_rows(&host, seqs, h)?,
+        })
+    }
+
+    /// Masked-LM vocabulary logits, `[len_i, vocab]` row-major per sequence
+    /// (`ModernBertForMaskedLM`).
+    pub fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let head = self.head_of(BertHead::MaskedLm, "masked LM")?;
+        let eps = self.config.norm_eps;
+        let host = self.in_step(seqs, |_, step, x| head.run(step, &x, eps))?;
+        split_rows(&host, seqs, self.config.vocab_size)
+    }
+
+    /// Per-token label logits, `[len_i, labels]` per sequence
+    /// (`ModernBertForTokenClassification`).
+    pub fn token_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let head = self.head_of(BertHead::TokenClassification, "token classification")?;
+        let eps = self.config.norm_eps;
+        let host = self.in_step(seqs, |_, step, x| head.run(step, &x, eps))?;
+        split_rows(&host, seqs, self.config.labels.len())
+    }
+
+    /// Label logits per sequence (`ModernBertForSequenceClassification`): the first token's
+    /// state, or the mean of the sequence's, through the head.
+    pub fn sequence_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let head = self.head_of(BertHead::SequenceClassification, "sequence classification")?;
+        let pooling = if head.mean_pool {
+            Pooling::Mean
+        } else {
+            Pooling::Cls
+        };
+        let pooled: Vec<f32> = self.hidden_states(seqs)?.pool(pooling, false).concat();
+        let x = Tensor::from_f32(&[seqs.len(), self.config.hidden_size], &pooled)?;
+        let eps = self.config.norm_eps;
+        let host = self.steps(|step| head.run(step, &x, eps))?;
+        let n = self.config.labels.len();
+        Ok(host.chunks(n.max(1)).map(<[f32]>::to_vec).collect())
+    }
+
+    fn head_of(&self, kind: BertHead, what: &str) -> Result<&ModernHead> {
+        self.head
+            .as_ref()
+            .filter(|h| h.kind == kind)
+            .ok_or_else(|| {
+                Error::invalid(
+                    what,
+                    format!(
+                        "this ModernBERT checkpoint has no {what} head (config.json names {})",
+                        self.config.architecture
+                    ),
+                )
+            })
+    }
+
+    /// Runs the encoder on `seqs` (packed back to back) and then `then` on its output, in one
+    /// step; the result on the host.
+    fn in_step(
+        &self,
+        seqs: &[Vec<u32>],
+        then: impl FnOnce(&Self, &mut Step<'_>, Tensor) -> Result<Tensor>,
+    ) -> Result<Vec<f32>> {
+        bert_batch::check(&self.config, seqs)?;
         let ids: Vec<i64> = seqs.iter().flatten().map(|&t| i64::from(t)).collect();
         let ids = Tensor::from_i64(&[ids.len()], &ids)?;
+        self.steps(|step| {
+            let x = self.encode(step, &ids, seqs)?;
+            then(self, step, x)
+        })
+    }
+
+    /// `body` inside one dispatcher step; its result on the host.
+    fn steps(&self, body: impl FnOnce(&mut Step<'_>) -> Result<Tensor>) -> Result<Vec<f32>> {
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
         };
         let begun = self.dispatcher.begin_step(&mut step.ctx);
         let result = begun
-            .and_then(|()| self.encode(&mut step, &ids, seqs))
+            .and_then(|()| body(&mut step))
             .and_then(|t| self.dispatcher.to_host(&t));
         let ended = self.dispatcher.end_step(&mut step.ctx);
         let x = result?;
         ended?;
-        let host = x.to_f32_vec()?;
-        let mut states = Vec::with_capacity(seqs.len());
-        let mut start = 0;
-        for s in seqs {
-            let rows = host
-                .get(start * h..(start + s.len()) * h)
-                .ok_or_else(|| Error::invalid("modernbert", "result shorter than the batch"))?;
-            states.push(rows.to_vec());
-            start += s.len();
-        }
-        Ok(EncoderOutput { hidden: h, states })
+        x.to_f32_vec()
     }
 
     fn norm(
@@ -370,4 +477,18 @@ impl ModernBertModel {
         let a = step.run(Op::Concat { axis: 0 }, &refs)?;
         step.linear(&a, &layer.wo)
     }
+}
+
+/// `rows`-wide results of the packed tokens, split per sequence.
+fn split_rows(host: &[f32], seqs: &[Vec<u32>], width: usize) -> Result<Vec<Vec<f32>>> {
+    let mut out = Vec::with_capacity(seqs.len());
+    let mut start = 0;
+    for s in seqs {
+        let rows = host
+            .get(start * width..(start + s.len()) * width)
+            .ok_or_else(|| Error::invalid("modernbert", "result shorter than the batch"))?;
+        out.push(rows.to_vec());
+        start += s.len();
+    }
+    Ok(out)
 }

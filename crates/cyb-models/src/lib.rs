@@ -11,6 +11,7 @@ mod bert_batch;
 mod bert_config;
 mod bert_gguf;
 mod bert_modern;
+mod bert_modern_heads;
 mod bert_pooling;
 mod bert_weights;
 mod deberta;

@@ -270,3 +270,40 @@ fn modernbert_matches_transformers() {
     // The post-LN loader refuses it rather than misreading it.
     assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
 }
+
+#[test]
+fn modernbert_heads_match_transformers() {
+    for (variant, head) in [
+        ("modernbert_mlm", BertHead::MaskedLm),
+        ("modernbert_cls", BertHead::SequenceClassification),
+        ("modernbert_tok", BertHead::TokenClassification),
+    ] {
+        let r = reference(variant);
+        let file = cyb_format::open(dir(variant)).unwrap();
+        let m =
+            cyb_models::ModernBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+        assert_eq!(m.config().head, head, "{variant}");
+        let seqs: Vec<Vec<u32>> = r["sequences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| ids(&s["ids"]))
+            .collect();
+        let got = match head {
+            BertHead::MaskedLm => m.masked_lm_logits(&seqs).unwrap(),
+            BertHead::SequenceClassification => m.sequence_logits(&seqs).unwrap(),
+            _ => m.token_logits(&seqs).unwrap(),
+        };
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            check(
+                &format!("{variant} seq {i}"),
+                &got[i],
+                &floats(&s["logits"]),
+            );
+        }
+        // Each checkpoint has only its own head.
+        if head != BertHead::MaskedLm {
+            assert!(m.masked_lm_logits(&seqs).is_err(), "{variant}");
+        }
+    }
+}

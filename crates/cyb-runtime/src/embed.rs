@@ -52,15 +52,10 @@ impl EncoderNet {
         match self {
             EncoderNet::Bert(m) => m.masked_lm_logits(seqs),
             EncoderNet::Deberta(m) => m.masked_lm_logits(seqs),
-            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(Error::invalid(
+            EncoderNet::Modern(m) => m.masked_lm_logits(seqs),
+            EncoderNet::Jina(_) => Err(Error::invalid(
                 "fill-mask",
-                format!(
-                    "{} masked-LM heads are not supported yet",
-                    match self {
-                        EncoderNet::Jina(_) => "Jina-v2",
-                        _ => "ModernBERT",
-                    }
-                ),
+                "Jina-v2 masked-LM heads are not supported yet",
             )),
         }
     }
@@ -69,7 +64,8 @@ impl EncoderNet {
         match self {
             EncoderNet::Bert(m) => m.token_logits(seqs),
             EncoderNet::Deberta(m) => m.token_logits(seqs),
-            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(self.no_heads()),
+            EncoderNet::Modern(m) => m.token_logits(seqs),
+            EncoderNet::Jina(_) => Err(self.no_heads()),
         }
     }
 
@@ -81,20 +77,16 @@ impl EncoderNet {
         match self {
             EncoderNet::Bert(m) => m.sequence_logits_typed(seqs, types),
             EncoderNet::Deberta(m) => m.sequence_logits_typed(seqs, types),
-            EncoderNet::Modern(_) | EncoderNet::Jina(_) => Err(self.no_heads()),
+            // ModernBERT has no token types: a pair is told apart by its separator alone.
+            EncoderNet::Modern(m) => m.sequence_logits(seqs),
+            EncoderNet::Jina(_) => Err(self.no_heads()),
         }
     }
 
     fn no_heads(&self) -> Error {
         Error::invalid(
             "classify",
-            format!(
-                "{} classification heads are not supported yet",
-                match self {
-                    EncoderNet::Jina(_) => "Jina-v2",
-                    _ => "ModernBERT",
-                }
-            ),
+            "Jina-v2 classification heads are not supported yet",
         )
     }
 }
