@@ -4,37 +4,13 @@
 //! equal transformers' (that fixture's reference.json, F32 relative error ≤ 1e-5) and the
 //! Hugging Face directory's, in padded and packed batches.
 
+mod common;
+use common::*;
+
 use cyb_backend::Dispatcher;
 use cyb_models::{BatchLayout, BertHead, BertModel, Pooling};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(rel)
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn check(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let diff = got
-        .iter()
-        .zip(want)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
-    let e = diff / scale.max(1e-30);
-    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
-}
 
 #[test]
 fn gguf_bert_matches_transformers_and_the_hf_directory() {

@@ -4,42 +4,12 @@
 //! tests/fixtures/bert. Logits of a batch of three sequences of different lengths (padded and
 //! packed) and of each alone against transformers, F32 relative error ≤ 1e-5.
 
+mod common;
+use common::*;
+
 use cyb_backend::Dispatcher;
 use cyb_models::{BatchLayout, BertHead, BertModel};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(rel)
-}
-
-fn reference(rel: &str) -> Value {
-    let text = std::fs::read_to_string(fixture(rel)).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn check(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let diff = got
-        .iter()
-        .zip(want)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
-    let e = diff / scale.max(1e-30);
-    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
-}
 
 const LABELS: [&str; 3] = ["negative", "neutral", "positive"];
 
