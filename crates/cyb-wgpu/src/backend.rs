@@ -11,7 +11,7 @@ use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 /// The portable GPU backend (`"wgpu"`).
@@ -23,6 +23,8 @@ pub struct WgpuBackend {
     step_done: Condvar,
     /// Per-kernel timing (`CYB_WGPU_PROFILE`).
     pub(crate) profile: Option<crate::profile::Profile>,
+    /// Host time spent recording (`CYB_WGPU_HOST_TIME`).
+    host_time: Option<crate::host_time::HostTime>,
     /// Kernel launches recorded so far (after merging; see `launch.rs`).
     pub(crate) launches: std::sync::atomic::AtomicU64,
     /// Adjacent independent launches are merged (`launch.rs`).
@@ -45,6 +47,9 @@ impl Drop for WgpuBackend {
         if let Some(p) = &self.profile {
             eprint!("{}", p.report());
         }
+        if let Some(h) = &self.host_time {
+            eprint!("{}", h.report(self.launch_count()));
+        }
     }
 }
 
@@ -60,15 +65,15 @@ pub(crate) struct State {
     /// the same kernels on the same pooled buffers every time, so after the first steps no bind
     /// group is created. Cleared when it grows past `BIND_CACHE_MAX` (an entry keeps its
     /// buffers alive).
-    pub(crate) bind_groups: HashMap<BindKey, wgpu::BindGroup>,
-    /// The last rope cos/sin table staged this step, reused while the next one is equal (q and
-    /// k of every layer share it).
-    pub(crate) rope_table: Option<(Vec<f32>, Arc<GpuBuf>)>,
+    pub(crate) bind_groups: FxHashMap<BindKey, wgpu::BindGroup>,
+    /// The last rope cos/sin table staged this step and what it was made from, reused while
+    /// the next rope's inputs are equal (q and k of every layer share them).
+    pub(crate) rope_table: Option<(crate::ops::RopeSource, Arc<GpuBuf>)>,
     frame: FrameAllocator<Arc<GpuBuf>>,
     /// Weights kept on the device across steps, keyed by the address of their bytes inside a
     /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
     /// its address cannot be reused for other bytes while the entry exists.
-    resident: HashMap<ResidentKey, Resident>,
+    resident: FxHashMap<ResidentKey, Resident>,
     /// A forward step is running. Steps of different sessions take turns: `begin_step` recycles
     /// every frame buffer, which must not happen under a step that still uses them.
     in_step: bool,
@@ -126,9 +131,9 @@ impl WgpuBackend {
                 pass: None,
                 params: None,
                 rope_table: None,
-                bind_groups: HashMap::new(),
+                bind_groups: FxHashMap::default(),
                 frame: FrameAllocator::new(),
-                resident: HashMap::new(),
+                resident: FxHashMap::default(),
                 in_step: false,
                 pending: None,
                 spare: None,
@@ -137,6 +142,7 @@ impl WgpuBackend {
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
+            host_time: crate::host_time::HostTime::from_env(),
             launches: std::sync::atomic::AtomicU64::new(0),
             submit_every: submit_every(),
         })
@@ -150,6 +156,21 @@ impl WgpuBackend {
     /// Buffers created and bytes owned by the frame allocator (for tests and metrics).
     pub fn frame_stats(&self) -> cyb_backend::FrameStats {
         self.lock().frame.stats()
+    }
+
+    /// Times the caller's scope when `CYB_WGPU_HOST_TIME` is set.
+    fn host_span(&self) -> Option<crate::host_time::Span<'_>> {
+        self.host_time
+            .as_ref()
+            .map(crate::host_time::HostTime::span)
+    }
+
+    /// Host nanoseconds spent recording, when `CYB_WGPU_HOST_TIME` is set:
+    /// (recording, inside `queue.submit`, calls timed).
+    pub fn host_time(&self) -> Option<(u64, u64, u64)> {
+        self.host_time
+            .as_ref()
+            .map(crate::host_time::HostTime::totals)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -297,7 +318,12 @@ impl WgpuBackend {
         st.since_submit = 0;
         self.write_params(st);
         if let Some(enc) = st.encoder.take() {
-            self.ctx.queue.submit([enc.finish()]);
+            let cmd = enc.finish();
+            let t0 = std::time::Instant::now();
+            self.ctx.queue.submit([cmd]);
+            if let Some(h) = &self.host_time {
+                h.add_submit(t0);
+            }
         }
     }
 
@@ -425,6 +451,7 @@ impl Backend for WgpuBackend {
     }
 
     fn execute(&self, op: &Op, inputs: &[Tensor], _ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+        let _timed = self.host_span();
         let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
         let declined = || Error::UnsupportedOp {
             op: op.name().into(),
@@ -481,6 +508,7 @@ impl Backend for WgpuBackend {
     }
 
     fn upload_tensor(&self, t: &Tensor) -> Result<Tensor> {
+        let _timed = self.host_span();
         let Storage::Shared { owner, .. } = t.storage() else {
             let bytes = t
                 .host_bytes()
@@ -523,6 +551,10 @@ impl Backend for WgpuBackend {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         st.in_step = true;
+        if let Some(h) = &self.host_time {
+            h.begin_step(self.launch_count());
+        }
+        let _timed = self.host_span();
         self.flush(&mut st);
         st.rope_table = None;
         st.frame.reset();
@@ -530,6 +562,7 @@ impl Backend for WgpuBackend {
     }
 
     fn end_step(&self, _ctx: &mut ExecContext) -> Result<()> {
+        let _timed = self.host_span();
         let mut st = self.lock();
         self.flush(&mut st);
         st.in_step = false;

@@ -3,7 +3,7 @@
 //! bind group layout per (inputs, outputs) count serves them all.
 
 use cyb_tensor::DType;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
@@ -140,7 +140,7 @@ pub struct Kernel {
 
 #[derive(Default)]
 pub struct Kernels {
-    pipelines: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
+    pipelines: Mutex<FxHashMap<KernelKey, Arc<Kernel>>>,
 }
 
 impl Kernels {

@@ -17,15 +17,23 @@
 use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
+use arrayvec::ArrayVec;
 use cyb_backend::BufferUsage;
 use cyb_tensor::{Error, Result};
 use std::sync::Arc;
 
+/// A launch's parameter words (at most one 32-word block) and buffers, held inline: recording
+/// a launch allocates nothing.
+type Params = ArrayVec<u32, 32>;
+type Bufs = ArrayVec<(u64, wgpu::Buffer), MAX_BUFFERS>;
+/// Launches held back: at most four (`Pending::RopeAppend`).
+type Held = ArrayVec<Launch, 4>;
+
 /// One kernel launch as recorded: the buffers as (id, handle), reads first.
 pub(crate) struct Launch {
     key: KernelKey,
-    params: Vec<u32>,
-    bufs: Vec<(u64, wgpu::Buffer)>,
+    params: Params,
+    bufs: Bufs,
     groups: u32,
 }
 
@@ -84,35 +92,43 @@ fn pairable(l: &Launch) -> bool {
 pub(crate) enum Pending {
     /// `matmul.wgsl` `main` launches (few activation rows) of one activation, weights of one
     /// dtype and the same `k`: up to three.
-    Matvec(Vec<Launch>),
+    Matvec(Held),
     /// Two of them and the gated unit (`swiglu`/`geglu` of two inputs) reading exactly their
     /// outputs: gate, up, unit. Complete.
-    Glu(Vec<Launch>),
+    Glu(Held),
     /// Rope launches sharing one cos/sin table: up to two.
-    Rope(Vec<Launch>),
+    Rope(Held),
     /// Strided copies: up to two.
-    Copy(Vec<Launch>),
+    Copy(Held),
     /// The two ropes, the copy of the second one's output (k) from its first element on (its
     /// KV cache append), and perhaps one more copy from a contiguous source (v's append).
-    RopeAppend(Vec<Launch>),
+    RopeAppend(Held),
     /// Two `rms_norm` launches with one eps and offset, or two broadcasting binary launches of
     /// one kind (`add`, `sub`, `mul`, `div`).
-    Pair(Vec<Launch>),
+    Pair(Held),
 }
 
 impl Pending {
-    /// Holds `l` if a later launch could join it.
-    fn start(l: Launch) -> std::result::Result<Pending, Launch> {
-        if l.is(Family::MatMul, "main") {
-            Ok(Pending::Matvec(vec![l]))
-        } else if l.is(Family::Rope, "rope") {
-            Ok(Pending::Rope(vec![l]))
-        } else if l.is(Family::Copy, "copy") {
-            Ok(Pending::Copy(vec![l]))
-        } else if pairable(&l) {
-            Ok(Pending::Pair(vec![l]))
+    /// Whether a later launch could join `l` (then it is held: [`Pending::start`]).
+    fn holds(l: &Launch) -> bool {
+        l.is(Family::MatMul, "main")
+            || l.is(Family::Rope, "rope")
+            || l.is(Family::Copy, "copy")
+            || pairable(l)
+    }
+
+    /// Holds `l`, which [`Pending::holds`] accepts.
+    fn start(l: Launch) -> Pending {
+        let one = Held::from_iter([l]);
+        let first = &one[0];
+        if first.is(Family::MatMul, "main") {
+            Pending::Matvec(one)
+        } else if first.is(Family::Rope, "rope") {
+            Pending::Rope(one)
+        } else if first.is(Family::Copy, "copy") {
+            Pending::Copy(one)
         } else {
-            Err(l)
+            Pending::Pair(one)
         }
     }
 
@@ -219,7 +235,7 @@ impl Pending {
                 let n = |i: usize| v.get(i).map_or(0, |l| l.param(1));
                 let blocks = f.groups / f.param(1).max(1);
                 let groups: u32 = v.iter().map(|l| l.groups).sum();
-                let params = vec![
+                let params = Params::from_iter([
                     f.param(0),
                     f.param(2),
                     f.param(4),
@@ -229,13 +245,13 @@ impl Pending {
                     n(2),
                     0,
                     groups,
-                ];
+                ]);
                 let w = |i: usize| v.get(i).unwrap_or(f).bufs[1].clone();
                 let y = |i: usize| match v.get(i) {
                     Some(l) => l.bufs[2].clone(),
                     None => spare_ref(0),
                 };
-                let bufs = vec![
+                let bufs = Bufs::from_iter([
                     f.bufs[0].clone(),
                     w(0),
                     w(1),
@@ -244,7 +260,7 @@ impl Pending {
                     y(1),
                     y(2),
                     spare_ref(1),
-                ];
+                ]);
                 Some(multi_launch(f, params, bufs, groups))
             }
             Pending::Glu(v) => {
@@ -260,7 +276,7 @@ impl Pending {
                     2
                 };
                 let blocks = g.groups / g.param(1).max(1);
-                let params = vec![
+                let params = Params::from_iter([
                     g.param(0),
                     g.param(2),
                     g.param(4),
@@ -270,8 +286,8 @@ impl Pending {
                     0,
                     mode,
                     g.groups,
-                ];
-                let bufs = vec![
+                ]);
+                let bufs = Bufs::from_iter([
                     g.bufs[0].clone(),
                     g.bufs[1].clone(),
                     u.bufs[1].clone(),
@@ -280,20 +296,20 @@ impl Pending {
                     u.bufs[2].clone(),
                     spare_ref(0),
                     glu.bufs[2].clone(),
-                ];
+                ]);
                 Some(multi_launch(g, params, bufs, g.groups))
             }
             Pending::Rope(v) => {
                 let (a, b) = (&v[0], &v[1]);
-                let mut params: Vec<u32> = (0..6).map(|i| a.param(i)).collect();
+                let mut params: Params = (0..6).map(|i| a.param(i)).collect();
                 params.extend([b.param(0), b.param(1), a.groups]);
-                let bufs = vec![
+                let bufs = Bufs::from_iter([
                     a.bufs[0].clone(),
                     b.bufs[0].clone(),
                     a.bufs[1].clone(),
                     a.bufs[2].clone(),
                     b.bufs[2].clone(),
-                ];
+                ]);
                 Some(Launch {
                     key: KernelKey::plain(Family::RopePair, "rope_pair"),
                     params,
@@ -304,7 +320,7 @@ impl Pending {
             Pending::RopeAppend(v) => {
                 let (q, k, kc) = (&v[0], &v[1], &v[2]);
                 let vc = v.get(3);
-                let mut params: Vec<u32> = (0..6).map(|i| q.param(i)).collect();
+                let mut params: Params = (0..6).map(|i| q.param(i)).collect();
                 params.extend([k.param(0), k.param(1), q.groups, q.groups + k.groups]);
                 params.extend((1..5).chain(9..13).map(|i| kc.param(i)));
                 params.push(kc.param(14));
@@ -313,7 +329,7 @@ impl Pending {
                     None => params.extend([0; 9]),
                 }
                 params.push(vc.map_or(0, |c| c.param(14)));
-                let bufs = vec![
+                let bufs = Bufs::from_iter([
                     q.bufs[0].clone(),
                     k.bufs[0].clone(),
                     q.bufs[1].clone(),
@@ -322,7 +338,7 @@ impl Pending {
                     k.bufs[2].clone(),
                     kc.bufs[1].clone(),
                     vc.map_or_else(|| spare_ref(0), |c| c.bufs[1].clone()),
-                ];
+                ]);
                 Some(Launch {
                     key: KernelKey::plain(Family::RopeAppend, "rope_append"),
                     params,
@@ -334,15 +350,21 @@ impl Pending {
                 let (a, b) = (&v[0], &v[1]);
                 let (key, params) = if a.key.family == Family::Norm {
                     // norm params: 0 rows, 1 d, 2 eps, 3 offset.
-                    let p = vec![a.param(0), a.param(1), a.param(2), a.param(3)];
-                    let p = [p, vec![b.param(0), b.param(1)]].concat();
+                    let p = Params::from_iter([
+                        a.param(0),
+                        a.param(1),
+                        a.param(2),
+                        a.param(3),
+                        b.param(0),
+                        b.param(1),
+                    ]);
                     (KernelKey::plain(Family::NormPair, "norm_pair"), p)
                 } else {
                     let op = ["add", "sub", "mul", "div"]
                         .iter()
                         .position(|e| a.key.entry == *e)
                         .unwrap_or(0) as u32;
-                    let mut p: Vec<u32> = (0..13).map(|i| a.param(i)).collect();
+                    let mut p: Params = (0..13).map(|i| a.param(i)).collect();
                     p.extend((0..13).map(|i| b.param(i)));
                     p.extend([a.groups, op]);
                     (KernelKey::plain(Family::BinaryPair, "binary_pair"), p)
@@ -351,9 +373,9 @@ impl Pending {
                 // binary_pair A0, B0, A1, B1.
                 let b_ = |i: usize, l: &Launch| l.bufs[i].clone();
                 let mut bufs = if key.family == Family::NormPair {
-                    vec![b_(0, a), b_(0, b), b_(1, a), b_(1, b)]
+                    Bufs::from_iter([b_(0, a), b_(0, b), b_(1, a), b_(1, b)])
                 } else {
-                    vec![b_(0, a), b_(1, a), b_(0, b), b_(1, b)]
+                    Bufs::from_iter([b_(0, a), b_(1, a), b_(0, b), b_(1, b)])
                 };
                 bufs.extend([b_(2, a), b_(2, b)]);
                 Some(Launch {
@@ -365,15 +387,15 @@ impl Pending {
             }
             Pending::Copy(v) => {
                 let (a, b) = (&v[0], &v[1]);
-                let mut params: Vec<u32> = (0..15).map(|i| a.param(i)).collect();
+                let mut params: Params = (0..15).map(|i| a.param(i)).collect();
                 params.extend((0..15).map(|i| b.param(i)));
                 params.push(a.groups);
-                let bufs = vec![
+                let bufs = Bufs::from_iter([
                     a.bufs[0].clone(),
                     b.bufs[0].clone(),
                     a.bufs[1].clone(),
                     b.bufs[1].clone(),
-                ];
+                ]);
                 Some(Launch {
                     key: KernelKey::plain(Family::CopyPair, "copy_pair"),
                     params,
@@ -385,12 +407,7 @@ impl Pending {
     }
 }
 
-fn multi_launch(
-    first: &Launch,
-    params: Vec<u32>,
-    bufs: Vec<(u64, wgpu::Buffer)>,
-    groups: u32,
-) -> Launch {
+fn multi_launch(first: &Launch, params: Params, bufs: Bufs, groups: u32) -> Launch {
     Launch {
         key: KernelKey {
             family: Family::MatVecMulti,
@@ -425,9 +442,16 @@ impl WgpuBackend {
         if groups == 0 {
             return Ok(());
         }
+        if buffers.len() > MAX_BUFFERS {
+            return Err(Error::invalid(
+                "wgpu",
+                "internal: a kernel binds too many buffers",
+            ));
+        }
+        // Words past one parameter block are dropped, as the block holds no more.
         let launch = Launch {
             key: key.clone(),
-            params: params.to_vec(),
+            params: params.iter().copied().take(32).collect(),
             bufs: buffers.iter().map(|b| (b.id, b.buffer.clone())).collect(),
             groups,
         };
@@ -446,13 +470,11 @@ impl WgpuBackend {
         if !self.merge.load(std::sync::atomic::Ordering::Relaxed) {
             return self.record(st, launch);
         }
-        match Pending::start(launch) {
-            Ok(p) => {
-                st.pending = Some(p);
-                Ok(())
-            }
-            Err(l) => self.record(st, l),
+        if !Pending::holds(&launch) {
+            return self.record(st, launch);
         }
+        st.pending = Some(Pending::start(launch));
+        Ok(())
     }
 
     fn record_pending(&self, st: &mut State, held: Pending) -> Result<()> {
@@ -493,57 +515,49 @@ impl WgpuBackend {
         }
         let (ubuf, offset) = self.param_slot(st, bytemuck::cast_slice(&words))?;
         let mut ids = [u64::MAX; MAX_BUFFERS];
-        if l.bufs.len() > ids.len() {
-            return Err(Error::invalid(
-                "wgpu",
-                "internal: a kernel binds too many buffers",
-            ));
-        }
         for (id, b) in ids.iter_mut().zip(&l.bufs) {
             *id = b.0;
         }
         let bind_key = (Arc::as_ptr(&kernel) as usize, ubuf.id, offset, ids);
-        if !st.bind_groups.contains_key(&bind_key) {
-            if st.bind_groups.len() >= BIND_CACHE_MAX {
-                st.bind_groups.clear();
-            }
-            let mut entries = vec![wgpu::BindGroupEntry {
-                binding: 0,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &ubuf.buffer,
-                    offset,
-                    size: std::num::NonZeroU64::new(PARAM_BYTES),
-                }),
-            }];
-            for (i, b) in l.bufs.iter().enumerate() {
+        let bind = match st.bind_groups.get(&bind_key) {
+            Some(b) => b.clone(),
+            None => {
+                if st.bind_groups.len() >= BIND_CACHE_MAX {
+                    st.bind_groups.clear();
+                }
+                let mut entries: ArrayVec<wgpu::BindGroupEntry, { MAX_BUFFERS + 1 }> =
+                    ArrayVec::new();
                 entries.push(wgpu::BindGroupEntry {
-                    binding: (i + 1) as u32,
-                    resource: b.1.as_entire_binding(),
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &ubuf.buffer,
+                        offset,
+                        size: std::num::NonZeroU64::new(PARAM_BYTES),
+                    }),
                 });
+                for (i, b) in l.bufs.iter().enumerate() {
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: (i + 1) as u32,
+                        resource: b.1.as_entire_binding(),
+                    });
+                }
+                let bind = self
+                    .ctx
+                    .device
+                    .create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &kernel.layout,
+                        entries: &entries,
+                    });
+                st.bind_groups.insert(bind_key, bind.clone());
+                bind
             }
-            let bind = self
-                .ctx
-                .device
-                .create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &kernel.layout,
-                    entries: &entries,
-                });
-            st.bind_groups.insert(bind_key, bind);
-        }
+        };
         let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
         let x = l.groups.min(max);
         let y = l.groups.div_ceil(x);
         let device = &self.ctx.device;
-        let State {
-            encoder,
-            pass,
-            bind_groups,
-            ..
-        } = st;
-        let bind = bind_groups
-            .get(&bind_key)
-            .ok_or_else(|| Error::invalid("wgpu", "internal: bind group missing"))?;
+        let State { encoder, pass, .. } = st;
         let pass = match pass {
             Some(p) => p,
             None => {
@@ -558,7 +572,7 @@ impl WgpuBackend {
             }
         };
         pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, bind, &[]);
+        pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -28,6 +28,50 @@ fn host_values(t: &Tensor) -> Result<Option<Tensor>> {
     }
 }
 
+/// What a rope's cos/sin table is made from (all but the layout, which the kernel applies).
+#[derive(PartialEq)]
+pub(crate) struct RopeSource {
+    rot_dims: usize,
+    base: u32,
+    scaling: cyb_ops::RopeScaling,
+    pos_dtype: DType,
+    positions: Arc<[u8]>,
+    factors: Option<Arc<[u8]>>,
+}
+
+/// The cos/sin table of a rope (`[positions, rot_dims/2, 2]`) with the reference's frequencies.
+fn rope_table(op: &Op, inputs: &[Tensor]) -> Result<Vec<f32>> {
+    let Op::Rope {
+        rot_dims,
+        base,
+        scaling,
+        ..
+    } = op
+    else {
+        return Ok(Vec::new());
+    };
+    let missing = || cyb_tensor::Error::invalid("rope", "positions not on the host");
+    let positions = host_values(&inputs[1])?.ok_or_else(missing)?.to_i64_vec()?;
+    let (mut inv, attn_factor) =
+        cyb_ops::reference::rope_frequencies(*rot_dims, *base as f64, scaling);
+    if let Some(f) = inputs.get(2) {
+        let f = host_values(f)?.ok_or_else(missing)?;
+        for (i, d) in inv.iter_mut().zip(f.to_f32_vec()?) {
+            *i /= d as f64;
+        }
+    }
+    let half = rot_dims / 2;
+    let mut table = Vec::with_capacity(positions.len() * half * 2);
+    for &p in &positions {
+        for f in inv.iter().take(half) {
+            let theta = p as f64 * f;
+            table.push((theta.cos() * attn_factor) as f32);
+            table.push((theta.sin() * attn_factor) as f32);
+        }
+    }
+    Ok(table)
+}
+
 pub(crate) fn rope(
     gpu: &WgpuBackend,
     st: &mut State,
@@ -44,40 +88,40 @@ pub(crate) fn rope(
     else {
         return Ok(None);
     };
-    let Some(positions) = host_values(&inputs[1])? else {
+    // The table depends only on these; q and k of every layer share them, so it is made and
+    // staged once per step, not per rope.
+    let host_of = |t: &Tensor| device_view(t).map(|v| v.host.clone());
+    let Some(pos_bytes) = host_of(&inputs[1])? else {
         return Ok(None);
     };
-    let positions = positions.to_i64_vec()?;
-    let (mut inv, attn_factor) =
-        cyb_ops::reference::rope_frequencies(*rot_dims, *base as f64, scaling);
-    if let Some(f) = inputs.get(2) {
-        let Some(f) = host_values(f)? else {
-            return Ok(None);
-        };
-        for (i, d) in inv.iter_mut().zip(f.to_f32_vec()?) {
-            *i /= d as f64;
-        }
-    }
+    let factor_bytes = match inputs.get(2) {
+        Some(f) => match host_of(f)? {
+            Some(b) => Some(b),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let source = RopeSource {
+        rot_dims: *rot_dims,
+        base: base.to_bits(),
+        scaling: *scaling,
+        pos_dtype: inputs[1].dtype(),
+        positions: pos_bytes,
+        factors: factor_bytes,
+    };
     let half = rot_dims / 2;
-    let mut table = Vec::with_capacity(positions.len() * half * 2);
-    for &p in &positions {
-        for f in inv.iter().take(half) {
-            let theta = p as f64 * f;
-            table.push((theta.cos() * attn_factor) as f32);
-            table.push((theta.sin() * attn_factor) as f32);
-        }
-    }
-    let dims = inputs[0].dims();
-    let r = dims.len();
-    let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
     let tbuf = match &st.rope_table {
-        Some((t, b)) if *t == table => b.clone(),
+        Some((src, b)) if *src == source => b.clone(),
         _ => {
+            let table = rope_table(op, inputs)?;
             let b = gpu.stage(st, bytemuck::cast_slice(&table))?;
-            st.rope_table = Some((table, b.clone()));
+            st.rope_table = Some((source, b.clone()));
             b
         }
     };
+    let dims = inputs[0].dims();
+    let r = dims.len();
+    let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
     let n = out.shape.numel();
     let params = [

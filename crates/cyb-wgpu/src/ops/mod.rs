@@ -6,6 +6,7 @@ mod layout;
 mod matmul;
 mod pointwise;
 
+pub(crate) use attention::RopeSource;
 pub(crate) use layout::materialize_input;
 
 use crate::backend::{State, WgpuBackend};

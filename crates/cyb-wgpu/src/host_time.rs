@@ -1,0 +1,127 @@
+//! `CYB_WGPU_HOST_TIME=1`: the host time spent inside the backend's recording entry points
+//! (`execute`, `upload_tensor`, `begin_step`, `end_step`; waits for the GPU and readbacks are
+//! not counted), summed and printed per launch to stderr when the backend is dropped. Decode on
+//! a fast GPU is bound by this time, so it is the figure to cut.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+#[derive(Default)]
+pub(crate) struct HostTime {
+    nanos: AtomicU64,
+    calls: AtomicU64,
+    /// Of `nanos`, the time inside `queue.submit`: on a software adapter (lavapipe) the
+    /// submission runs the kernels before it returns, so it is reported apart.
+    submit_nanos: AtomicU64,
+    /// Of `submit_nanos`, what fell inside spans.
+    span_submit: AtomicU64,
+    /// Steps begun, and the launch count when the counted steps began.
+    steps: AtomicU64,
+    launch_base: AtomicU64,
+    /// On-CPU nanoseconds of the recording thread when the counted steps began (Linux).
+    cpu_base: AtomicU64,
+}
+
+/// On-CPU nanoseconds of the calling thread, where the OS tells them (Linux schedstat): unlike
+/// wall time, this leaves out time the thread waited or was descheduled on a busy machine.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Steps left out of the totals: the first ones compile pipelines and upload weights.
+const WARM_STEPS: u64 = 2;
+
+/// Adds the time from its making to its drop to a `HostTime`.
+pub(crate) struct Span<'a> {
+    into: &'a HostTime,
+    t0: Instant,
+    /// `submit_nanos` when the span began.
+    submit0: u64,
+}
+
+impl Drop for Span<'_> {
+    fn drop(&mut self) {
+        let ns = self.t0.elapsed().as_nanos() as u64;
+        // Submissions inside the span are left out (one thread records at a time).
+        let submit = self.into.submit_nanos.load(Ordering::Relaxed) - self.submit0;
+        self.into
+            .nanos
+            .fetch_add(ns.saturating_sub(submit), Ordering::Relaxed);
+        self.into.span_submit.fetch_add(submit, Ordering::Relaxed);
+        self.into.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl HostTime {
+    /// `Some` when `CYB_WGPU_HOST_TIME` is set to anything but `0`.
+    pub(crate) fn from_env() -> Option<HostTime> {
+        match std::env::var("CYB_WGPU_HOST_TIME") {
+            Ok(v) if v != "0" => Some(HostTime::default()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn span(&self) -> Span<'_> {
+        Span {
+            into: self,
+            t0: Instant::now(),
+            submit0: self.submit_nanos.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A step begins; after the warm-up steps the totals restart from zero.
+    pub(crate) fn begin_step(&self, launches: u64) {
+        if self.steps.fetch_add(1, Ordering::Relaxed) == WARM_STEPS {
+            self.nanos.store(0, Ordering::Relaxed);
+            self.calls.store(0, Ordering::Relaxed);
+            self.span_submit.store(0, Ordering::Relaxed);
+            self.launch_base.store(launches, Ordering::Relaxed);
+            self.cpu_base
+                .store(thread_cpu_ns().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    /// Adds time spent inside `queue.submit`.
+    pub(crate) fn add_submit(&self, t0: Instant) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.submit_nanos.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Since the warm-up steps: host nanoseconds spent recording (submissions excluded),
+    /// nanoseconds inside `queue.submit` during the timed calls, and the number of timed calls.
+    pub(crate) fn totals(&self) -> (u64, u64, u64) {
+        (
+            self.nanos.load(Ordering::Relaxed),
+            self.span_submit.load(Ordering::Relaxed),
+            self.calls.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn report(&self, launches: u64) -> String {
+        let (ns, submit, calls) = self.totals();
+        let launches = launches - self.launch_base.load(Ordering::Relaxed).min(launches);
+        let steps = self
+            .steps
+            .load(Ordering::Relaxed)
+            .saturating_sub(WARM_STEPS);
+        // Everything the thread ran since the counted steps began (model code, dispatcher,
+        // recording, submissions), valid when the backend is dropped on the thread that ran
+        // them (the CLI's case).
+        let cpu = match (thread_cpu_ns(), self.cpu_base.load(Ordering::Relaxed)) {
+            (Some(now), base) if base > 0 => format!(
+                "; thread on-CPU since then {:.2} us/launch",
+                now.saturating_sub(base) as f64 / 1e3 / launches.max(1) as f64
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms more in queue.submit) in {calls} calls, \
+             {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n",
+            ns as f64 / 1e6,
+            submit as f64 / 1e6,
+            ns as f64 / 1e3 / launches.max(1) as f64,
+            ns as f64 / 1e3 / calls.max(1) as f64,
+        )
+    }
+}
