@@ -9,26 +9,12 @@ use common::*;
 
 use cyb_backend::Dispatcher;
 use cyb_models::{BatchLayout, BertHead, BertModel, Pooling};
-use serde_json::Value;
 use std::sync::Arc;
 
 #[test]
 fn gguf_bert_matches_transformers_and_the_hf_directory() {
-    let text = std::fs::read_to_string(fixture("bert/bert/reference.json")).unwrap();
-    let r: Value = serde_json::from_str(&text).unwrap();
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect();
+    let r = reference("bert/bert/reference.json");
+    let seqs = sequence_ids(&r);
     let gguf = cyb_format::open(fixture("bert_gguf/model.gguf")).unwrap();
     let hf = cyb_format::open(fixture("bert/bert")).unwrap();
     let hf = BertModel::load(&hf, Arc::new(Dispatcher::reference())).unwrap();
@@ -77,21 +63,8 @@ fn gguf_bert_matches_transformers_and_the_hf_directory() {
 /// run with the same F16-rounded matrices.
 #[test]
 fn gguf_bert_f16_matches_transformers_with_rounded_weights() {
-    let text = std::fs::read_to_string(fixture("bert_gguf/reference_f16.json")).unwrap();
-    let r: Value = serde_json::from_str(&text).unwrap();
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect();
+    let r = reference("bert_gguf/reference_f16.json");
+    let seqs = sequence_ids(&r);
     let file = cyb_format::open(fixture("bert_gguf/model_f16.gguf")).unwrap();
     let w = file.tensor("blk.0.attn_q.weight").unwrap();
     assert_eq!(w.dtype(), cyb_tensor::DType::F16);
@@ -113,21 +86,8 @@ fn gguf_bert_f16_matches_transformers_with_rounded_weights() {
 /// fixture script's PyTorch reference of the same tiny model.
 #[test]
 fn gguf_jina_v2_matches_reference() {
-    let text = std::fs::read_to_string(fixture("encoders/jina_v2/reference.json")).unwrap();
-    let r: Value = serde_json::from_str(&text).unwrap();
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect();
+    let r = reference("encoders/jina_v2/reference.json");
+    let seqs = sequence_ids(&r);
     let file = cyb_format::open(fixture("bert_gguf/jina_v2.gguf")).unwrap();
     let m = cyb_models::JinaBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
     assert_eq!(m.config().architecture, "jina-bert-v2");

@@ -17,19 +17,7 @@ const LABELS: [&str; 3] = ["negative", "neutral", "positive"];
 /// (`key` of each sequence).
 fn classifier(gguf: &str, reference_json: &str, key: &str, labels: [&str; 3]) -> BertModel {
     let r = reference(reference_json);
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect();
+    let seqs = sequence_ids(&r);
     let file = cyb_format::open(fixture(gguf)).unwrap();
     for layout in [BatchLayout::Padded, BatchLayout::Packed] {
         let mut m = BertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();

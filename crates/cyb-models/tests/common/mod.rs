@@ -25,6 +25,23 @@ pub fn floats(v: &Value) -> Vec<f32> {
         .collect()
 }
 
+/// The token ids of each entry of a reference's `sequences`.
+pub fn sequence_ids(r: &Value) -> Vec<Vec<u32>> {
+    r["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect()
+}
+
 /// Largest difference relative to the largest reference value, at most 1e-5.
 pub fn check(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
