@@ -8,9 +8,10 @@
 //!
 //! Without the file the test is skipped, except under CI (env `CI` set), where it fails.
 
+mod common;
+use common::{cosine, minilm_reference, MinilmReference};
 use cyb_runtime::{EmbedInput, EmbedOptions, Pooling, Runtime, RuntimeOptions};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn gguf_path() -> Option<PathBuf> {
     let p = std::env::var_os("CYB_MINILM_GGUF")
@@ -28,40 +29,17 @@ fn gguf_path() -> Option<PathBuf> {
     None
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
 #[test]
 fn gguf_minilm_embeds_like_sentence_transformers() {
     let Some(path) = gguf_path() else {
         return;
     };
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/minilm");
-    let text = std::fs::read_to_string(fixtures.join("sentences.txt")).unwrap();
-    let sentences: Vec<&str> = text.lines().collect();
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures.join("reference.json")).unwrap())
-            .unwrap();
-    let dim = doc["shape"][1].as_u64().unwrap() as usize;
-    let want: Vec<f32> = std::fs::read(fixtures.join("embeddings.bin"))
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    let tokens: Vec<usize> = doc["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as usize)
-        .collect();
+    let MinilmReference {
+        sentences,
+        dim,
+        want,
+        tokens,
+    } = minilm_reference();
     let rt = Runtime::new(RuntimeOptions::default()).unwrap();
     let model = rt.load(&path).unwrap();
     let (pooling, normalize, _) = model.embedding_defaults().unwrap();

@@ -1,4 +1,5 @@
-//! Shared by the tests that need the real default model.
+//! Shared by the tests that need the real models (the default model, all-MiniLM-L6-v2).
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -18,4 +19,51 @@ pub fn smollm2() -> Option<PathBuf> {
     assert!(std::env::var_os("CI").is_none(), "{msg}");
     eprintln!("skipping: {msg}");
     None
+}
+
+/// sentence-transformers' embeddings of tests/fixtures/minilm/sentences.txt.
+pub struct MinilmReference {
+    pub sentences: Vec<String>,
+    pub dim: usize,
+    /// `sentences.len() × dim`, row-major.
+    pub want: Vec<f32>,
+    /// Token count of each sentence.
+    pub tokens: Vec<usize>,
+}
+
+pub fn minilm_reference() -> MinilmReference {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/minilm");
+    let text = std::fs::read_to_string(fixtures.join("sentences.txt")).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("reference.json")).unwrap())
+            .unwrap();
+    let want = std::fs::read(fixtures.join("embeddings.bin"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    MinilmReference {
+        sentences: text.lines().map(String::from).collect(),
+        dim: doc["shape"][1].as_u64().unwrap() as usize,
+        want,
+        tokens: doc["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as usize)
+            .collect(),
+    }
+}
+
+/// Cosine similarity in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
 }
