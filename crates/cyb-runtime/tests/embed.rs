@@ -3,6 +3,8 @@
 //! and label probabilities equal to transformers' (tokenized by transformers' own tokenizer),
 //! through the default backend chain.
 
+mod common;
+use common::{floats, rel_err};
 use cyb_runtime::{EmbedInput, EmbedOptions, Model, Pooling, Runtime, RuntimeOptions};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -21,24 +23,6 @@ fn load(rel: &str) -> Model {
 fn reference() -> Value {
     let text = std::fs::read_to_string(fixture("bert/bert/reference.json")).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max).max(1e-30)
 }
 
 #[test]

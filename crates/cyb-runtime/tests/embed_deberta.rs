@@ -5,27 +5,11 @@
 //! the tiny Jina-v2 (tests/fixtures/encoders/jina_v2, WordPiece tokenizer): text in, mean
 //! vectors equal to the fixture script's PyTorch reference.
 
+mod common;
+use common::{floats, rel_err};
 use cyb_runtime::{Runtime, RuntimeOptions};
 use serde_json::Value;
 use std::path::PathBuf;
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max).max(1e-30)
-}
 
 #[test]
 fn deberta_v3_text_matches_transformers() {
