@@ -4,6 +4,8 @@
 //! equal transformers' mean-pooled states (bert.pooling_type = mean); the same for the tiny
 //! Jina-v2 as a jina-bert-v2 GGUF against its PyTorch reference.
 
+mod common;
+use common::{floats, rel_err};
 use cyb_runtime::{Runtime, RuntimeOptions};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -36,23 +38,8 @@ fn gguf_bert_embeds_like_transformers() {
             ids,
             "text {i} ids"
         );
-        let want: Vec<f32> = c["mean"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        let diff = got[i]
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        let scale = want.iter().map(|b| b.abs()).fold(0f32, f32::max);
-        assert!(
-            diff / scale <= 1e-5,
-            "text {i}: relative error {}",
-            diff / scale
-        );
+        let e = rel_err(&got[i], &floats(&c["mean"]));
+        assert!(e <= 1e-5, "text {i}: relative error {e}");
     }
     // [CLS] text [SEP], as BertTokenizer adds them.
     let cls = ids_of(&m, "[CLS]");
@@ -78,22 +65,7 @@ fn gguf_jina_v2_embeds_like_the_reference() {
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
     let got = m.embed(&texts).unwrap();
     for (i, c) in cases.iter().enumerate() {
-        let want: Vec<f32> = c["mean"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect();
-        let diff = got[i]
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        let scale = want.iter().map(|b| b.abs()).fold(0f32, f32::max);
-        assert!(
-            diff / scale <= 1e-5,
-            "text {i}: relative error {}",
-            diff / scale
-        );
+        let e = rel_err(&got[i], &floats(&c["mean"]));
+        assert!(e <= 1e-5, "text {i}: relative error {e}");
     }
 }
