@@ -134,8 +134,9 @@ pub(crate) fn float_kernel(dtype: DType, set: KernelSet) -> Option<crate::matmul
 /// a tile then stay in L1 across the weight rows of a chunk.
 const FLOAT_KB: usize = 1024;
 
-/// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k`: the
-/// same split and cache blocking as [`gemm`], with `TILE_C × TILE_R` register tiles over
+/// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k` (decode:
+/// more rows go to the packed GEMM, `sgemm.rs`): the same split and cache blocking as [`gemm`],
+/// with `TILE_C × TILE_R` register tiles over
 /// `FLOAT_KB`-long runs of `k` whose partial sums are added to `y` in `k` order (a fixed order,
 /// whatever the split).
 ///
@@ -170,14 +171,13 @@ pub(crate) unsafe fn gemm_float(
             for k0 in (0..k).step_by(FLOAT_KB) {
                 let kk = (k - k0).min(FLOAT_KB);
                 for r0 in (0..m).step_by(TILE_R) {
-                    let nr = (m - r0).min(TILE_R);
                     for j in (j0..j1).step_by(TILE_C) {
                         let nc = (j1 - j).min(TILE_C);
                         let wj = &w[j * row_bytes + k0 * elem..];
                         // SAFETY: per this fn's contract; the tile checks its bounds.
-                        unsafe { tile(wj, row_bytes, nc, &a[k0..], k, kk, r0, nr, &mut res) };
+                        unsafe { tile(wj, row_bytes, nc, &a[k0..], k, kk, r0, &mut res) };
                         for (c, col) in res.iter().enumerate().take(nc) {
-                            for (r, &v) in col.iter().enumerate().take(nr) {
+                            for (r, &v) in col.iter().enumerate() {
                                 let at = (r0 + r) * n + j + c;
                                 // SAFETY: column j + c belongs to this thread's range only.
                                 let y = unsafe { &mut out.slice(at..at + 1)[0] };

@@ -109,15 +109,16 @@ float_kernel!(f32_avx2, f32_avx2_rows, 4, 0, load_f32);
 float_kernel!(f16_avx2, f16_avx2_rows, 2, 1, load_f16);
 float_kernel!(bf16_avx2, bf16_avx2_rows, 2, 2, load_bf16);
 
-/// Activation rows and weight rows of one AVX-512 float tile.
-pub const TILE_R: usize = 6;
+/// Activation rows and weight rows of one AVX-512 float tile: one activation row, since
+/// matmuls of two or more rows take the packed GEMM (`sgemm.rs`); this is the decode kernel.
+pub const TILE_R: usize = 1;
 pub const TILE_C: usize = 4;
 
 /// `out[c][r]`: weight row `c` against activation row `r0 + r`.
 pub type TileOut = [[f32; TILE_R]; TILE_C];
 
-/// Up to `TILE_C` weight rows (`row_bytes` apart in `w`) against up to `TILE_R` activation rows
-/// (from `r0`, `lda` apart in `a`), over their first `kk` values.
+/// Up to `TILE_C` weight rows (`row_bytes` apart in `w`) against `TILE_R` activation rows (from
+/// `r0`, `lda` apart in `a`), over their first `kk` values.
 pub type FTile = unsafe fn(
     w: &[u8],
     row_bytes: usize,
@@ -126,7 +127,6 @@ pub type FTile = unsafe fn(
     lda: usize,
     kk: usize,
     r0: usize,
-    nr: usize,
     out: &mut TileOut,
 );
 
@@ -208,33 +208,18 @@ macro_rules! float512_kernel {
             lda: usize,
             k: usize,
             r0: usize,
-            nr: usize,
             out: &mut TileOut,
         ) {
             // SAFETY: same features as this fn; the tiles check their own bounds.
             unsafe {
                 if nc == TILE_C {
-                    match nr {
-                        1 => $tile::<TILE_C, 1>(w, row_bytes, a, lda, k, r0, out),
-                        2 => $tile::<TILE_C, 2>(w, row_bytes, a, lda, k, r0, out),
-                        3 => $tile::<TILE_C, 3>(w, row_bytes, a, lda, k, r0, out),
-                        4 => $tile::<TILE_C, 4>(w, row_bytes, a, lda, k, r0, out),
-                        5 => $tile::<TILE_C, 5>(w, row_bytes, a, lda, k, r0, out),
-                        _ => $tile::<TILE_C, TILE_R>(w, row_bytes, a, lda, k, r0, out),
-                    }
+                    $tile::<TILE_C, TILE_R>(w, row_bytes, a, lda, k, r0, out);
                     return;
                 }
                 for c in 0..nc.min(TILE_C) {
                     let mut one: TileOut = [[0.0; TILE_R]; TILE_C];
                     let wc = &w[c * row_bytes..];
-                    match nr {
-                        1 => $tile::<1, 1>(wc, row_bytes, a, lda, k, r0, &mut one),
-                        2 => $tile::<1, 2>(wc, row_bytes, a, lda, k, r0, &mut one),
-                        3 => $tile::<1, 3>(wc, row_bytes, a, lda, k, r0, &mut one),
-                        4 => $tile::<1, 4>(wc, row_bytes, a, lda, k, r0, &mut one),
-                        5 => $tile::<1, 5>(wc, row_bytes, a, lda, k, r0, &mut one),
-                        _ => $tile::<1, TILE_R>(wc, row_bytes, a, lda, k, r0, &mut one),
-                    }
+                    $tile::<1, TILE_R>(wc, row_bytes, a, lda, k, r0, &mut one);
                     out[c] = one[0];
                 }
             }
