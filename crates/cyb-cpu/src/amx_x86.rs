@@ -4,7 +4,7 @@
 //! A repacked unit already is an AMX `B` tile: its 64-byte vectors hold four consecutive levels
 //! of each of the 16 weight rows, which is the row layout `tdpbsud` takes (`K/4` rows of 16 × 4
 //! bytes). Per scale unit (32 values, 16 for Q6_K) the activation plane rows are an `A` tile
-//! (16 rows × 32 bytes, the row stride being `k`), one `tdpbsud` per plane gives the 16 × 16
+//! (16 rows × 32 contiguous bytes, from `ActQuads::tile_planes`), one `tdpbsud` per plane gives the 16 × 16
 //! integer sums, and these go through exactly the float steps of the VNNI kernels
 //! (`gemm_x86.rs`). Integer sums are exact whichever instruction makes them, so every output is
 //! bit-identical to the VNNI kernel's: decode (VNNI) and prefill (AMX) agree, and neither the
@@ -32,8 +32,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-/// Activation rows of one AMX tile: the activation planes must hold whole tiles (see
-/// [`ActQuads::pad_rows`]).
+/// Activation rows of one AMX tile: the activations come as whole tiles (see
+/// [`ActQuads::tile_planes`]).
 pub const TILE_ROWS: usize = 16;
 
 /// Whether this CPU and OS run AMX-INT8: CPUID's AMX-TILE and AMX-INT8 bits, and Linux's
