@@ -3,8 +3,8 @@
 //!
 //! A repacked unit already is an AMX `B` tile: its 64-byte vectors hold four consecutive levels
 //! of each of the 16 weight rows, which is the row layout `tdpbsud` takes (`K/4` rows of 16 × 4
-//! bytes). Per scale unit (32 values, 16 for Q6_K) the activation plane rows are an `A` tile
-//! (16 rows × 32 contiguous bytes, from `ActQuads::tile_planes`), one `tdpbsud` per plane gives the 16 × 16
+//! bytes). Per 32-value scale unit the activation rows are an `A` tile (16 rows × 32 contiguous
+//! bytes, laid out by `ActQuads::tile_planes`), one `tdpbsud` per plane gives the 16 × 16
 //! integer sums, and these go through exactly the float steps of the VNNI kernels
 //! (`gemm_x86.rs`). Integer sums are exact whichever instruction makes them, so every output is
 //! bit-identical to the VNNI kernel's: decode (VNNI) and prefill (AMX) agree, and neither the
