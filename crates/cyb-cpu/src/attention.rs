@@ -1,12 +1,16 @@
 //! Fused scaled dot-product attention: scores, softcap, additive mask, causal and
-//! sliding-window masking, softmax and the weighted sum of values in one pass per query row,
-//! with query rows (batch × heads × positions) split across the pool. Grouped-query heads read
-//! their shared KV head in place. ALiBi falls back to the reference.
+//! sliding-window masking, softmax and the weighted sum of values, with query rows (batch ×
+//! heads × positions) split across the pool. Grouped-query heads read their shared KV head in
+//! place. ALiBi falls back to the reference.
 //!
 //! When many query rows share a KV head (prefill, encoders) each thread copies that head's
-//! keys once into blocks of `KB` keys × `d` (key index fastest), so a row's scores are
-//! `KB`-wide multiply-adds held in registers instead of one horizontal dot product per key;
-//! decode rows (few per head) take dot products on the keys in place.
+//! keys once into blocks of `KB` keys × `d` (key index fastest) and takes consecutive rows of
+//! the head as a group: with AVX-512 a group of up to 12 rows is two small GEMMs on the packed
+//! GEMM's register tile (scores against each block of 32 keys, then the weights against the
+//! values packed into 32-column panels), elsewhere up to 4 rows share each key and value load.
+//! Every score is one running sum over `d` and every output one over the keys in order, so a
+//! row's result does not depend on its group (nor on the thread count). Decode rows (few per
+//! head) take dot products on the keys in place.
 
 use crate::math::exp;
 use crate::par::{f32_tensor, wide, Par};
@@ -15,8 +19,8 @@ use crate::KernelSet;
 use cyb_ops::Op;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Tensor, TensorInfo};
 
-/// Keys per block of the transposed layout (eight AVX-512 registers of scores).
-const KB: usize = 128;
+/// Keys per block of the transposed layout: a panel of the packed GEMM's tile (`sgemm::NR`).
+const KB: usize = 32;
 /// Output values per register block of the weighted sum.
 const VB: usize = 32;
 /// Query rows per KV head from which transposing the keys pays.
@@ -103,10 +107,12 @@ fn transpose_keys(k: &[f32], lk: usize, d: usize, kt: &mut Vec<f32>) {
     let blocks = lk.div_ceil(KB);
     kt.clear();
     kt.resize(blocks * d * KB, 0.0);
-    for (j, key) in k.chunks_exact(d).take(lk).enumerate() {
-        let base = (j / KB) * d * KB + j % KB;
-        for (c, &x) in key.iter().enumerate() {
-            kt[base + c * KB] = x;
+    for (b, block) in kt.chunks_exact_mut(d * KB).enumerate() {
+        let keys = &k[b * KB * d..(b * KB + KB).min(lk) * d];
+        for (j, key) in keys.chunks_exact(d).enumerate() {
+            for (c, &x) in key.iter().enumerate() {
+                block[c * KB + j] = x;
+            }
         }
     }
 }
@@ -121,26 +127,90 @@ fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
-/// Raw scores `q·k_j` of keys `lo..hi` from the blocked keys (`KB` independent sums).
+/// Raw scores `q_r·k_j` of `R` query rows (`qs`, `d` apart) for keys `lo..hi` from the
+/// blocked keys, row `r`'s into `scores[r * stride..]` at the key index. Each score is one
+/// running sum over `d` in order, so a row's scores do not depend on `R`; the `R` rows share
+/// every key load (`R × KB` sums in registers).
 #[inline(always)]
-fn scores_blocked<const F: bool>(
-    q: &[f32],
+fn scores_rows<const F: bool, const R: usize>(
+    qs: &[f32],
     kt: &[f32],
     d: usize,
     (lo, hi): (usize, usize),
     scores: &mut [f32],
+    stride: usize,
 ) {
     for jb in lo / KB..hi.div_ceil(KB) {
-        let mut acc = [0f32; KB];
-        let block = &kt[jb * d * KB..(jb + 1) * d * KB];
-        for (&qc, kc) in q.iter().zip(block.chunks_exact(KB)) {
-            for l in 0..KB {
-                acc[l] = madd::<F>(qc, kc[l], acc[l]);
+        let keys = &kt[jb * d * KB..(jb + 1) * d * KB];
+        let mut acc = [[0f32; KB]; R];
+        for (c, kc) in keys.chunks_exact(KB).enumerate() {
+            for r in 0..R {
+                let qc = qs[r * d + c];
+                for l in 0..KB {
+                    acc[r][l] = madd::<F>(qc, kc[l], acc[r][l]);
+                }
             }
         }
-        let dst = &mut scores[jb * KB..];
-        let n = dst.len().min(KB);
-        dst[..n].copy_from_slice(&acc[..n]);
+        for (r, a) in acc.iter().enumerate() {
+            scores[r * stride + jb * KB..][..KB].copy_from_slice(a);
+        }
+    }
+}
+
+/// `y_r = Σ_j p_rj v_j` over `lo..hi` for `R` rows (`y` rows `dv` apart, weights `stride`
+/// apart), a register block of `W` outputs at `off`: one running sum per output in key order,
+/// so a row's result does not depend on `R`. Keys weighted 0 (excluded) are skipped, so a
+/// non-finite value there cannot leak in.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn weighted_rows<const F: bool, const R: usize, const W: usize>(
+    y: &mut [f32],
+    p: &[f32],
+    stride: usize,
+    v: &[f32],
+    dv: usize,
+    off: usize,
+    (lo, hi): (usize, usize),
+) {
+    let mut acc = [[0f32; W]; R];
+    for j in lo..hi {
+        let vr = &v[j * dv + off..][..W];
+        for r in 0..R {
+            let pj = p[r * stride + j];
+            if pj != 0.0 {
+                for l in 0..W {
+                    acc[r][l] = madd::<F>(pj, vr[l], acc[r][l]);
+                }
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        y[r * dv + off..][..W].copy_from_slice(a);
+    }
+}
+
+/// [`weighted_rows`] over all `dv` outputs: register blocks of `VB`, then 8, then 1.
+#[inline(always)]
+fn weighted_group<const F: bool, const R: usize>(
+    y: &mut [f32],
+    p: &[f32],
+    stride: usize,
+    v: &[f32],
+    span: (usize, usize),
+) {
+    let dv = y.len() / R;
+    let mut off = 0;
+    while off + VB <= dv {
+        weighted_rows::<F, R, VB>(y, p, stride, v, dv, off, span);
+        off += VB;
+    }
+    while off + 8 <= dv {
+        weighted_rows::<F, R, 8>(y, p, stride, v, dv, off, span);
+        off += 8;
+    }
+    while off < dv {
+        weighted_rows::<F, R, 1>(y, p, stride, v, dv, off, span);
+        off += 1;
     }
 }
 
@@ -199,6 +269,154 @@ fn weighted_row<const F: bool>(y: &mut [f32], p: &[f32], v: &[f32], span: (usize
     while off < dv {
         weighted::<F, 1>(y, p, v, dv, off, span);
         off += 1;
+    }
+}
+
+/// Query rows per group of the transposed path (they share each key and value load).
+const GROUP: usize = 4;
+
+/// [`scores_rows`] for `n ≤ GROUP` rows.
+#[inline(always)]
+fn group_scores<const F: bool>(
+    n: usize,
+    qs: &[f32],
+    kt: &[f32],
+    d: usize,
+    span: (usize, usize),
+    scores: &mut [f32],
+    stride: usize,
+) {
+    match n {
+        1 => scores_rows::<F, 1>(qs, kt, d, span, scores, stride),
+        2 => scores_rows::<F, 2>(qs, kt, d, span, scores, stride),
+        3 => scores_rows::<F, 3>(qs, kt, d, span, scores, stride),
+        _ => scores_rows::<F, GROUP>(qs, kt, d, span, scores, stride),
+    }
+}
+
+/// [`weighted_group`] for `n ≤ GROUP` rows.
+#[inline(always)]
+fn group_weighted<const F: bool>(
+    n: usize,
+    y: &mut [f32],
+    p: &[f32],
+    stride: usize,
+    v: &[f32],
+    span: (usize, usize),
+) {
+    match n {
+        1 => weighted_group::<F, 1>(y, p, stride, v, span),
+        2 => weighted_group::<F, 2>(y, p, stride, v, span),
+        3 => weighted_group::<F, 3>(y, p, stride, v, span),
+        _ => weighted_group::<F, GROUP>(y, p, stride, v, span),
+    }
+}
+
+/// Query rows per group on the packed GEMM's tile.
+const TILE_GROUP: usize = crate::sgemm::MR;
+
+/// One KV head as a thread's groups read it: keys in blocks of `KB` (key index fastest) and,
+/// for the GEMM tile, values in panels of `NR` columns (`[dv / NR][lk][NR]`, zero-padded).
+#[derive(Default)]
+struct Head {
+    kv: Option<usize>,
+    kt: Vec<f32>,
+    vp: Vec<f32>,
+    /// Whether every value is finite: the tile multiplies excluded keys' values by 0 instead
+    /// of skipping them, which is exact only then.
+    finite: bool,
+}
+
+impl Head {
+    #[inline(always)]
+    fn load(&mut self, keys: &[f32], vals: &[f32], lk: usize, d: usize, dv: usize, panels: bool) {
+        transpose_keys(keys, lk, d, &mut self.kt);
+        self.finite = false;
+        if !panels {
+            return;
+        }
+        use crate::sgemm::NR;
+        let vals = &vals[..lk * dv];
+        self.vp.clear();
+        self.vp.resize(dv.div_ceil(NR) * lk * NR, 0.0);
+        for (p, c0) in (0..dv).step_by(NR).enumerate() {
+            let nc = NR.min(dv - c0);
+            let panel = &mut self.vp[p * lk * NR..(p + 1) * lk * NR];
+            for (dst, row) in panel.chunks_exact_mut(NR).zip(vals.chunks_exact(dv)) {
+                dst[..nc].copy_from_slice(&row[c0..c0 + nc]);
+            }
+        }
+        // Exponent bits all set: infinite or NaN (a fold, not `all`, so it vectorizes).
+        let special = vals.iter().fold(0u32, |acc, x| {
+            acc | u32::from(x.to_bits() & 0x7f80_0000 == 0x7f80_0000)
+        });
+        self.finite = special == 0;
+    }
+}
+
+/// [`scores_rows`] on the GEMM tile: `n` query rows against each block of `KB` keys.
+///
+/// # Safety
+/// `tile` must be the F32 tile of an available kernel set.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_scores(
+    tile: crate::sgemm::Tile,
+    n: usize,
+    qs: &[f32],
+    kt: &[f32],
+    d: usize,
+    (lo, hi): (usize, usize),
+    scores: &mut [f32],
+    stride: usize,
+) {
+    assert!(n <= TILE_GROUP && scores.len() >= (n - 1) * stride + hi.div_ceil(KB) * KB);
+    for jb in lo / KB..hi.div_ceil(KB) {
+        let panel = bytemuck::cast_slice(&kt[jb * d * KB..(jb + 1) * d * KB]);
+        // SAFETY: per this fn's contract; the tile checks its inputs, and `scores` holds its
+        // `n` rows of `KB` (asserted: `stride` is a multiple of `KB`).
+        unsafe { tile(panel, qs, d, d, n, scores[jb * KB..].as_mut_ptr(), stride) };
+    }
+}
+
+/// [`weighted_group`] on the GEMM tile: the weights of `n` rows (`stride` apart) over keys
+/// `lo..hi` times each panel of values. Each output is one running sum in key order, as in
+/// [`weighted_rows`]; excluded keys add `0 · v`, exact for finite values.
+///
+/// # Safety
+/// As [`tile_scores`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_weighted(
+    tile: crate::sgemm::Tile,
+    n: usize,
+    y: &mut [f32],
+    p: &[f32],
+    stride: usize,
+    vp: &[f32],
+    lk: usize,
+    (lo, hi): (usize, usize),
+) {
+    use crate::sgemm::NR;
+    let dv = y.len() / n;
+    let mut res: crate::sgemm::TileOut = [[0.0; NR]; TILE_GROUP];
+    for c0 in (0..dv).step_by(NR) {
+        let nc = NR.min(dv - c0);
+        let panel = &vp[(c0 / NR) * lk * NR..][lo * NR..hi * NR];
+        // SAFETY: per this fn's contract; the tile checks its bounds.
+        unsafe {
+            let out = res[0].as_mut_ptr();
+            tile(
+                bytemuck::cast_slice(panel),
+                &p[lo..],
+                stride,
+                hi - lo,
+                n,
+                out,
+                NR,
+            );
+        }
+        for (r, a) in res.iter().enumerate().take(n) {
+            y[r * dv + c0..][..nc].copy_from_slice(&a[..nc]);
+        }
     }
 }
 
@@ -380,6 +598,9 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
             sliding_window,
         };
         let set = par.set;
+        // The packed GEMM's register tile where the kernel set has one: a group of query rows
+        // times 32 keys (scores) or 32 value columns (the weighted sum) per call.
+        let tile = crate::sgemm::tile(DType::F32, set).filter(|_| transpose);
         let job = |t: usize| {
             if t >= threads {
                 return;
@@ -391,55 +612,106 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                 set,
                 #[inline(always)]
                 || {
-                    let mut scores = vec![0f32; lk.div_ceil(KB) * KB];
-                    let mut kt = Vec::new();
-                    let mut kt_head = usize::MAX;
-                    for (row, y_row) in range.zip(y.chunks_exact_mut(dv)) {
-                        let (kv, lo, hi) = g.visible(row);
-                        if lo >= hi {
-                            y_row.fill(0.0);
+                    let stride = lk.div_ceil(KB) * KB;
+                    let most = if tile.is_some() { TILE_GROUP } else { GROUP };
+                    let mut scores = vec![0f32; most * stride];
+                    let mut head = Head::default();
+                    let mut row = range.start;
+                    while row < range.end {
+                        let (kv, mut lo, mut hi) = g.visible(row);
+                        let y_rows = &mut y[(row - range.start) * dv..];
+                        if lo >= hi && !transpose {
+                            y_rows[..dv].fill(0.0);
+                            row += 1;
                             continue;
                         }
-                        let q_row = &q[row * d..(row + 1) * d];
                         let keys = &k[kv * lk * d..(kv + 1) * lk * d];
-                        if transpose {
-                            if kt_head != kv {
-                                transpose_keys(keys, lk, d, &mut kt);
-                                kt_head = kv;
+                        let vals = &v[kv * lk * dv..(kv + 1) * lk * dv];
+                        // Consecutive rows of one KV head share the key and value loads over
+                        // the union of their visible keys (each row's own keys weighted, the
+                        // rest 0, so a row's result does not depend on its group).
+                        let mut n = 1;
+                        while transpose
+                            && n < most
+                            && row + n < range.end
+                            && g.visible(row + n).0 == kv
+                        {
+                            let (_, l, h) = g.visible(row + n);
+                            if l < h {
+                                (lo, hi) = if lo < hi {
+                                    (lo.min(l), hi.max(h))
+                                } else {
+                                    (l, h)
+                                };
                             }
-                            if fma {
-                                scores_blocked::<true>(q_row, &kt, d, (lo, hi), &mut scores);
-                            } else {
-                                scores_blocked::<false>(q_row, &kt, d, (lo, hi), &mut scores);
-                            }
-                        } else {
-                            for (s, key) in scores[lo..hi]
-                                .iter_mut()
-                                .zip(keys[lo * d..].chunks_exact(d))
-                            {
-                                *s = dot(q_row, key);
-                            }
+                            n += 1;
                         }
-                        let mask_row =
-                            p.mask_row(row).map(
-                                |(m, st)| {
-                                    if st == 1 {
-                                        (&m[lo..], 1)
-                                    } else {
-                                        (m, st)
-                                    }
-                                },
-                            );
-                        if !softmax(p, mask_row, &mut scores[lo..hi]) {
-                            y_row.fill(0.0);
+                        if lo >= hi {
+                            y_rows[..n * dv].fill(0.0);
+                            row += n;
                             continue;
                         }
-                        let vals = &v[kv * lk * dv..(kv + 1) * lk * dv];
-                        if fma {
-                            weighted_row::<true>(y_row, &scores, vals, (lo, hi));
-                        } else {
-                            weighted_row::<false>(y_row, &scores, vals, (lo, hi));
+                        if transpose && head.kv != Some(kv) {
+                            head.load(keys, vals, lk, d, dv, tile.is_some());
+                            head.kv = Some(kv);
                         }
+                        let qs = &q[row * d..(row + n) * d];
+                        let span = (lo, hi);
+                        let sc = &mut scores[..];
+                        if !transpose {
+                            for (s, key) in
+                                sc[lo..hi].iter_mut().zip(keys[lo * d..].chunks_exact(d))
+                            {
+                                *s = dot(qs, key);
+                            }
+                        } else if let Some(tile) = tile {
+                            // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
+                            unsafe { tile_scores(tile, n, qs, &head.kt, d, span, sc, stride) };
+                        } else if fma {
+                            group_scores::<true>(n, qs, &head.kt, d, span, sc, stride);
+                        } else {
+                            group_scores::<false>(n, qs, &head.kt, d, span, sc, stride);
+                        }
+                        for r in 0..n {
+                            let (_, l, h) = g.visible(row + r);
+                            let s = &mut sc[r * stride..];
+                            let (l, h) = (l.max(lo), h.min(hi));
+                            if l >= h {
+                                s[lo..hi].fill(0.0);
+                                continue;
+                            }
+                            s[lo..l].fill(0.0);
+                            s[h..hi].fill(0.0);
+                            let mask_row = p.mask_row(row + r).map(|(m, st)| {
+                                if st == 1 {
+                                    (&m[l..], 1)
+                                } else {
+                                    (m, st)
+                                }
+                            });
+                            if !softmax(p, mask_row, &mut s[l..h]) {
+                                // Every key excluded: weights 0, so the row comes out 0.
+                                s[l..h].fill(0.0);
+                            }
+                        }
+                        let ys = &mut y_rows[..n * dv];
+                        match (transpose, tile.filter(|_| head.finite), fma) {
+                            (false, _, true) => weighted_row::<true>(ys, sc, vals, span),
+                            (false, _, false) => weighted_row::<false>(ys, sc, vals, span),
+                            (true, Some(tile), _) => {
+                                // SAFETY: as above.
+                                unsafe {
+                                    tile_weighted(tile, n, ys, sc, stride, &head.vp, lk, span)
+                                }
+                            }
+                            (true, None, true) => {
+                                group_weighted::<true>(n, ys, sc, stride, vals, span)
+                            }
+                            (true, None, false) => {
+                                group_weighted::<false>(n, ys, sc, stride, vals, span)
+                            }
+                        }
+                        row += n;
                     }
                 },
             );

@@ -129,12 +129,13 @@ impl Backend for CpuBackend {
         let out = match op {
             Op::MatMul { .. } => {
                 let (a, w) = (&inputs[0], &inputs[1]);
-                matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?
+                matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w, None)?
             }
             Op::Linear { act, .. } => {
                 let (a, w) = (&inputs[0], &inputs[1]);
-                let y = matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w)?;
-                ops::bias_act(par, &y, &inputs[2], *act)?
+                let bias = inputs[2].as_f32()?;
+                let linear = Some((&*bias, *act));
+                matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w, linear)?
             }
             Op::AddRmsNorm { eps, weight_offset } => {
                 return ops::add_rms_norm(*eps, *weight_offset, inputs);

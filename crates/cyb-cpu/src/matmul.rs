@@ -111,8 +111,21 @@ impl Default for Scratch {
     }
 }
 
-/// The AVX-512 float GEMM or the repacked quantized GEMM, when one covers this weight; `Ok(false)` leaves `y` to the other kernels.
+/// How [`repacked`] went.
+#[derive(PartialEq)]
+enum Done {
+    /// No repacked kernel covers this weight: `y` is left to the other kernels.
+    No,
+    /// `y` holds the products.
+    Products,
+    /// `y` holds the products with the epilogue applied.
+    WithEpilogue,
+}
+
+/// The AVX-512 float GEMM or the repacked quantized GEMM, when one covers this weight (the
+/// float GEMM applies `epi` as it stores).
 #[allow(unused_variables)]
+#[allow(clippy::too_many_arguments)]
 fn repacked(
     set: KernelSet,
     act: ActPrecision,
@@ -121,7 +134,8 @@ fn repacked(
     a: &[f32],
     w_t: &Tensor,
     y: &mut [f32],
-) -> bool {
+    epi: Option<crate::sgemm::Epilogue<'_>>,
+) -> Done {
     #[cfg(target_arch = "x86_64")]
     {
         let k = w_t.dims()[1];
@@ -138,27 +152,31 @@ fn repacked(
             if let Some(w) = packed {
                 // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
                 // when the backend was made.
-                unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y) };
-                return true;
+                unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y, epi) };
+                return if epi.is_some() {
+                    Done::WithEpilogue
+                } else {
+                    Done::Products
+                };
             }
         }
         if let Some(tile) = crate::gemm::float_kernel(w_t.dtype(), set) {
             let (Some(w), Some(row_bytes)) =
                 (w_t.host_bytes(), w_t.dtype().bytes_for(w_t.dims()[1]))
             else {
-                return false;
+                return Done::No;
             };
             let (n, k) = (w_t.dims()[0], w_t.dims()[1]);
             // SAFETY: `tile` is the kernel for this dtype, and `set` was checked available
             // when the backend was made.
             unsafe { crate::gemm::gemm_float(pool, tile, w, row_bytes, n, a, k, y) };
-            return true;
+            return Done::Products;
         }
         let Some(kern) = crate::gemm::kernel(w_t.dtype(), set) else {
-            return false;
+            return Done::No;
         };
         let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
-            return false;
+            return Done::No;
         };
         let dtype = w_t.dtype();
         let cached = scratch
@@ -172,7 +190,7 @@ fn repacked(
                 .flatten()
                 .map(Arc::new)
         }) else {
-            return false;
+            return Done::No;
         };
         let m = a.len() / w.k;
         let amx =
@@ -185,12 +203,17 @@ fn repacked(
         // SAFETY: `kern` is the kernel for this dtype (the AMX one only with `amx`), and `set`
         // was checked available when the backend was made.
         unsafe { crate::gemm::gemm(pool, amx.unwrap_or(kern), &w, &q, m, y, amx.is_some()) };
-        return true;
+        return Done::Products;
     }
     #[allow(unreachable_code)]
-    false
+    Done::No
 }
 
+/// `Op::Linear`'s epilogue: the biases (`[n]`) and the activation.
+pub(crate) type Linear<'a> = Option<(&'a [f32], cyb_ops::LinearAct)>;
+
+/// `a · wᵀ`, then `act(y + bias)` when `linear` is given (the float GEMM applies it as it
+/// stores each tile; other kernels in a pass over `y` after).
 pub(crate) fn matmul(
     set: KernelSet,
     act: ActPrecision,
@@ -198,6 +221,7 @@ pub(crate) fn matmul(
     scratch: &Scratch,
     a_t: &Tensor,
     w_t: &Tensor,
+    linear: Linear<'_>,
 ) -> Result<Tensor> {
     let unsupported = || Error::UnsupportedOp {
         op: "matmul".into(),
@@ -218,10 +242,26 @@ pub(crate) fn matmul(
     let w = w_t
         .host_bytes()
         .ok_or_else(|| Error::invalid("matmul", "weight is not in host memory"))?;
+    if let Some((b, _)) = linear {
+        if b.len() != n {
+            return Err(Error::invalid(
+                "linear",
+                format!("{} biases for {n} outputs", b.len()),
+            ));
+        }
+    }
     let mut dims = ad.to_vec();
     if let Some(last) = dims.last_mut() {
         *last = n;
     }
+    let epi_fn = linear.map(|(b, la)| {
+        move |tile: &mut [[f32; crate::sgemm::NR]], nc: usize, c0: usize| {
+            let rows = tile.iter_mut().map(|r| &mut r[..nc]);
+            crate::ops::bias_act(set, rows, &b[c0..c0 + nc], la)
+        }
+    });
+    let epi: Option<crate::sgemm::Epilogue<'_>> = epi_fn.as_ref().map(|f| f as _);
+    let mut done = Done::No;
     // Every kernel writes each output once k > 0; with k = 0 the outputs are zero.
     let mut buf = if k > 0 {
         AlignedBuf::for_overwrite(m * n * 4)
@@ -230,9 +270,10 @@ pub(crate) fn matmul(
     };
     if m * n > 0 && k > 0 {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
-        if repacked(set, act, pool, scratch, &a, w_t, y) {
-            return Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)));
-        }
+        done = repacked(set, act, pool, scratch, &a, w_t, y, epi);
+    }
+    if m * n > 0 && k > 0 && done == Done::No {
+        let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
         let out = DisjointOut::new(y);
         let chunk = (WEIGHT_CHUNK_BYTES / row_bytes.max(1)).max(4);
         let threads = pool.threads();
@@ -299,6 +340,15 @@ pub(crate) fn matmul(
                     })
                 });
             }
+        }
+    }
+    if let (Some((b, la)), false) = (linear, done == Done::WithEpilogue) {
+        if m * n > 0 {
+            let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+            let par = crate::par::Par { pool, set };
+            par.fill(y, n, |_, part| {
+                crate::ops::bias_act(set, part.chunks_exact_mut(n), b, la)
+            });
         }
     }
     Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)))

@@ -256,48 +256,34 @@ pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<V
     Ok(vec![s, y])
 }
 
-/// The epilogue of `Op::Linear`: `act(y + bias)` row by row (`bias` F32 `[n]`, `y` `[.., n]`),
-/// each step rounded as the `Add` and activation ops round it.
-pub(crate) fn bias_act(
-    par: Par<'_>,
-    y: &Tensor,
-    bias: &Tensor,
+/// The epilogue of `Op::Linear`, `act(y + bias)`, in place on output row segments (`bias`
+/// the biases of their columns), compiled for `set`'s vector units.
+#[inline]
+pub(crate) fn bias_act<'a>(
+    set: crate::KernelSet,
+    rows: impl Iterator<Item = &'a mut [f32]>,
+    bias: &[f32],
     act: cyb_ops::LinearAct,
-) -> Result<Tensor> {
+) {
     use cyb_ops::LinearAct;
-    match act {
-        LinearAct::None => add_bias(par, y, bias, |x| x),
-        LinearAct::Relu => add_bias(par, y, bias, |x| x.max(0.0)),
-        LinearAct::Silu => add_bias(par, y, bias, silu),
-        LinearAct::Tanh => add_bias(par, y, bias, f32::tanh),
-        LinearAct::Gelu(cyb_ops::GeluApprox::Erf) => add_bias(par, y, bias, crate::math::gelu_erf),
-        LinearAct::Gelu(cyb_ops::GeluApprox::Tanh) => add_bias(par, y, bias, gelu_tanh),
-    }
-}
-
-/// `f(y + bias)` row by row; generic so the activation is inlined into the loop.
-fn add_bias(
-    par: Par<'_>,
-    y: &Tensor,
-    bias: &Tensor,
-    f: impl Fn(f32) -> f32 + Sync,
-) -> Result<Tensor> {
-    let (v, b) = (y.as_f32()?, bias.as_f32()?);
-    let (v, b) = (&*v, &*b);
-    let n = b.len();
-    if n == 0 {
-        return make(y.dims(), |_| Ok(()));
-    }
-    par.make(
-        y.dims(),
-        n,
-        #[inline(always)]
-        |row, out| {
-            for (oc, vc) in out.chunks_mut(n).zip(v[row * n..].chunks(n)) {
-                for ((o, &x), &bi) in oc.iter_mut().zip(vc).zip(b) {
-                    *o = f(x + bi);
-                }
+    #[inline(always)]
+    fn apply<'a>(rows: impl Iterator<Item = &'a mut [f32]>, bias: &[f32], f: impl Fn(f32) -> f32) {
+        for y in rows {
+            for (o, &b) in y.iter_mut().zip(bias) {
+                *o = f(*o + b);
             }
+        }
+    }
+    crate::par::wide(
+        set,
+        #[inline(always)]
+        || match act {
+            LinearAct::None => apply(rows, bias, |x| x),
+            LinearAct::Relu => apply(rows, bias, |x| x.max(0.0)),
+            LinearAct::Silu => apply(rows, bias, silu),
+            LinearAct::Tanh => apply(rows, bias, f32::tanh),
+            LinearAct::Gelu(cyb_ops::GeluApprox::Erf) => apply(rows, bias, crate::math::gelu_erf),
+            LinearAct::Gelu(cyb_ops::GeluApprox::Tanh) => apply(rows, bias, gelu_tanh),
         },
     )
 }

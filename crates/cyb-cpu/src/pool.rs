@@ -237,6 +237,17 @@ impl<'a, T> DisjointOut<'a, T> {
         unsafe { *self.ptr.add(i) = v };
     }
 
+    /// A raw pointer to index `start` for a kernel that writes a strided block ending before
+    /// `end` (rows of other threads' columns may lie in between).
+    ///
+    /// # Safety
+    /// The caller writes only indices in `start..end` that no other thread touches.
+    pub unsafe fn strided(&self, start: usize, end: usize) -> *mut T {
+        assert!(start <= end && end <= self.len);
+        // SAFETY: in bounds (checked).
+        unsafe { self.ptr.add(start) }
+    }
+
     /// A mutable view of `range`.
     ///
     /// # Safety

@@ -101,9 +101,17 @@ fn pack_panels<V: bytemuck::Pod + Send + Sync>(
 /// `MR × NR` results of one register tile.
 pub type TileOut = [[f32; NR]; MR];
 
-/// One register tile: `nr` activation rows (`rows`, `k` apart) times `panel` over all of `k`,
-/// into `out`.
-pub type Tile = unsafe fn(panel: &[u8], rows: &[f32], k: usize, nr: usize, out: &mut TileOut);
+/// One register tile: `nr` activation rows (`rows`, `lda` apart) times `panel` over `k` values,
+/// into `nr` rows of `NR` values at `out`, `ldo` apart.
+pub type Tile = unsafe fn(
+    panel: &[u8],
+    rows: &[f32],
+    lda: usize,
+    k: usize,
+    nr: usize,
+    out: *mut f32,
+    ldo: usize,
+);
 
 /// The tile for weights of `dtype` in `set`, if this GEMM covers it.
 #[cfg(target_arch = "x86_64")]
@@ -120,7 +128,18 @@ pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
     }
 }
 
-/// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`).
+/// No packed GEMM off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn tile(_dtype: DType, _set: crate::KernelSet) -> Option<Tile> {
+    None
+}
+
+/// What the GEMM applies to each finished tile while it is in L1: `f(rows, nc, first_column)`
+/// on the first `nc` values of each row.
+pub type Epilogue<'a> = &'a (dyn Fn(&mut [[f32; NR]], usize, usize) + Sync);
+
+/// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`), then `epi`
+/// on each stored segment.
 ///
 /// # Safety
 /// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
@@ -132,6 +151,7 @@ pub unsafe fn gemm(
     rows: &[f32],
     m: usize,
     y: &mut [f32],
+    epi: Option<Epilogue<'_>>,
 ) {
     let (n, k) = (w.n, w.k);
     assert!(y.len() >= m * n && rows.len() >= m * k);
@@ -150,12 +170,24 @@ pub unsafe fn gemm(
                 for r0 in (m0..m1).step_by(MR) {
                     let nr = (m1 - r0).min(MR);
                     let tile_rows = &rows[r0 * k..(r0 + nr) * k];
-                    // SAFETY: per this fn's contract; the tile checks its bounds.
-                    unsafe { tile(panel, tile_rows, k, nr, &mut res) };
+                    let at = r0 * n + c0;
+                    if nc == NR && epi.is_none() {
+                        // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
+                        // thread's panels only; the tile checks its input bounds.
+                        unsafe {
+                            let dst = out.strided(at, at + (nr - 1) * n + NR);
+                            tile(panel, tile_rows, k, k, nr, dst, n);
+                        }
+                        continue;
+                    }
+                    // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
+                    unsafe { tile(panel, tile_rows, k, k, nr, res[0].as_mut_ptr(), NR) };
+                    if let Some(f) = epi {
+                        f(&mut res[..nr], nc, c0);
+                    }
                     for (r, row) in res.iter().enumerate().take(nr) {
-                        let at = (r0 + r) * n + c0;
                         // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
-                        let dst = unsafe { out.slice(at..at + nc) };
+                        let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
                         // A whole panel is a fixed-size copy (inlined, not a memmove call).
                         match <&mut [f32; NR]>::try_from(&mut *dst) {
                             Ok(d) => *d = *row,

@@ -1,7 +1,7 @@
 //! AVX-512 register tiles of `sgemm.rs`: `R` activation rows × 32 packed outputs, two
 //! accumulators per row, all of `k` in registers.
 
-use crate::sgemm::{TileOut, MR, NR};
+use crate::sgemm::{MR, NR};
 use std::arch::x86_64::*;
 
 // Loads of 16 packed weights as f32 from `p` (16 values of the weight dtype readable).
@@ -28,8 +28,15 @@ unsafe fn load_bf16(p: *const u8) -> __m512 {
 macro_rules! sgemm_tile {
     ($entry:ident, $rows:ident, $size:expr, $load:ident) => {
         #[target_feature(enable = "avx512f")]
-        unsafe fn $rows<const R: usize>(panel: &[u8], rows: &[f32], k: usize, out: &mut TileOut) {
-            assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= (R - 1) * k + k);
+        unsafe fn $rows<const R: usize>(
+            panel: &[u8],
+            rows: &[f32],
+            lda: usize,
+            k: usize,
+            out: *mut f32,
+            ldo: usize,
+        ) {
+            assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= (R - 1) * lda + k);
             let mut lo = [_mm512_setzero_ps(); R];
             let mut hi = [_mm512_setzero_ps(); R];
             let (bp, ap) = (panel.as_ptr(), rows.as_ptr());
@@ -39,40 +46,49 @@ macro_rules! sgemm_tile {
                     let b0 = $load(bp.add(i * NR * $size));
                     let b1 = $load(bp.add((i * NR + 16) * $size));
                     for r in 0..R {
-                        let v = _mm512_set1_ps(*ap.add(r * k + i));
+                        let v = _mm512_set1_ps(*ap.add(r * lda + i));
                         lo[r] = _mm512_fmadd_ps(v, b0, lo[r]);
                         hi[r] = _mm512_fmadd_ps(v, b1, hi[r]);
                     }
                 }
             }
             for r in 0..R {
-                // SAFETY: each row of `out` holds NR = 32 values.
+                // SAFETY: the caller's contract: NR = 32 writable values at each row of `out`.
                 unsafe {
-                    _mm512_storeu_ps(out[r].as_mut_ptr(), lo[r]);
-                    _mm512_storeu_ps(out[r].as_mut_ptr().add(16), hi[r]);
+                    _mm512_storeu_ps(out.add(r * ldo), lo[r]);
+                    _mm512_storeu_ps(out.add(r * ldo + 16), hi[r]);
                 }
             }
         }
 
         /// # Safety
-        /// The CPU must have AVX-512F.
+        /// The CPU must have AVX-512F; `out` must have `NR` writable values at each of its
+        /// `nr` rows, `ldo` apart.
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn $entry(panel: &[u8], rows: &[f32], k: usize, nr: usize, out: &mut TileOut) {
+        pub unsafe fn $entry(
+            panel: &[u8],
+            rows: &[f32],
+            lda: usize,
+            k: usize,
+            nr: usize,
+            out: *mut f32,
+            ldo: usize,
+        ) {
             // SAFETY: same features as this fn; the tiles check their own bounds.
             unsafe {
                 match nr {
-                    1 => $rows::<1>(panel, rows, k, out),
-                    2 => $rows::<2>(panel, rows, k, out),
-                    3 => $rows::<3>(panel, rows, k, out),
-                    4 => $rows::<4>(panel, rows, k, out),
-                    5 => $rows::<5>(panel, rows, k, out),
-                    6 => $rows::<6>(panel, rows, k, out),
-                    7 => $rows::<7>(panel, rows, k, out),
-                    8 => $rows::<8>(panel, rows, k, out),
-                    9 => $rows::<9>(panel, rows, k, out),
-                    10 => $rows::<10>(panel, rows, k, out),
-                    11 => $rows::<11>(panel, rows, k, out),
-                    _ => $rows::<MR>(panel, rows, k, out),
+                    1 => $rows::<1>(panel, rows, lda, k, out, ldo),
+                    2 => $rows::<2>(panel, rows, lda, k, out, ldo),
+                    3 => $rows::<3>(panel, rows, lda, k, out, ldo),
+                    4 => $rows::<4>(panel, rows, lda, k, out, ldo),
+                    5 => $rows::<5>(panel, rows, lda, k, out, ldo),
+                    6 => $rows::<6>(panel, rows, lda, k, out, ldo),
+                    7 => $rows::<7>(panel, rows, lda, k, out, ldo),
+                    8 => $rows::<8>(panel, rows, lda, k, out, ldo),
+                    9 => $rows::<9>(panel, rows, lda, k, out, ldo),
+                    10 => $rows::<10>(panel, rows, lda, k, out, ldo),
+                    11 => $rows::<11>(panel, rows, lda, k, out, ldo),
+                    _ => $rows::<MR>(panel, rows, lda, k, out, ldo),
                 }
             }
         }

@@ -6,7 +6,7 @@ mod common;
 use common::{backends, check, reference, rel_err, Rng};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::{GeluApprox, LinearAct, Op};
-use cyb_tensor::{Tensor, TensorInfo};
+use cyb_tensor::{DType, Tensor, TensorInfo};
 
 fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
     Tensor::from_f32(dims, &rng.vec(dims.iter().product())).unwrap()
@@ -131,6 +131,20 @@ fn large_elementwise_and_linear_epilogue() {
             act,
         };
         check(&op, &[x.clone(), w.clone(), row.clone()], 1e-4, "linear");
+    }
+    // The epilogue fused into the float GEMM's store (F16 weights) and applied after the
+    // quantized kernels (Q8_0, k = 64: two blocks).
+    let x = t(&mut rng, &[37, 64]);
+    for (dtype, tol) in [(DType::F16, 1e-4), (DType::Q8_0, 3e-2)] {
+        let w = Tensor::from_f32_as(&[387, 64], &rng.vec(387 * 64), dtype).unwrap();
+        for act in [LinearAct::None, LinearAct::Gelu(GeluApprox::Tanh)] {
+            let op = Op::Linear {
+                rhs_transposed: true,
+                act,
+            };
+            let inputs = [x.clone(), w.clone(), row.clone()];
+            check(&op, &inputs, tol, &format!("linear {dtype} {act:?}"));
+        }
     }
 }
 
