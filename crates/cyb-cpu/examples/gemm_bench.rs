@@ -55,22 +55,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "q6_k" => DType::Q6_K,
             other => return Err(format!("unknown dtype {other}").into()),
         };
-        let host = Tensor::from_f32_as(&[n, k], &rand(n * k), dtype)?;
-        let bytes = host.host_bytes().ok_or("weight not on host")?.to_vec();
-        let len = bytes.len();
-        let storage = Storage::Shared {
-            owner: Arc::new(bytes),
-            offset: 0,
-            len,
+        // CYB_BENCH_WEIGHTS=N cycles through N different weights, so that (with N large
+        // enough) each call reads its weight from memory as a model's forward pass does.
+        let copies: usize = std::env::var("CYB_BENCH_WEIGHTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
+        let mut weights = Vec::new();
+        for _ in 0..copies {
+            let host = Tensor::from_f32_as(&[n, k], &rand(n * k), dtype)?;
+            let bytes = host.host_bytes().ok_or("weight not on host")?.to_vec();
+            let len = bytes.len();
+            let storage = Storage::Shared {
+                owner: Arc::new(bytes),
+                offset: 0,
+                len,
+            };
+            weights.push(Tensor::new(Shape::new(vec![n, k])?, dtype, storage)?);
+        }
+        let len = weights[0].host_bytes().map_or(0, |b| b.len());
+        let mut calls_made = 0usize;
+        let mut inputs = [a.clone(), weights[0].clone()];
+        let mut next = |inputs: &mut [Tensor; 2]| {
+            calls_made += 1;
+            inputs[1] = weights[calls_made % copies].clone();
         };
-        let w = Tensor::new(Shape::new(vec![n, k])?, dtype, storage)?;
-        let inputs = [a.clone(), w];
+        for w in &weights[1..] {
+            // Pack every weight once before timing.
+            backend.execute(&op, &[a.clone(), w.clone()], &mut ExecContext::default())?;
+        }
         // The first call repacks a quantized weight; report it apart.
         let t = Instant::now();
         backend.execute(&op, &inputs, &mut ExecContext::default())?;
         let first = t.elapsed().as_secs_f64();
         let mut best = f64::MAX;
         for _ in 0..15 {
+            next(&mut inputs);
             let t = Instant::now();
             backend.execute(&op, &inputs, &mut ExecContext::default())?;
             best = best.min(t.elapsed().as_secs_f64());
@@ -80,6 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (t, c0) = (Instant::now(), cpu_seconds());
         let mut calls = 0;
         while t.elapsed().as_secs_f64() < 1.0 {
+            next(&mut inputs);
             backend.execute(&op, &inputs, &mut ExecContext::default())?;
             calls += 1;
         }

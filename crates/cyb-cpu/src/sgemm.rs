@@ -134,6 +134,21 @@ pub fn tile(_dtype: DType, _set: crate::KernelSet) -> Option<Tile> {
     None
 }
 
+/// Asks for the first `len` bytes of `data` (at most) to be brought into L2.
+#[inline]
+fn prefetch_l2(data: &[u8], len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in (0..len.min(data.len())).step_by(64) {
+        // SAFETY: a prefetch of an in-bounds address; it cannot fault or change memory.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            _mm_prefetch::<_MM_HINT_T1>(data.as_ptr().add(i) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, len);
+}
+
 /// What the GEMM applies to each finished tile while it is in L1: `f(rows, nc, first_column)`
 /// on the first `nc` values of each row.
 pub type Epilogue<'a> = &'a (dyn Fn(&mut [[f32; NR]], usize, usize) + Sync);
@@ -164,10 +179,16 @@ pub unsafe fn gemm(
         let mine = split(panels, threads, t);
         for m0 in (0..m).step_by(block) {
             let m1 = (m0 + block).min(m);
+            let tiles = (m1 - m0).div_ceil(MR);
             for p in mine.clone() {
                 let (c0, nc) = (p * NR, NR.min(n - p * NR));
                 let panel = w.panel(p);
-                for r0 in (m0..m1).step_by(MR) {
+                // The next panel comes from memory the first time (a model reads each weight
+                // once per pass): each tile fetches its share of it into L2 meanwhile.
+                let ahead = if p + 1 < mine.end { w.panel(p + 1) } else { &[] };
+                let share = ahead.len().div_ceil(tiles);
+                for (ti, r0) in (m0..m1).step_by(MR).enumerate() {
+                    prefetch_l2(ahead.get(ti * share..).unwrap_or(&[]), share);
                     let nr = (m1 - r0).min(MR);
                     let tile_rows = &rows[r0 * k..(r0 + nr) * k];
                     let at = r0 * n + c0;
