@@ -91,6 +91,8 @@ pub(crate) struct Scratch {
     quads: Mutex<ActQuads>,
     repacked: RepackCache,
     panels: crate::repack::WeightCache<crate::sgemm::Panels>,
+    /// The float weight of the previous packed GEMM (to link it to its successor).
+    last_panels: Mutex<std::sync::Weak<crate::sgemm::Panels>>,
     /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
     pub(crate) amx: bool,
 }
@@ -106,6 +108,7 @@ impl Default for Scratch {
             quads: Mutex::default(),
             repacked: RepackCache::default(),
             panels: crate::repack::WeightCache::default(),
+            last_panels: Mutex::default(),
             amx: std::env::var("CYB_CPU_AMX").map_or(true, |v| v.trim() != "0"),
         }
     }
@@ -150,6 +153,19 @@ fn repacked(
                 build(w_t.host_bytes()?, n, k).map(Arc::new)
             });
             if let Some(w) = packed {
+                let mut last = scratch
+                    .last_panels
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(prev) = std::mem::replace(&mut *last, Arc::downgrade(&w)).upgrade() {
+                    if !Arc::ptr_eq(&prev, &w) {
+                        *prev
+                            .successor
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(&w);
+                    }
+                }
+                drop(last);
                 // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
                 // when the backend was made.
                 unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y, epi) };

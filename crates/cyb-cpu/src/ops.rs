@@ -303,20 +303,39 @@ fn permute(par: Par<'_>, x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Ten
     let inner_stride = strides.last().copied().unwrap_or(1);
     let outer = &od[..rank.saturating_sub(1)];
     par.make(od, inner, |first, y| {
-        for (r, row) in y.chunks_mut(inner).enumerate() {
-            // The input offset of output row `first + r`, axis by axis from the last.
-            let mut rest = first + r;
-            let mut base = 0;
-            for (&n, &s) in outer.iter().zip(&strides).rev() {
-                base += (rest % n) * s;
-                rest /= n;
-            }
+        // The output coordinates of row `first` (divisions once per part, not per row), then
+        // an odometer over them with the matching input offset.
+        let mut coord = vec![0usize; outer.len()];
+        let mut rest = first;
+        for (c, &n) in coord.iter_mut().zip(outer).rev() {
+            *c = rest % n.max(1);
+            rest /= n.max(1);
+        }
+        let mut base: usize = coord.iter().zip(&strides).map(|(c, s)| c * s).sum();
+        for row in y.chunks_mut(inner) {
             if inner_stride == 1 {
-                row.copy_from_slice(&a[base..base + inner]);
+                let src = &a[base..base + inner];
+                // 16-value pieces copy inline (short rows, e.g. attention heads, would
+                // otherwise be one memcpy call each).
+                let mut pieces = row.chunks_exact_mut(16);
+                for (o, x) in (&mut pieces).zip(src.chunks_exact(16)) {
+                    o.copy_from_slice(x);
+                }
+                let done = inner / 16 * 16;
+                pieces.into_remainder().copy_from_slice(&src[done..]);
             } else {
                 for (j, o) in row.iter_mut().enumerate() {
                     *o = a[base + j * inner_stride];
                 }
+            }
+            for ax in (0..coord.len()).rev() {
+                coord[ax] += 1;
+                base += strides[ax];
+                if coord[ax] < outer[ax] {
+                    break;
+                }
+                base -= strides[ax] * outer[ax];
+                coord[ax] = 0;
             }
         }
     })

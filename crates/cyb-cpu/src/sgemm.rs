@@ -14,6 +14,7 @@
 
 use crate::pool::{split, DisjointOut, ThreadPool};
 use cyb_tensor::{AlignedBuf, DType};
+use std::sync::{Mutex, PoisonError, Weak};
 
 /// Outputs per panel (two 16-lane vectors).
 pub const NR: usize = 32;
@@ -21,7 +22,7 @@ pub const NR: usize = 32;
 pub const MR: usize = 12;
 
 /// Bytes of packed activation rows a thread keeps in L2 while its panels pass over them.
-const ROW_BLOCK_BYTES: usize = 768 * 1024;
+const ROW_BLOCK_BYTES: usize = 1024 * 1024;
 
 /// A float weight packed into panels.
 pub struct Panels {
@@ -30,6 +31,9 @@ pub struct Panels {
     /// Bytes per value (4 for F32, 2 for F16 and BF16).
     pub elem: usize,
     pub data: AlignedBuf,
+    /// The weight multiplied right after this one last time (a model's pass repeats its
+    /// order): each thread fetches its first panel of it into L2 when done with this one.
+    pub successor: Mutex<Weak<Panels>>,
 }
 
 impl Panels {
@@ -68,7 +72,13 @@ pub fn pack(pool: &ThreadPool, dtype: DType, w: &[u8], n: usize, k: usize) -> Op
         4 => pack_panels::<[u8; 4]>(pool, w, n, k, data.as_bytes_mut()),
         _ => pack_panels::<[u8; 2]>(pool, w, n, k, data.as_bytes_mut()),
     }
-    Some(Panels { n, k, elem, data })
+    Some(Panels {
+        n,
+        k,
+        elem,
+        data,
+        successor: Mutex::new(Weak::new()),
+    })
 }
 
 /// The panels of `w` (`n` rows of `k` values, each a `V` of bytes) into `out`, panels split over
@@ -174,6 +184,11 @@ pub unsafe fn gemm(
     let panels = w.panels();
     let threads = pool.threads();
     let out = DisjointOut::new(y);
+    let next = w
+        .successor
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade();
     pool.run(&|t| {
         let mut res: TileOut = [[0.0; NR]; MR];
         let mine = split(panels, threads, t);
@@ -183,9 +198,13 @@ pub unsafe fn gemm(
             for p in mine.clone() {
                 let (c0, nc) = (p * NR, NR.min(n - p * NR));
                 let panel = w.panel(p);
-                // The next panel comes from memory the first time (a model reads each weight
-                // once per pass): each tile fetches its share of it into L2 meanwhile.
-                let ahead = if p + 1 < mine.end { w.panel(p + 1) } else { &[] };
+                // The next panel comes from memory in the first row block (a model reads each
+                // weight once per pass): each tile fetches its share of it into L2 meanwhile.
+                let ahead = if p + 1 < mine.end && m0 == 0 {
+                    w.panel(p + 1)
+                } else {
+                    &[]
+                };
                 let share = ahead.len().div_ceil(tiles);
                 for (ti, r0) in (m0..m1).step_by(MR).enumerate() {
                     prefetch_l2(ahead.get(ti * share..).unwrap_or(&[]), share);
@@ -216,6 +235,13 @@ pub unsafe fn gemm(
                         }
                     }
                 }
+            }
+        }
+        if let Some(next) = &next {
+            let first = split(next.panels(), threads, t).start;
+            if first < next.panels() {
+                let panel = next.panel(first);
+                prefetch_l2(panel, panel.len());
             }
         }
     });
