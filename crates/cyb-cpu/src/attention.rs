@@ -374,7 +374,18 @@ unsafe fn tile_scores(
         let panel = bytemuck::cast_slice(&kt[jb * d * KB..(jb + 1) * d * KB]);
         // SAFETY: per this fn's contract; the tile checks its inputs, and `scores` holds its
         // `n` rows of `KB` (asserted: `stride` is a multiple of `KB`).
-        unsafe { tile(panel, qs, d, d, n, scores[jb * KB..].as_mut_ptr(), stride) };
+        unsafe {
+            tile(
+                panel,
+                qs,
+                d,
+                d,
+                n,
+                scores[jb * KB..].as_mut_ptr(),
+                stride,
+                None,
+            )
+        };
     }
 }
 
@@ -412,6 +423,7 @@ unsafe fn tile_weighted(
                 n,
                 out,
                 NR,
+                None,
             );
         }
         for (r, a) in res.iter().enumerate().take(n) {

@@ -121,7 +121,7 @@ enum Done {
     No,
     /// `y` holds the products.
     Products,
-    /// `y` holds the products with the epilogue applied.
+    /// `y` holds the products with the epilogue (biases and activation) applied.
     WithEpilogue,
 }
 
@@ -137,6 +137,7 @@ fn repacked(
     a: &[f32],
     w_t: &Tensor,
     y: &mut [f32],
+    bias: Option<&[f32]>,
     epi: Option<crate::sgemm::Epilogue<'_>>,
 ) -> Done {
     #[cfg(target_arch = "x86_64")]
@@ -168,12 +169,8 @@ fn repacked(
                 drop(last);
                 // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
                 // when the backend was made.
-                unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y, epi) };
-                return if epi.is_some() {
-                    Done::WithEpilogue
-                } else {
-                    Done::Products
-                };
+                unsafe { crate::sgemm::gemm(pool, tile, &w, a, m, y, bias, epi) };
+                return Done::WithEpilogue;
             }
         }
         if let Some(tile) = crate::gemm::float_kernel(w_t.dtype(), set) {
@@ -270,13 +267,16 @@ pub(crate) fn matmul(
     if let Some(last) = dims.last_mut() {
         *last = n;
     }
-    let epi_fn = linear.map(|(b, la)| {
-        move |tile: &mut [[f32; crate::sgemm::NR]], nc: usize, c0: usize| {
-            let rows = tile.iter_mut().map(|r| &mut r[..nc]);
-            crate::ops::bias_act(set, rows, &b[c0..c0 + nc], la)
-        }
-    });
-    let epi: Option<crate::sgemm::Epilogue<'_>> = epi_fn.as_ref().map(|f| f as _);
+    // The float GEMM adds the biases in registers; the activation follows on each tile.
+    let act_fn = linear
+        .filter(|(_, la)| *la != cyb_ops::LinearAct::None)
+        .map(|(_, la)| {
+            move |rows: &mut [&mut [f32]], _c0: usize| {
+                crate::ops::bias_act(set, rows.iter_mut().map(|r| &mut **r), None, la)
+            }
+        });
+    let epi: Option<crate::sgemm::Epilogue<'_>> = act_fn.as_ref().map(|f| f as _);
+    let bias = linear.map(|(b, _)| b);
     let mut done = Done::No;
     // Every kernel writes each output once k > 0; with k = 0 the outputs are zero.
     let mut buf = if k > 0 {
@@ -286,7 +286,7 @@ pub(crate) fn matmul(
     };
     if m * n > 0 && k > 0 {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
-        done = repacked(set, act, pool, scratch, &a, w_t, y, epi);
+        done = repacked(set, act, pool, scratch, &a, w_t, y, bias, epi);
     }
     if m * n > 0 && k > 0 && done == Done::No {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
@@ -363,7 +363,7 @@ pub(crate) fn matmul(
             let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
             let par = crate::par::Par { pool, set };
             par.fill(y, n, |_, part| {
-                crate::ops::bias_act(set, part.chunks_exact_mut(n), b, la)
+                crate::ops::bias_act(set, part.chunks_exact_mut(n), Some(b), la)
             });
         }
     }

@@ -256,21 +256,34 @@ pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<V
     Ok(vec![s, y])
 }
 
-/// The epilogue of `Op::Linear`, `act(y + bias)`, in place on output row segments (`bias`
-/// the biases of their columns), compiled for `set`'s vector units.
+/// The epilogue of `Op::Linear`, `act(y + bias)` (`act(y)` without biases), in place on
+/// output row segments (`bias` the biases of their columns), compiled for `set`'s vector units.
 #[inline]
 pub(crate) fn bias_act<'a>(
     set: crate::KernelSet,
     rows: impl Iterator<Item = &'a mut [f32]>,
-    bias: &[f32],
+    bias: Option<&[f32]>,
     act: cyb_ops::LinearAct,
 ) {
     use cyb_ops::LinearAct;
     #[inline(always)]
-    fn apply<'a>(rows: impl Iterator<Item = &'a mut [f32]>, bias: &[f32], f: impl Fn(f32) -> f32) {
+    fn apply<'a>(
+        rows: impl Iterator<Item = &'a mut [f32]>,
+        bias: Option<&[f32]>,
+        f: impl Fn(f32) -> f32,
+    ) {
         for y in rows {
-            for (o, &b) in y.iter_mut().zip(bias) {
-                *o = f(*o + b);
+            match bias {
+                Some(bias) => {
+                    for (o, &b) in y.iter_mut().zip(bias) {
+                        *o = f(*o + b);
+                    }
+                }
+                None => {
+                    for o in y.iter_mut() {
+                        *o = f(*o);
+                    }
+                }
             }
         }
     }
@@ -317,12 +330,12 @@ fn permute(par: Par<'_>, x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Ten
                 let src = &a[base..base + inner];
                 // 16-value pieces copy inline (short rows, e.g. attention heads, would
                 // otherwise be one memcpy call each).
-                let mut pieces = row.chunks_exact_mut(16);
-                for (o, x) in (&mut pieces).zip(src.chunks_exact(16)) {
-                    o.copy_from_slice(x);
+                let (pieces, rest) = row.as_chunks_mut::<16>();
+                let (src_pieces, src_rest) = src.as_chunks::<16>();
+                for (o, x) in pieces.iter_mut().zip(src_pieces) {
+                    *o = *x;
                 }
-                let done = inner / 16 * 16;
-                pieces.into_remainder().copy_from_slice(&src[done..]);
+                rest.copy_from_slice(src_rest);
             } else {
                 for (j, o) in row.iter_mut().enumerate() {
                     *o = a[base + j * inner_stride];

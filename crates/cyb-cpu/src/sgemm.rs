@@ -112,7 +112,7 @@ fn pack_panels<V: bytemuck::Pod + Send + Sync>(
 pub type TileOut = [[f32; NR]; MR];
 
 /// One register tile: `nr` activation rows (`rows`, `lda` apart) times `panel` over `k` values,
-/// into `nr` rows of `NR` values at `out`, `ldo` apart.
+/// plus `bias` when given, into `nr` rows of `NR` values at `out`, `ldo` apart.
 pub type Tile = unsafe fn(
     panel: &[u8],
     rows: &[f32],
@@ -121,6 +121,7 @@ pub type Tile = unsafe fn(
     nr: usize,
     out: *mut f32,
     ldo: usize,
+    bias: Option<&[f32; NR]>,
 );
 
 /// The tile for weights of `dtype` in `set`, if this GEMM covers it.
@@ -159,12 +160,12 @@ fn prefetch_l2(data: &[u8], len: usize) {
     let _ = (data, len);
 }
 
-/// What the GEMM applies to each finished tile while it is in L1: `f(rows, nc, first_column)`
-/// on the first `nc` values of each row.
-pub type Epilogue<'a> = &'a (dyn Fn(&mut [[f32; NR]], usize, usize) + Sync);
+/// What the GEMM applies to each finished tile while it is in L1: `f(row_segments,
+/// first_column)`.
+pub type Epilogue<'a> = &'a (dyn Fn(&mut [&mut [f32]], usize) + Sync);
 
-/// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`), then `epi`
-/// on each stored segment.
+/// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`), plus `bias`
+/// (`[n]`, added in registers) when given, then `epi` on each stored tile.
 ///
 /// # Safety
 /// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
@@ -176,10 +177,11 @@ pub unsafe fn gemm(
     rows: &[f32],
     m: usize,
     y: &mut [f32],
+    bias: Option<&[f32]>,
     epi: Option<Epilogue<'_>>,
 ) {
     let (n, k) = (w.n, w.k);
-    assert!(y.len() >= m * n && rows.len() >= m * k);
+    assert!(y.len() >= m * n && rows.len() >= m * k && bias.is_none_or(|b| b.len() == n));
     let block = (ROW_BLOCK_BYTES / (k * 4 * MR)).max(1) * MR;
     let panels = w.panels();
     let threads = pool.threads();
@@ -198,6 +200,12 @@ pub unsafe fn gemm(
             for p in mine.clone() {
                 let (c0, nc) = (p * NR, NR.min(n - p * NR));
                 let panel = w.panel(p);
+                // The panel's biases, zero-padded past `n`.
+                let mut pb = [0f32; NR];
+                let pbias = bias.map(|b| {
+                    pb[..nc].copy_from_slice(&b[c0..c0 + nc]);
+                    &pb
+                });
                 // The next panel comes from memory in the first row block (a model reads each
                 // weight once per pass): each tile fetches its share of it into L2 meanwhile.
                 let ahead = if p + 1 < mine.end && m0 == 0 {
@@ -211,28 +219,29 @@ pub unsafe fn gemm(
                     let nr = (m1 - r0).min(MR);
                     let tile_rows = &rows[r0 * k..(r0 + nr) * k];
                     let at = r0 * n + c0;
-                    if nc == NR && epi.is_none() {
+                    if nc == NR {
                         // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
                         // thread's panels only; the tile checks its input bounds.
                         unsafe {
                             let dst = out.strided(at, at + (nr - 1) * n + NR);
-                            tile(panel, tile_rows, k, k, nr, dst, n);
+                            tile(panel, tile_rows, k, k, nr, dst, n, pbias);
                         }
-                        continue;
+                    } else {
+                        // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
+                        unsafe { tile(panel, tile_rows, k, k, nr, res[0].as_mut_ptr(), NR, pbias) };
+                        for (r, row) in res.iter().enumerate().take(nr) {
+                            // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
+                            let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
+                            dst.copy_from_slice(&row[..nc]);
+                        }
                     }
-                    // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
-                    unsafe { tile(panel, tile_rows, k, k, nr, res[0].as_mut_ptr(), NR) };
                     if let Some(f) = epi {
-                        f(&mut res[..nr], nc, c0);
-                    }
-                    for (r, row) in res.iter().enumerate().take(nr) {
-                        // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
-                        let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
-                        // A whole panel is a fixed-size copy (inlined, not a memmove call).
-                        match <&mut [f32; NR]>::try_from(&mut *dst) {
-                            Ok(d) => *d = *row,
-                            Err(_) => dst.copy_from_slice(&row[..nc]),
+                        let mut segs: [&mut [f32]; MR] = Default::default();
+                        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
+                            // SAFETY: as above; the rows were just written (still in L1).
+                            *seg = unsafe { out.slice(at + r * n..at + r * n + nc) };
                         }
+                        f(&mut segs[..nr], c0);
                     }
                 }
             }

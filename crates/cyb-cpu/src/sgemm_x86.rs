@@ -35,6 +35,7 @@ macro_rules! sgemm_tile {
             k: usize,
             out: *mut f32,
             ldo: usize,
+            bias: Option<&[f32; NR]>,
         ) {
             assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= (R - 1) * lda + k);
             let mut lo = [_mm512_setzero_ps(); R];
@@ -52,6 +53,19 @@ macro_rules! sgemm_tile {
                     }
                 }
             }
+            if let Some(b) = bias {
+                // SAFETY: `b` holds NR = 32 values.
+                let (b0, b1) = unsafe {
+                    (
+                        _mm512_loadu_ps(b.as_ptr()),
+                        _mm512_loadu_ps(b.as_ptr().add(16)),
+                    )
+                };
+                for r in 0..R {
+                    lo[r] = _mm512_add_ps(lo[r], b0);
+                    hi[r] = _mm512_add_ps(hi[r], b1);
+                }
+            }
             for r in 0..R {
                 // SAFETY: the caller's contract: NR = 32 writable values at each row of `out`.
                 unsafe {
@@ -63,7 +77,7 @@ macro_rules! sgemm_tile {
 
         /// # Safety
         /// The CPU must have AVX-512F; `out` must have `NR` writable values at each of its
-        /// `nr` rows, `ldo` apart.
+        /// `nr` rows, `ldo` apart. `bias`, when given, is added to every row before the store.
         #[target_feature(enable = "avx512f")]
         pub unsafe fn $entry(
             panel: &[u8],
@@ -73,22 +87,23 @@ macro_rules! sgemm_tile {
             nr: usize,
             out: *mut f32,
             ldo: usize,
+            bias: Option<&[f32; NR]>,
         ) {
             // SAFETY: same features as this fn; the tiles check their own bounds.
             unsafe {
                 match nr {
-                    1 => $rows::<1>(panel, rows, lda, k, out, ldo),
-                    2 => $rows::<2>(panel, rows, lda, k, out, ldo),
-                    3 => $rows::<3>(panel, rows, lda, k, out, ldo),
-                    4 => $rows::<4>(panel, rows, lda, k, out, ldo),
-                    5 => $rows::<5>(panel, rows, lda, k, out, ldo),
-                    6 => $rows::<6>(panel, rows, lda, k, out, ldo),
-                    7 => $rows::<7>(panel, rows, lda, k, out, ldo),
-                    8 => $rows::<8>(panel, rows, lda, k, out, ldo),
-                    9 => $rows::<9>(panel, rows, lda, k, out, ldo),
-                    10 => $rows::<10>(panel, rows, lda, k, out, ldo),
-                    11 => $rows::<11>(panel, rows, lda, k, out, ldo),
-                    _ => $rows::<MR>(panel, rows, lda, k, out, ldo),
+                    1 => $rows::<1>(panel, rows, lda, k, out, ldo, bias),
+                    2 => $rows::<2>(panel, rows, lda, k, out, ldo, bias),
+                    3 => $rows::<3>(panel, rows, lda, k, out, ldo, bias),
+                    4 => $rows::<4>(panel, rows, lda, k, out, ldo, bias),
+                    5 => $rows::<5>(panel, rows, lda, k, out, ldo, bias),
+                    6 => $rows::<6>(panel, rows, lda, k, out, ldo, bias),
+                    7 => $rows::<7>(panel, rows, lda, k, out, ldo, bias),
+                    8 => $rows::<8>(panel, rows, lda, k, out, ldo, bias),
+                    9 => $rows::<9>(panel, rows, lda, k, out, ldo, bias),
+                    10 => $rows::<10>(panel, rows, lda, k, out, ldo, bias),
+                    11 => $rows::<11>(panel, rows, lda, k, out, ldo, bias),
+                    _ => $rows::<MR>(panel, rows, lda, k, out, ldo, bias),
                 }
             }
         }
