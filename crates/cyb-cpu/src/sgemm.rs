@@ -170,6 +170,7 @@ pub type Epilogue<'a> = &'a (dyn Fn(&mut [&mut [f32]], usize) + Sync);
 /// # Safety
 /// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
 /// kernel set.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm(
     pool: &ThreadPool,
     tile: Tile,

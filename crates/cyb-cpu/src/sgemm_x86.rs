@@ -28,6 +28,7 @@ unsafe fn load_bf16(p: *const u8) -> __m512 {
 macro_rules! sgemm_tile {
     ($entry:ident, $rows:ident, $size:expr, $load:ident) => {
         #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
         unsafe fn $rows<const R: usize>(
             panel: &[u8],
             rows: &[f32],
@@ -79,6 +80,7 @@ macro_rules! sgemm_tile {
         /// The CPU must have AVX-512F; `out` must have `NR` writable values at each of its
         /// `nr` rows, `ldo` apart. `bias`, when given, is added to every row before the store.
         #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $entry(
             panel: &[u8],
             rows: &[f32],
