@@ -12,7 +12,8 @@
 //! prefix there, so a decode step moves no keys or values between host and device.
 
 use cyb_backend::Backend;
-use cyb_tensor::{DType, Error, Result, Tensor};
+use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor};
+use std::sync::Arc;
 
 /// Keys and values of one layer, each `[kv_heads, capacity, head_dim]`.
 #[derive(Clone, Debug)]
@@ -285,12 +286,14 @@ impl KvCache {
             return Err(host_only());
         };
         let slot = layers.get(layer).ok_or_else(|| outside(layer))?;
+        // One copy per step, straight into the tensor's buffer (a recycled one when it fits).
         let one = |buf: &[f32]| {
-            let mut out = Vec::with_capacity(h * total * d);
-            for head in 0..h {
-                out.extend_from_slice(&buf[head * cap * d..][..total * d]);
+            let mut out = AlignedBuf::for_overwrite(h * total * d * 4);
+            let dst: &mut [f32] = bytemuck::cast_slice_mut(out.as_bytes_mut());
+            for (head, part) in dst.chunks_exact_mut((total * d).max(1)).enumerate().take(h) {
+                part.copy_from_slice(&buf[head * cap * d..][..total * d]);
             }
-            Tensor::from_f32(&[h, total, d], &out)
+            Tensor::new(Shape::new(vec![h, total, d])?, DType::F32, Storage::Host(Arc::new(out)))
         };
         Ok((one(&slot.k)?, one(&slot.v)?))
     }
