@@ -293,7 +293,11 @@ impl KvCache {
             for (head, part) in dst.chunks_exact_mut((total * d).max(1)).enumerate().take(h) {
                 part.copy_from_slice(&buf[head * cap * d..][..total * d]);
             }
-            Tensor::new(Shape::new(vec![h, total, d])?, DType::F32, Storage::Host(Arc::new(out)))
+            Tensor::new(
+                Shape::new(vec![h, total, d])?,
+                DType::F32,
+                Storage::Host(Arc::new(out)),
+            )
         };
         Ok((one(&slot.k)?, one(&slot.v)?))
     }
