@@ -251,6 +251,21 @@ impl BertModel {
     /// Masked-LM vocabulary logits, `[len_i, vocab]` row-major per sequence (models saved as
     /// `*ForMaskedLM`).
     pub fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let (logits, batch) = self.masked_lm(seqs, None)?;
+        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+    }
+
+    /// Masked-LM vocabulary logits of the tokens at `positions` of one sequence only,
+    /// `[positions.len(), vocab]` row-major: the head runs on those rows alone (the whole
+    /// sequence's logits would take `len × vocab` floats).
+    pub fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
+        check_positions(seq, positions)?;
+        let (logits, _) = self.masked_lm(std::slice::from_ref(&seq.to_vec()), Some(positions))?;
+        logits.to_f32_vec()
+    }
+
+    /// The masked-LM head on every row of the batch, or on `positions` of its one sequence.
+    fn masked_lm(&self, seqs: &[Vec<u32>], positions: Option<&[usize]>) -> Result<(Tensor, Batch)> {
         let HeadWeights::MaskedLm {
             dense,
             act,
@@ -260,14 +275,16 @@ impl BertModel {
         else {
             return Err(self.no_head("masked LM"));
         };
-        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
-            let x = m.encode(step, batch)?;
+        self.in_step(seqs, None, |m, step, batch| {
+            let mut x = m.encode(step, batch)?;
+            if let Some(p) = positions {
+                x = rows_at(step, &x, batch.starts[0], p)?;
+            }
             let x = step.linear(&x, dense)?;
             let x = step.run(activation_op(*act), &[&x])?;
             let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
             step.linear(&x, decoder)
-        })?;
-        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+        })
     }
 
     fn no_head(&self, what: &str) -> Error {
@@ -425,6 +442,32 @@ impl BertModel {
         let h = step.linear_act(x, &layer.up, act)?;
         step.linear(&h, &layer.down)
     }
+}
+
+/// Refuses positions outside `seq` (and an empty list).
+pub(crate) fn check_positions(seq: &[u32], positions: &[usize]) -> Result<()> {
+    if positions.is_empty() {
+        return Err(Error::invalid("masked LM", "no positions asked for"));
+    }
+    match positions.iter().find(|&&p| p >= seq.len()) {
+        Some(p) => Err(Error::invalid(
+            "masked LM",
+            format!("position {p} is outside the {}-token sequence", seq.len()),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Rows `start + p` of `x` for each `p` in `positions` (a lookup in the states).
+pub(crate) fn rows_at(
+    step: &mut Step<'_>,
+    x: &Tensor,
+    start: usize,
+    positions: &[usize],
+) -> Result<Tensor> {
+    let rows: Vec<i64> = positions.iter().map(|&p| (start + p) as i64).collect();
+    let rows = Tensor::from_i64(&[rows.len()], &rows)?;
+    step.run(Op::Embedding, &[x, &rows])
 }
 
 fn activation_op(act: BertActivation) -> Op {

@@ -276,6 +276,18 @@ impl ModernBertModel {
         split_rows(&host, seqs, self.config.vocab_size)
     }
 
+    /// Masked-LM vocabulary logits of the tokens at `positions` of one sequence only,
+    /// `[positions.len(), vocab]` row-major (the head runs on those rows alone).
+    pub fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
+        crate::bert::check_positions(seq, positions)?;
+        let head = self.head_of(BertHead::MaskedLm, "masked LM")?;
+        let eps = self.config.norm_eps;
+        self.in_step(std::slice::from_ref(&seq.to_vec()), |_, step, x| {
+            let x = crate::bert::rows_at(step, &x, 0, positions)?;
+            head.run(step, &x, eps)
+        })
+    }
+
     /// Per-token label logits, `[len_i, labels]` per sequence
     /// (`ModernBertForTokenClassification`).
     pub fn token_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {

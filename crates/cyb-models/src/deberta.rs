@@ -139,6 +139,20 @@ impl DebertaModel {
     /// Masked-LM vocabulary logits, `[len_i, vocab]` row-major per sequence
     /// (`DebertaV2ForMaskedLM`).
     pub fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let (logits, batch) = self.masked_lm(seqs, None)?;
+        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+    }
+
+    /// Masked-LM vocabulary logits of the tokens at `positions` of one sequence only,
+    /// `[positions.len(), vocab]` row-major (the head runs on those rows alone).
+    pub fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
+        crate::bert::check_positions(seq, positions)?;
+        let (logits, _) = self.masked_lm(std::slice::from_ref(&seq.to_vec()), Some(positions))?;
+        logits.to_f32_vec()
+    }
+
+    /// The masked-LM head on every row of the batch, or on `positions` of its one sequence.
+    fn masked_lm(&self, seqs: &[Vec<u32>], positions: Option<&[usize]>) -> Result<(Tensor, Batch)> {
         let DebertaHead::MaskedLm {
             dense,
             act,
@@ -152,14 +166,16 @@ impl DebertaModel {
             BertActivation::Gelu(approx) => Op::Gelu { approx: *approx },
             BertActivation::Relu => Op::Relu,
         };
-        let (logits, batch) = self.in_step(seqs, None, |m, step, batch| {
-            let x = m.encode(step, batch)?;
+        self.in_step(seqs, None, |m, step, batch| {
+            let mut x = m.encode(step, batch)?;
+            if let Some(p) = positions {
+                x = crate::bert::rows_at(step, &x, batch.starts[0], p)?;
+            }
             let x = step.linear(&x, dense)?;
             let x = step.run(act, &[&x])?;
             let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
             step.linear(&x, decoder)
-        })?;
-        batch.split_rows(&logits.to_f32_vec()?, self.config.vocab_size)
+        })
     }
 
     fn no_head(&self, want: BertHead) -> Error {

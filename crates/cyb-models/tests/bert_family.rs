@@ -205,9 +205,21 @@ fn masked_lm_matches_transformers() {
                 .map(|s| ids(&s["ids"]))
                 .collect();
             let got = m.masked_lm_logits(&seqs).unwrap();
+            let vocab = m.config().vocab_size;
             for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
                 let tag = format!("{variant} {layout:?} seq {i}");
-                check(&tag, &got[i], &floats(&s["logits"]));
+                let want = floats(&s["logits"]);
+                check(&tag, &got[i], &want);
+                // The head on chosen rows only (as fill-mask runs it).
+                let at = positions(seqs[i].len());
+                let rows = m.masked_lm_logits_at(&seqs[i], &at).unwrap();
+                check(
+                    &format!("{tag} at {at:?}"),
+                    &rows,
+                    &rows_of(&want, &at, vocab),
+                );
+                assert!(m.masked_lm_logits_at(&seqs[i], &[seqs[i].len()]).is_err());
+                assert!(m.masked_lm_logits_at(&seqs[i], &[]).is_err());
             }
             assert!(m.token_logits(&seqs).is_err(), "no token head here");
         }
@@ -295,15 +307,32 @@ fn modernbert_heads_match_transformers() {
             _ => m.token_logits(&seqs).unwrap(),
         };
         for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
-            check(
-                &format!("{variant} seq {i}"),
-                &got[i],
-                &floats(&s["logits"]),
-            );
+            let want = floats(&s["logits"]);
+            check(&format!("{variant} seq {i}"), &got[i], &want);
+            if head == BertHead::MaskedLm {
+                let at = positions(seqs[i].len());
+                let rows = m.masked_lm_logits_at(&seqs[i], &at).unwrap();
+                let want = rows_of(&want, &at, m.config().vocab_size);
+                check(&format!("{variant} seq {i} at {at:?}"), &rows, &want);
+            }
         }
         // Each checkpoint has only its own head.
         if head != BertHead::MaskedLm {
             assert!(m.masked_lm_logits(&seqs).is_err(), "{variant}");
         }
     }
+}
+
+/// A few positions of a `len`-token sequence: the last, the first and one in between.
+fn positions(len: usize) -> Vec<usize> {
+    let mut p = vec![len - 1, 0, len / 2];
+    p.dedup();
+    p
+}
+
+/// Rows `at` of `[len, width]` row-major `all`.
+fn rows_of(all: &[f32], at: &[usize], width: usize) -> Vec<f32> {
+    at.iter()
+        .flat_map(|&r| all[r * width..(r + 1) * width].iter().copied())
+        .collect()
 }

@@ -127,6 +127,20 @@ fn deberta_mlm(variant: &str, legacy: bool) {
         check(&format!("{variant} seq {i} mlm logits"), &logits[i], &want);
         let alone = m.masked_lm_logits(std::slice::from_ref(&seqs[i])).unwrap();
         check(&format!("{variant} seq {i} mlm alone"), &alone[0], &want);
+        // The head on two rows only (as fill-mask runs it), the last one first.
+        let vocab = m.config().vocab_size;
+        let last = seqs[i].len() - 1;
+        let rows = m.masked_lm_logits_at(&seqs[i], &[last, 0]).unwrap();
+        let want_rows: Vec<f32> = [last, 0]
+            .iter()
+            .flat_map(|&r| want[r * vocab..(r + 1) * vocab].iter().copied())
+            .collect();
+        check(
+            &format!("{variant} seq {i} mlm at [{last}, 0]"),
+            &rows,
+            &want_rows,
+        );
+        assert!(m.masked_lm_logits_at(&seqs[i], &[last + 1]).is_err());
     }
     assert!(m.sequence_logits(&seqs).is_err(), "no sequence head here");
     assert!(m.token_logits(&seqs).is_err(), "no token head here");

@@ -47,12 +47,13 @@ impl EncoderNet {
         }
     }
 
-    /// Vocabulary logits, `[len_i, vocab]` per sequence, of a `*ForMaskedLM` checkpoint.
-    pub(crate) fn masked_lm_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+    /// Vocabulary logits, `[positions.len(), vocab]`, of the tokens at `positions` of one
+    /// sequence, from a `*ForMaskedLM` checkpoint.
+    pub(crate) fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
         match self {
-            EncoderNet::Bert(m) => m.masked_lm_logits(seqs),
-            EncoderNet::Deberta(m) => m.masked_lm_logits(seqs),
-            EncoderNet::Modern(m) => m.masked_lm_logits(seqs),
+            EncoderNet::Bert(m) => m.masked_lm_logits_at(seq, positions),
+            EncoderNet::Deberta(m) => m.masked_lm_logits_at(seq, positions),
+            EncoderNet::Modern(m) => m.masked_lm_logits_at(seq, positions),
             EncoderNet::Jina(_) => Err(Error::invalid(
                 "fill-mask",
                 "Jina-v2 masked-LM heads are not supported yet",

@@ -132,23 +132,21 @@ impl Model {
             ));
         }
         let vocab = config.vocab_size;
-        let logits = enc
-            .net
-            .masked_lm_logits(std::slice::from_ref(&ids))?
-            .pop()
-            .ok_or_else(|| Error::invalid(WHAT, "no result"))?;
+        // The head runs on the mask rows only.
+        let logits = enc.net.masked_lm_logits_at(&ids, &masks)?;
         let single = masks.len() == 1;
         masks
             .iter()
-            .map(|&pos| {
-                let row = logits.get(pos * vocab..(pos + 1) * vocab).ok_or_else(|| {
+            .enumerate()
+            .map(|(i, &pos)| {
+                let row = logits.get(i * vocab..(i + 1) * vocab).ok_or_else(|| {
                     Error::invalid(
                         WHAT,
                         format!(
-                            "the masked-LM head gave {} logits for {} tokens of a \
+                            "the masked-LM head gave {} logits for {} masks and a \
                                  {vocab}-token vocabulary",
                             logits.len(),
-                            ids.len()
+                            masks.len()
                         ),
                     )
                 })?;
