@@ -101,7 +101,9 @@ impl ActQuads {
         self.d.resize(m * k / block, 0.0);
         self.sum16.resize(m * k / 16, 0);
         self.sum32.resize(m * k / 32, 0);
-        let threads = pool.threads();
+        // One row (decode) is quantized on the calling thread: a pool round trip would cost
+        // more than the row, and the other part would be empty anyway.
+        let threads = if m < 2 { 1 } else { pool.threads() };
         let lo = DisjointOut::new(&mut self.lo[..m * k]);
         let hi = DisjointOut::new(if split16 {
             &mut self.hi[..m * k]
@@ -111,7 +113,7 @@ impl ActQuads {
         let d = DisjointOut::new(&mut self.d[..m * k / block]);
         let s16 = DisjointOut::new(&mut self.sum16[..m * k / 16]);
         let s32 = DisjointOut::new(&mut self.sum32[..m * k / 32]);
-        pool.run(&|t| {
+        let job = |t: usize| {
             let rows = split(m, threads, t);
             if rows.is_empty() {
                 return;
@@ -132,7 +134,12 @@ impl ActQuads {
                 }
             };
             quantize_rows(&a[r0 * k..r1 * k], block, split16, o);
-        });
+        };
+        if threads == 1 {
+            job(0);
+        } else {
+            pool.run(&job);
+        }
     }
 
     /// The level planes again as AMX `A` tiles (`tiles_lo`/`tiles_hi`): for each 16 rows and
