@@ -5,7 +5,7 @@
 use crate::{Backend, ExecContext, ReferenceBackend};
 use cyb_ops::Op;
 use cyb_tensor::{Error, Result, Tensor, TensorInfo};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -56,6 +56,9 @@ impl DispatchLog {
 pub struct Dispatcher {
     chain: Vec<Arc<dyn Backend>>,
     log: Mutex<DispatchLog>,
+    /// (op name, index in `chain`) → runs: counted without allocating (a decode step runs
+    /// hundreds of ops); named into `DispatchLog::executed` when the log is read.
+    executed: Mutex<HashMap<(&'static str, usize), u64>>,
 }
 
 impl Dispatcher {
@@ -69,6 +72,7 @@ impl Dispatcher {
         Dispatcher {
             chain,
             log: Mutex::new(DispatchLog::default()),
+            executed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -90,10 +94,19 @@ impl Dispatcher {
 
     /// A copy of the log so far.
     pub fn log(&self) -> DispatchLog {
-        self.log
+        let mut log = self
+            .log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        let counts = self.executed.lock().unwrap_or_else(PoisonError::into_inner);
+        for (&(op, b), &n) in counts.iter() {
+            let backend = self.chain.get(b).map_or("?", |b| b.name());
+            *log.executed
+                .entry((op.to_string(), backend.to_string()))
+                .or_insert(0) += n;
+        }
+        log
     }
 
     /// Runs `op` with a fresh context.
@@ -111,7 +124,7 @@ impl Dispatcher {
     ) -> Result<Vec<Tensor>> {
         let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
         let mut declined: Option<(String, String)> = None;
-        for backend in &self.chain {
+        for (index, backend) in self.chain.iter().enumerate() {
             let is_last = backend.name() == "reference";
             if !is_last && !backend.supports(op, &infos) {
                 declined.get_or_insert((backend.name().to_string(), "not supported".into()));
@@ -120,7 +133,7 @@ impl Dispatcher {
             let moved = self.move_inputs(backend.as_ref(), inputs)?;
             match backend.execute(op, &moved, ctx) {
                 Ok(out) => {
-                    self.record(op, backend.name(), declined.take());
+                    self.record(op, index, declined.take());
                     return Ok(out);
                 }
                 Err(Error::UnsupportedOp { .. }) if !is_last => {
@@ -187,12 +200,16 @@ impl Dispatcher {
             .collect()
     }
 
-    fn record(&self, op: &Op, ran_on: &str, declined: Option<(String, String)>) {
-        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        *log.executed
-            .entry((op.name().to_string(), ran_on.to_string()))
+    fn record(&self, op: &Op, index: usize, declined: Option<(String, String)>) {
+        *self
+            .executed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((op.name(), index))
             .or_insert(0) += 1;
         if let Some((from, reason)) = declined {
+            let ran_on = self.chain.get(index).map_or("?", |b| b.name());
+            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
             let key = (op.name().to_string(), from.clone(), ran_on.to_string());
             let n = log.fallbacks.entry(key).or_insert(0);
             *n += 1;
