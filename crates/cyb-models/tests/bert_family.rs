@@ -4,58 +4,25 @@
 //! of three sequences of different lengths, and of each sequence alone. F32, relative error
 //! (max|a - b| / max|b|) ≤ 1e-5.
 
+mod common;
+use common::{check, floats, positions, rows_of, sequence_ids};
 use cyb_backend::Dispatcher;
 use cyb_models::{BatchLayout, BertHead, BertModel, Pooling};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 fn dir(variant: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/bert")
-        .join(variant)
+    common::fixture(&format!("bert/{variant}"))
 }
 
 fn reference(variant: &str) -> Value {
-    let text = std::fs::read_to_string(dir(variant).join("reference.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    common::reference(&format!("bert/{variant}/reference.json"))
 }
 
 fn load(variant: &str, dispatcher: Dispatcher) -> BertModel {
     let file = cyb_format::open(dir(variant)).unwrap();
     BertModel::load(&file, Arc::new(dispatcher)).unwrap()
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
-    diff / scale.max(1e-30)
-}
-
-fn check(what: &str, got: &[f32], want: &[f32]) {
-    let e = rel_err(got, want);
-    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
 }
 
 /// Both batch layouts (padded + masked, packed + per-sequence attention) must match.
@@ -77,12 +44,7 @@ fn check_layout(variant: &str, dispatcher: fn() -> Dispatcher, layout: BatchLayo
         .map(|l| l.as_str().unwrap())
         .collect();
     assert_eq!(m.config().labels, labels);
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| ids(&s["ids"]))
-        .collect();
+    let seqs = sequence_ids(&r);
     let batch = m.hidden_states(&seqs).unwrap();
     let logits = m.sequence_logits(&seqs).unwrap();
     for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
@@ -138,12 +100,7 @@ fn token_classification_matches_transformers() {
         let mut m = load(variant, Dispatcher::reference());
         m.set_layout(BatchLayout::Packed);
         assert_eq!(m.config().head, BertHead::TokenClassification);
-        let seqs: Vec<Vec<u32>> = r["sequences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| ids(&s["ids"]))
-            .collect();
+        let seqs = sequence_ids(&r);
         let got = m.token_logits(&seqs).unwrap();
         for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
             check(
@@ -198,12 +155,7 @@ fn masked_lm_matches_transformers() {
             let mut m = load(variant, Dispatcher::reference());
             m.set_layout(layout);
             assert_eq!(m.config().head, BertHead::MaskedLm);
-            let seqs: Vec<Vec<u32>> = r["sequences"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| ids(&s["ids"]))
-                .collect();
+            let seqs = sequence_ids(&r);
             let got = m.masked_lm_logits(&seqs).unwrap();
             let vocab = m.config().vocab_size;
             for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
@@ -260,12 +212,7 @@ fn modernbert_matches_transformers() {
     let modern = m.config().modern.clone().unwrap();
     assert_eq!(modern.global, vec![true, false, true]);
     assert_eq!(modern.window, 2);
-    let seqs: Vec<Vec<u32>> = r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| ids(&s["ids"]))
-        .collect();
+    let seqs = sequence_ids(&r);
     let out = m.hidden_states(&seqs).unwrap();
     for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
         check(
@@ -295,12 +242,7 @@ fn modernbert_heads_match_transformers() {
         let m =
             cyb_models::ModernBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
         assert_eq!(m.config().head, head, "{variant}");
-        let seqs: Vec<Vec<u32>> = r["sequences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| ids(&s["ids"]))
-            .collect();
+        let seqs = sequence_ids(&r);
         let got = match head {
             BertHead::MaskedLm => m.masked_lm_logits(&seqs).unwrap(),
             BertHead::SequenceClassification => m.sequence_logits(&seqs).unwrap(),
@@ -321,18 +263,4 @@ fn modernbert_heads_match_transformers() {
             assert!(m.masked_lm_logits(&seqs).is_err(), "{variant}");
         }
     }
-}
-
-/// A few positions of a `len`-token sequence: the last, the first and one in between.
-fn positions(len: usize) -> Vec<usize> {
-    let mut p = vec![len - 1, 0, len / 2];
-    p.dedup();
-    p
-}
-
-/// Rows `at` of `[len, width]` row-major `all`.
-fn rows_of(all: &[f32], at: &[usize], width: usize) -> Vec<f32> {
-    at.iter()
-        .flat_map(|&r| all[r * width..(r + 1) * width].iter().copied())
-        .collect()
 }

@@ -4,57 +4,20 @@
 //! classification logits of a padded batch of three sequences of different lengths, and of
 //! each sequence alone; masked-LM logits of both of transformers' head layouts. F32, relative error (max|a - b| / max|b|) ≤ 1e-5.
 
+mod common;
+use common::{check, floats, positions, rows_of, sequence_ids as seqs};
 use cyb_backend::Dispatcher;
 use cyb_models::{BertHead, BertModel, DebertaModel, EncoderOutput, JinaBertModel, Pooling};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 fn dir(variant: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/encoders")
-        .join(variant)
+    common::fixture(&format!("encoders/{variant}"))
 }
 
 fn reference(variant: &str) -> Value {
-    let text = std::fs::read_to_string(dir(variant).join("reference.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn seqs(r: &Value) -> Vec<Vec<u32>> {
-    r["sequences"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            s["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        })
-        .collect()
-}
-
-fn check(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let diff = got
-        .iter()
-        .zip(want)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
-    let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
-    let e = diff / scale.max(1e-30);
-    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+    common::reference(&format!("encoders/{variant}/reference.json"))
 }
 
 fn check_states(tag: &str, r: &Value, out: &EncoderOutput) {
@@ -127,19 +90,16 @@ fn deberta_mlm(variant: &str, legacy: bool) {
         check(&format!("{variant} seq {i} mlm logits"), &logits[i], &want);
         let alone = m.masked_lm_logits(std::slice::from_ref(&seqs[i])).unwrap();
         check(&format!("{variant} seq {i} mlm alone"), &alone[0], &want);
-        // The head on two rows only (as fill-mask runs it), the last one first.
-        let vocab = m.config().vocab_size;
-        let last = seqs[i].len() - 1;
-        let rows = m.masked_lm_logits_at(&seqs[i], &[last, 0]).unwrap();
-        let want_rows: Vec<f32> = [last, 0]
-            .iter()
-            .flat_map(|&r| want[r * vocab..(r + 1) * vocab].iter().copied())
-            .collect();
+        // The head on chosen rows only (as fill-mask runs it).
+        let at = positions(seqs[i].len());
+        let rows = m.masked_lm_logits_at(&seqs[i], &at).unwrap();
+        let want_rows = rows_of(&want, &at, m.config().vocab_size);
         check(
-            &format!("{variant} seq {i} mlm at [{last}, 0]"),
+            &format!("{variant} seq {i} mlm at {at:?}"),
             &rows,
             &want_rows,
         );
+        let last = seqs[i].len() - 1;
         assert!(m.masked_lm_logits_at(&seqs[i], &[last + 1]).is_err());
     }
     assert!(m.sequence_logits(&seqs).is_err(), "no sequence head here");

@@ -54,3 +54,17 @@ pub fn check(what: &str, got: &[f32], want: &[f32]) {
     let e = diff / scale.max(1e-30);
     assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
 }
+
+/// A few positions of a `len`-token sequence: the last, the first and one in between.
+pub fn positions(len: usize) -> Vec<usize> {
+    let mut p = vec![len - 1, 0, len / 2];
+    p.dedup();
+    p
+}
+
+/// Rows `at` of `[len, width]` row-major `all`.
+pub fn rows_of(all: &[f32], at: &[usize], width: usize) -> Vec<f32> {
+    at.iter()
+        .flat_map(|&r| all[r * width..(r + 1) * width].iter().copied())
+        .collect()
+}
