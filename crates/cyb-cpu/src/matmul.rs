@@ -271,7 +271,7 @@ pub(crate) fn matmul(
     let act_fn = linear
         .filter(|(_, la)| *la != cyb_ops::LinearAct::None)
         .map(|(_, la)| {
-            move |rows: &mut [&mut [f32]], _c0: usize| {
+            move |rows: &mut [&mut [f32]]| {
                 crate::ops::bias_act(set, rows.iter_mut().map(|r| &mut **r), None, la)
             }
         });

@@ -160,9 +160,9 @@ fn prefetch_l2(data: &[u8], len: usize) {
     let _ = (data, len);
 }
 
-/// What the GEMM applies to each finished tile while it is in L1: `f(row_segments,
-/// first_column)`.
-pub type Epilogue<'a> = &'a (dyn Fn(&mut [&mut [f32]], usize) + Sync);
+/// What the GEMM applies to each finished tile's row segments while they are in L1 (an
+/// element-wise activation: the biases are added in registers).
+pub type Epilogue<'a> = &'a (dyn Fn(&mut [&mut [f32]]) + Sync);
 
 /// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`), plus `bias`
 /// (`[n]`, added in registers) when given, then `epi` on each stored tile.
@@ -242,7 +242,7 @@ pub unsafe fn gemm(
                             // SAFETY: as above; the rows were just written (still in L1).
                             *seg = unsafe { out.slice(at + r * n..at + r * n + nc) };
                         }
-                        f(&mut segs[..nr], c0);
+                        f(&mut segs[..nr]);
                     }
                 }
             }
