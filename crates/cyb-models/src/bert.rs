@@ -280,10 +280,7 @@ impl BertModel {
             if let Some(p) = positions {
                 x = rows_at(step, &x, batch.starts[0], p)?;
             }
-            let x = step.linear(&x, dense)?;
-            let x = step.run(activation_op(*act), &[&x])?;
-            let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
-            step.linear(&x, decoder)
+            masked_lm_head(step, &x, (dense, *act, norm, decoder), m.config.norm_eps)
         })
     }
 
@@ -456,6 +453,19 @@ pub(crate) fn check_positions(seq: &[u32], positions: &[usize]) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// The BERT-style masked-LM head: dense, activation, layer norm, then the vocabulary decoder.
+pub(crate) fn masked_lm_head(
+    step: &mut Step<'_>,
+    x: &Tensor,
+    (dense, act, norm, decoder): (&Linear, BertActivation, &Norm, &Linear),
+    eps: f32,
+) -> Result<Tensor> {
+    let x = step.linear(x, dense)?;
+    let x = step.run(activation_op(act), &[&x])?;
+    let x = step.layer_norm(&x, norm, eps)?;
+    step.linear(&x, decoder)
 }
 
 /// Rows `start + p` of `x` for each `p` in `positions` (a lookup in the states).

@@ -162,19 +162,13 @@ impl DebertaModel {
         else {
             return Err(self.no_head(BertHead::MaskedLm));
         };
-        let act = match act {
-            BertActivation::Gelu(approx) => Op::Gelu { approx: *approx },
-            BertActivation::Relu => Op::Relu,
-        };
         self.in_step(seqs, None, |m, step, batch| {
             let mut x = m.encode(step, batch)?;
             if let Some(p) = positions {
                 x = crate::bert::rows_at(step, &x, batch.starts[0], p)?;
             }
-            let x = step.linear(&x, dense)?;
-            let x = step.run(act, &[&x])?;
-            let x = step.layer_norm(&x, norm, m.config.norm_eps)?;
-            step.linear(&x, decoder)
+            let head = (dense, *act, norm, decoder);
+            crate::bert::masked_lm_head(step, &x, head, m.config.norm_eps)
         })
     }
 
