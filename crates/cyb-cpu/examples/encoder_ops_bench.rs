@@ -4,7 +4,7 @@
 
 use cyb_backend::{Backend, ExecContext};
 use cyb_cpu::{CpuBackend, KernelSet};
-use cyb_ops::{GeluApprox, Op};
+use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{Result, Tensor};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,7 @@ fn main() -> Result<()> {
     let split = filled(&[1, l, 12, 32], 8)?;
     let mask = Tensor::from_f32(&[1, 1, 1, l], &vec![0.0; l])?;
     let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 0.17,
         causal: false,
         sliding_window: None,
@@ -87,7 +88,19 @@ fn main() -> Result<()> {
         (
             "sdpa 12x128x32 masked",
             sdpa,
-            vec![heads.clone(), heads.clone(), heads, mask],
+            vec![heads.clone(), heads.clone(), heads, mask.clone()],
+        ),
+        (
+            "sdpa token-major masked",
+            Op::Sdpa {
+                layout: SdpaLayout::TokenMajor,
+                scale: 0.17,
+                causal: false,
+                sliding_window: None,
+                softcap: None,
+                alibi_max_bias: None,
+            },
+            vec![split.clone(), split.clone(), split, mask],
         ),
     ];
     for (name, op, inputs) in cases {

@@ -16,7 +16,7 @@ use crate::math::exp;
 use crate::par::{f32_tensor, wide, Par};
 use crate::pool::{split, DisjointOut};
 use crate::KernelSet;
-use cyb_ops::Op;
+use cyb_ops::{Op, SdpaLayout};
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Tensor, TensorInfo};
 
 /// Keys per block of the transposed layout: a panel of the packed GEMM's tile (`sgemm::NR`).
@@ -28,7 +28,12 @@ const TRANSPOSE_MIN_ROWS: usize = 16;
 const LANES: usize = 16;
 
 pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
-    let Op::Sdpa { alibi_max_bias, .. } = op else {
+    let Op::Sdpa {
+        alibi_max_bias,
+        layout,
+        ..
+    } = op
+    else {
         return false;
     };
     if alibi_max_bias.is_some()
@@ -37,18 +42,24 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
     {
         return false;
     }
-    match inputs.get(3) {
-        Some(m) => mask_strides(m.shape.dims(), &score_dims(inputs)).is_some(),
-        None => true,
+    match (inputs.get(3), score_dims(*layout, inputs)) {
+        (Some(m), Some(scores)) => mask_strides(m.shape.dims(), &scores).is_some(),
+        (Some(_), None) => false,
+        (None, _) => true,
     }
 }
 
-/// `[.., hq, lq, lk]`: the scores the mask is added to.
-fn score_dims(inputs: &[TensorInfo]) -> Vec<usize> {
+/// `[.., hq, lq, lk]`: the scores the mask is added to (`None` below rank 3).
+fn score_dims(layout: SdpaLayout, inputs: &[TensorInfo]) -> Option<Vec<usize>> {
     let (qd, kd) = (inputs[0].shape.dims(), inputs[1].shape.dims());
-    let mut dims = qd[..qd.len().saturating_sub(1)].to_vec();
-    dims.push(kd.get(kd.len().wrapping_sub(2)).copied().unwrap_or(0));
-    dims
+    let r = qd.len();
+    let (h, l) = match layout {
+        SdpaLayout::HeadMajor => (r.checked_sub(3)?, r - 2),
+        SdpaLayout::TokenMajor => (r.checked_sub(2)?, r - 3),
+    };
+    let mut dims = qd[..r - 3].to_vec();
+    dims.extend([qd[h], qd[l], *kd.get(l)?]);
+    Some(dims)
 }
 
 /// Element strides of a mask of `mask` dims broadcast (right-aligned) onto `scores`, 0 along
@@ -103,13 +114,13 @@ fn fold_lanes(mut acc: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
 
 /// Copies `lk` keys of width `d` into blocks of `KB` keys, key index fastest, zero-padded.
 #[inline(always)]
-fn transpose_keys(k: &[f32], lk: usize, d: usize, kt: &mut Vec<f32>) {
+fn transpose_keys(k: &[f32], lk: usize, d: usize, ld: usize, kt: &mut Vec<f32>) {
     let blocks = lk.div_ceil(KB);
     kt.clear();
     kt.resize(blocks * d * KB, 0.0);
     for (b, block) in kt.chunks_exact_mut(d * KB).enumerate() {
-        let keys = &k[b * KB * d..(b * KB + KB).min(lk) * d];
-        for (j, key) in keys.chunks_exact(d).enumerate() {
+        for j in 0..KB.min(lk - b * KB) {
+            let key = &k[(b * KB + j) * ld..][..d];
             for (c, &x) in key.iter().enumerate() {
                 block[c * KB + j] = x;
             }
@@ -328,28 +339,38 @@ struct Head {
 }
 
 impl Head {
+    /// Loads `lk` keys of `d` and values of `dv` from `keys` and `vals`, rows `heads` times
+    /// their width apart (1 when contiguous, more when the heads of each position sit side
+    /// by side), and packs the values into panels when `panels`.
     #[inline(always)]
-    fn load(&mut self, keys: &[f32], vals: &[f32], lk: usize, d: usize, dv: usize, panels: bool) {
-        transpose_keys(keys, lk, d, &mut self.kt);
+    fn load(
+        &mut self,
+        (keys, vals, heads): (&[f32], &[f32], usize),
+        lk: usize,
+        d: usize,
+        dv: usize,
+        panels: bool,
+    ) {
+        transpose_keys(keys, lk, d, heads * d, &mut self.kt);
         self.finite = false;
         if !panels {
             return;
         }
         use crate::sgemm::NR;
-        let vals = &vals[..lk * dv];
         self.vp.clear();
         self.vp.resize(dv.div_ceil(NR) * lk * NR, 0.0);
-        for (p, c0) in (0..dv).step_by(NR).enumerate() {
-            let nc = NR.min(dv - c0);
-            let panel = &mut self.vp[p * lk * NR..(p + 1) * lk * NR];
-            for (dst, row) in panel.chunks_exact_mut(NR).zip(vals.chunks_exact(dv)) {
-                dst[..nc].copy_from_slice(&row[c0..c0 + nc]);
+        let mut special = 0u32;
+        for j in 0..lk {
+            let row = &vals[j * heads * dv..][..dv];
+            for (p, c0) in (0..dv).step_by(NR).enumerate() {
+                let nc = NR.min(dv - c0);
+                self.vp[(p * lk + j) * NR..][..nc].copy_from_slice(&row[c0..c0 + nc]);
             }
+            // Exponent bits all set: infinite or NaN (a fold, not `all`, so it vectorizes).
+            special = row.iter().fold(special, |acc, x| {
+                acc | u32::from(x.to_bits() & 0x7f80_0000 == 0x7f80_0000)
+            });
         }
-        // Exponent bits all set: infinite or NaN (a fold, not `all`, so it vectorizes).
-        let special = vals.iter().fold(0u32, |acc, x| {
-            acc | u32::from(x.to_bits() & 0x7f80_0000 == 0x7f80_0000)
-        });
         self.finite = special == 0;
     }
 }
@@ -362,7 +383,7 @@ impl Head {
 unsafe fn tile_scores(
     tile: crate::sgemm::Tile,
     n: usize,
-    qs: &[f32],
+    (qs, lda): (&[f32], usize),
     kt: &[f32],
     d: usize,
     (lo, hi): (usize, usize),
@@ -378,7 +399,7 @@ unsafe fn tile_scores(
             tile(
                 panel,
                 qs,
-                d,
+                lda,
                 d,
                 n,
                 scores[jb * KB..].as_mut_ptr(),
@@ -390,7 +411,8 @@ unsafe fn tile_scores(
 }
 
 /// [`weighted_group`] on the GEMM tile: the weights of `n` rows (`stride` apart) over keys
-/// `lo..hi` times each panel of values. Each output is one running sum in key order, as in
+/// `lo..hi` times each panel of values; `put(row, column, values)` stores the `dv` outputs of
+/// each row a panel at a time. Each output is one running sum in key order, as in
 /// [`weighted_rows`]; excluded keys add `0 · v`, exact for finite values.
 ///
 /// # Safety
@@ -399,7 +421,7 @@ unsafe fn tile_scores(
 unsafe fn tile_weighted(
     tile: crate::sgemm::Tile,
     n: usize,
-    y: &mut [f32],
+    (dv, mut put): (usize, impl FnMut(usize, usize, &[f32])),
     p: &[f32],
     stride: usize,
     vp: &[f32],
@@ -407,7 +429,6 @@ unsafe fn tile_weighted(
     (lo, hi): (usize, usize),
 ) {
     use crate::sgemm::NR;
-    let dv = y.len() / n;
     let mut res: crate::sgemm::TileOut = [[0.0; NR]; TILE_GROUP];
     for c0 in (0..dv).step_by(NR) {
         let nc = NR.min(dv - c0);
@@ -427,7 +448,7 @@ unsafe fn tile_weighted(
             );
         }
         for (r, a) in res.iter().enumerate().take(n) {
-            y[r * dv + c0..][..nc].copy_from_slice(&a[..nc]);
+            put(r, c0, &a[..nc]);
         }
     }
 }
@@ -441,6 +462,8 @@ struct Geometry {
     group: usize,
     causal: bool,
     sliding_window: Option<usize>,
+    /// Token-major inputs and output (`[.., l, h, d]`); rows are still taken head-major.
+    tokens: bool,
 }
 
 impl Geometry {
@@ -463,6 +486,78 @@ impl Geometry {
         };
         (kv, lo, hi)
     }
+
+    /// The row of `q` and of the output that head-major query row `row` is.
+    #[inline(always)]
+    fn q_at(&self, row: usize) -> usize {
+        if !self.tokens {
+            return row;
+        }
+        let i = row % self.lq;
+        let h = (row / self.lq) % self.hq;
+        let batch = row / (self.lq * self.hq);
+        (batch * self.lq + i) * self.hq + h
+    }
+
+    /// The row of `k` and `v` holding key `j` of KV head `kv` (`batch · hkv + head`).
+    #[inline(always)]
+    fn k_at(&self, kv: usize, j: usize) -> usize {
+        if !self.tokens {
+            return kv * self.lk + j;
+        }
+        let (batch, h) = (kv / self.hkv, kv % self.hkv);
+        (batch * self.lk + j) * self.hkv + h
+    }
+}
+
+impl Geometry {
+    /// Asks for the keys, values and query rows of KV head `kv` (when there is one) to be
+    /// brought into L2 while the current head runs: token-major heads are short strided rows,
+    /// which the hardware prefetchers do not follow as they follow a contiguous head.
+    fn prefetch_head(
+        &self,
+        kv: usize,
+        (q, k, v): (&[f32], &[f32], &[f32]),
+        out: &DisjointOut<'_>,
+        d: usize,
+        dv: usize,
+    ) {
+        let row = |x: &[f32], at: usize, w: usize| {
+            if let Some(r) = x.get(at * w..(at + 1) * w) {
+                crate::sgemm::prefetch_l2(bytemuck::cast_slice(r), w * 4);
+            }
+        };
+        for j in 0..self.lk {
+            let at = self.k_at(kv, j);
+            row(k, at, d);
+            row(v, at, dv);
+        }
+        // Head-major query rows of `kv`'s query heads.
+        let (batch, h) = (kv / self.hkv, kv % self.hkv);
+        let first = (batch * self.hq + h * self.group) * self.lq;
+        for r in first..first + self.group * self.lq {
+            let at = self.q_at(r);
+            row(q, at, d);
+            out.prefetch_write(at * dv..(at + 1) * dv);
+        }
+    }
+}
+
+/// Copies rows `at(0), at(1), ..` of `width` values from `x` into `buf`, one after another.
+#[inline(always)]
+fn gather<'b>(
+    buf: &'b mut Vec<f32>,
+    x: &[f32],
+    n: usize,
+    width: usize,
+    at: impl Fn(usize) -> usize,
+) -> &'b [f32] {
+    buf.clear();
+    for r in 0..n {
+        let s = at(r) * width;
+        buf.extend_from_slice(&x[s..s + width]);
+    }
+    buf
 }
 
 struct Params<'a> {
@@ -555,6 +650,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
         causal,
         sliding_window,
         softcap,
+        layout,
         ..
     } = *op
     else {
@@ -567,7 +663,8 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
     );
     let mask_data = inputs.get(3).map(Tensor::as_f32).transpose()?;
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
-    let sdims = score_dims(&infos);
+    let sdims =
+        score_dims(layout, &infos).ok_or_else(|| Error::invalid("sdpa", "q has rank < 3"))?;
     let mask = match (&mask_data, inputs.get(3)) {
         (Some(m), Some(t)) => {
             let strides = mask_strides(t.dims(), &sdims)
@@ -578,8 +675,14 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
     };
     let (qd, kd, vd) = (inputs[0].dims(), inputs[1].dims(), inputs[2].dims());
     let r = qd.len();
-    let (hq, lq, d) = (qd[r - 3], qd[r - 2], qd[r - 1]);
-    let (hkv, lk, dv) = (kd[r - 3], kd[r - 2], vd[r - 1]);
+    let tokens = layout == SdpaLayout::TokenMajor;
+    let (hq, lq, hkv, lk) = (
+        sdims[r - 3],
+        sdims[r - 2],
+        kd[r - 3 + usize::from(tokens)],
+        sdims[r - 1],
+    );
+    let (d, dv) = (qd[r - 1], vd[r - 1]);
     let group = (hq / hkv.max(1)).max(1);
     let rows = q.len().checked_div(d).unwrap_or(0);
     let mut dims = qd.to_vec();
@@ -588,7 +691,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
         scale,
         softcap,
         mask,
-        row_dims: qd[..r - 1].to_vec(),
+        row_dims: sdims[..r - 1].to_vec(),
     };
     let mut buf = AlignedBuf::for_overwrite(rows * dv * 4);
     if rows > 0 && dv > 0 && d > 0 {
@@ -608,18 +711,21 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
             group,
             causal,
             sliding_window,
+            tokens,
         };
         let set = par.set;
         // The packed GEMM's register tile where the kernel set has one: a group of query rows
         // times 32 keys (scores) or 32 value columns (the weighted sum) per call.
         let tile = crate::sgemm::tile(DType::F32, set).filter(|_| transpose);
+        let out = &out;
         let job = |t: usize| {
             if t >= threads {
                 return;
             }
             let range = split(rows, threads, t);
-            // SAFETY: output rows `range` belong to this thread only.
-            let y = unsafe { out.slice(range.start * dv..range.end * dv) };
+            // SAFETY: head-major output rows `range` belong to this thread only (token-major
+            // rows are written one at a time below, each by the thread that owns it).
+            let mut y = (!tokens).then(|| unsafe { out.slice(range.start * dv..range.end * dv) });
             wide(
                 set,
                 #[inline(always)]
@@ -628,17 +734,18 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                     let most = if tile.is_some() { TILE_GROUP } else { GROUP };
                     let mut scores = vec![0f32; most * stride];
                     let mut head = Head::default();
+                    // Token-major rows off the tile path: this thread's copies of its KV head,
+                    // query rows and outputs.
+                    let (mut kbuf, mut vbuf, mut qbuf) = (Vec::new(), Vec::new(), Vec::new());
+                    let mut ybuf = if tokens {
+                        vec![0f32; most * dv]
+                    } else {
+                        Vec::new()
+                    };
+                    let mut copied = None;
                     let mut row = range.start;
                     while row < range.end {
                         let (kv, mut lo, mut hi) = g.visible(row);
-                        let y_rows = &mut y[(row - range.start) * dv..];
-                        if lo >= hi && !transpose {
-                            y_rows[..dv].fill(0.0);
-                            row += 1;
-                            continue;
-                        }
-                        let keys = &k[kv * lk * d..(kv + 1) * lk * d];
-                        let vals = &v[kv * lk * dv..(kv + 1) * lk * dv];
                         // Consecutive rows of one KV head share the key and value loads over
                         // the union of their visible keys (each row's own keys weighted, the
                         // rest 0, so a row's result does not depend on its group).
@@ -658,69 +765,86 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                             }
                             n += 1;
                         }
-                        if lo >= hi {
-                            y_rows[..n * dv].fill(0.0);
-                            row += n;
-                            continue;
-                        }
-                        if transpose && head.kv != Some(kv) {
-                            head.load(keys, vals, lk, d, dv, tile.is_some());
-                            head.kv = Some(kv);
-                        }
-                        let qs = &q[row * d..(row + n) * d];
-                        let span = (lo, hi);
-                        let sc = &mut scores[..];
-                        if !transpose {
-                            for (s, key) in
-                                sc[lo..hi].iter_mut().zip(keys[lo * d..].chunks_exact(d))
-                            {
-                                *s = dot(qs, key);
+                        // Token-major rows of one head, `hq` rows apart: the tile reads and
+                        // writes them in place.
+                        let mut direct = false;
+                        if lo < hi {
+                            // The row of the first key of `kv`, and the heads per row.
+                            let (k0, heads) = match tokens {
+                                false => (kv * lk, 1),
+                                true => (g.k_at(kv, 0), hkv),
+                            };
+                            if transpose && head.kv != Some(kv) {
+                                let kvs = (&k[k0 * d..], &v[k0 * dv..], heads);
+                                head.load(kvs, lk, d, dv, tile.is_some());
+                                head.kv = Some(kv);
+                                if tokens {
+                                    g.prefetch_head(kv + 1, (q, k, v), out, d, dv);
+                                }
                             }
-                        } else if let Some(tile) = tile {
-                            // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
-                            unsafe { tile_scores(tile, n, qs, &head.kt, d, span, sc, stride) };
-                        } else if fma {
-                            group_scores::<true>(n, qs, &head.kt, d, span, sc, stride);
+                            direct = tokens && tile.is_some() && head.finite && row % lq + n <= lq;
+                            let (keys, vals) = if !tokens {
+                                (
+                                    &k[kv * lk * d..(kv + 1) * lk * d],
+                                    &v[kv * lk * dv..(kv + 1) * lk * dv],
+                                )
+                            } else if direct {
+                                // The tile reads `head` only.
+                                (&[][..], &[][..])
+                            } else {
+                                if copied != Some(kv) {
+                                    gather(&mut kbuf, k, lk, d, |j| g.k_at(kv, j));
+                                    gather(&mut vbuf, v, lk, dv, |j| g.k_at(kv, j));
+                                    copied = Some(kv);
+                                }
+                                (&kbuf[..], &vbuf[..])
+                            };
+                            let q0 = g.q_at(row) * d;
+                            let qs = if !tokens {
+                                (&q[q0..(row + n) * d], d)
+                            } else if direct {
+                                (&q[q0..q0 + (n - 1) * hq * d + d], hq * d)
+                            } else {
+                                (gather(&mut qbuf, q, n, d, |r| g.q_at(row + r)), d)
+                            };
+                            let run = GroupRun {
+                                g,
+                                p,
+                                row,
+                                n,
+                                d,
+                                span: (lo, hi),
+                                transpose,
+                                tile,
+                                fma,
+                                stride,
+                            };
+                            let kvs = (&head, keys, vals);
+                            if direct {
+                                let put = |r: usize, c0: usize, a: &[f32]| {
+                                    let at = g.q_at(row + r) * dv + c0;
+                                    // SAFETY: query row `row + r` is this thread's.
+                                    unsafe { out.slice(at..at + a.len()) }.copy_from_slice(a);
+                                };
+                                group_rows(run, kvs, qs, &mut scores, GroupOut::Put(dv, put));
+                            } else {
+                                let ys: &mut [f32] = match &mut y {
+                                    Some(y) => &mut y[(row - range.start) * dv..][..n * dv],
+                                    None => &mut ybuf[..n * dv],
+                                };
+                                let rows = GroupOut::<fn(usize, usize, &[f32])>::Rows(ys);
+                                group_rows(run, kvs, qs, &mut scores, rows);
+                            }
+                        } else if let Some(y) = &mut y {
+                            y[(row - range.start) * dv..][..n * dv].fill(0.0);
                         } else {
-                            group_scores::<false>(n, qs, &head.kt, d, span, sc, stride);
+                            ybuf[..n * dv].fill(0.0);
                         }
-                        for r in 0..n {
-                            let (_, l, h) = g.visible(row + r);
-                            let s = &mut sc[r * stride..];
-                            let (l, h) = (l.max(lo), h.min(hi));
-                            if l >= h {
-                                s[lo..hi].fill(0.0);
-                                continue;
-                            }
-                            s[lo..l].fill(0.0);
-                            s[h..hi].fill(0.0);
-                            let mask_row = p.mask_row(row + r).map(|(m, st)| {
-                                if st == 1 {
-                                    (&m[l..], 1)
-                                } else {
-                                    (m, st)
-                                }
-                            });
-                            if !softmax(p, mask_row, &mut s[l..h]) {
-                                // Every key excluded: weights 0, so the row comes out 0.
-                                s[l..h].fill(0.0);
-                            }
-                        }
-                        let ys = &mut y_rows[..n * dv];
-                        match (transpose, tile.filter(|_| head.finite), fma) {
-                            (false, _, true) => weighted_row::<true>(ys, sc, vals, span),
-                            (false, _, false) => weighted_row::<false>(ys, sc, vals, span),
-                            (true, Some(tile), _) => {
-                                // SAFETY: as above.
-                                unsafe {
-                                    tile_weighted(tile, n, ys, sc, stride, &head.vp, lk, span)
-                                }
-                            }
-                            (true, None, true) => {
-                                group_weighted::<true>(n, ys, sc, stride, vals, span)
-                            }
-                            (true, None, false) => {
-                                group_weighted::<false>(n, ys, sc, stride, vals, span)
+                        if tokens && !direct {
+                            for (r, yr) in ybuf[..n * dv].chunks_exact(dv).enumerate() {
+                                let at = g.q_at(row + r) * dv;
+                                // SAFETY: query row `row + r` is this thread's (its range).
+                                unsafe { out.slice(at..at + dv) }.copy_from_slice(yr);
                             }
                         }
                         row += n;
@@ -735,4 +859,108 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
         }
     }
     f32_tensor(&dims, buf)
+}
+
+/// What one group of query rows runs with.
+struct GroupRun<'a> {
+    g: &'a Geometry,
+    p: &'a Params<'a>,
+    /// The group's first (head-major) query row, its number of rows, and `d`.
+    row: usize,
+    n: usize,
+    d: usize,
+    /// The union of the rows' visible keys (not empty).
+    span: (usize, usize),
+    transpose: bool,
+    tile: Option<crate::sgemm::Tile>,
+    fma: bool,
+    /// Distance between the rows of `scores`.
+    stride: usize,
+}
+
+/// Where a group's outputs go: `n` rows of `dv` one after another, or (the tile path only)
+/// to `put(row, column, values)`.
+enum GroupOut<'a, F: FnMut(usize, usize, &[f32])> {
+    Rows(&'a mut [f32]),
+    Put(usize, F),
+}
+
+/// Attention of the `n` query rows `qs` (`lda` apart) over one KV head: `head` when
+/// transposing (loaded for it), else `keys` and `vals` (contiguous, and `lda == d`).
+#[inline(always)]
+fn group_rows<F: FnMut(usize, usize, &[f32])>(
+    run: GroupRun<'_>,
+    (head, keys, vals): (&Head, &[f32], &[f32]),
+    (qs, lda): (&[f32], usize),
+    scores: &mut [f32],
+    out: GroupOut<'_, F>,
+) {
+    let GroupRun {
+        g,
+        p,
+        row,
+        n,
+        d,
+        span,
+        transpose,
+        tile,
+        fma,
+        stride,
+    } = run;
+    let (lo, hi) = span;
+    let sc = scores;
+    match tile {
+        // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
+        Some(tile) => unsafe { tile_scores(tile, n, (qs, lda), &head.kt, d, span, sc, stride) },
+        None if !transpose => {
+            for (s, key) in sc[lo..hi].iter_mut().zip(keys[lo * d..].chunks_exact(d)) {
+                *s = dot(qs, key);
+            }
+        }
+        None if fma => group_scores::<true>(n, qs, &head.kt, d, span, sc, stride),
+        None => group_scores::<false>(n, qs, &head.kt, d, span, sc, stride),
+    }
+    for r in 0..n {
+        let (_, l, h) = g.visible(row + r);
+        let s = &mut sc[r * stride..];
+        let (l, h) = (l.max(lo), h.min(hi));
+        if l >= h {
+            s[lo..hi].fill(0.0);
+            continue;
+        }
+        s[lo..l].fill(0.0);
+        s[h..hi].fill(0.0);
+        let mask_row = p
+            .mask_row(row + r)
+            .map(|(m, st)| if st == 1 { (&m[l..], 1) } else { (m, st) });
+        if !softmax(p, mask_row, &mut s[l..h]) {
+            // Every key excluded: weights 0, so the row comes out 0.
+            s[l..h].fill(0.0);
+        }
+    }
+    let lk = g.lk;
+    let ys = match out {
+        GroupOut::Put(dv, put) => {
+            let tile = tile
+                .filter(|_| head.finite)
+                .expect("put only on the tile path");
+            // SAFETY: as above.
+            unsafe { tile_weighted(tile, n, (dv, put), sc, stride, &head.vp, lk, span) };
+            return;
+        }
+        GroupOut::Rows(ys) => ys,
+    };
+    match (transpose, tile.filter(|_| head.finite), fma) {
+        (false, _, true) => weighted_row::<true>(ys, sc, vals, span),
+        (false, _, false) => weighted_row::<false>(ys, sc, vals, span),
+        (true, Some(tile), _) => {
+            let dv = ys.len() / n;
+            let put =
+                |r: usize, c0: usize, a: &[f32]| ys[r * dv + c0..][..a.len()].copy_from_slice(a);
+            // SAFETY: as above.
+            unsafe { tile_weighted(tile, n, (dv, put), sc, stride, &head.vp, lk, span) }
+        }
+        (true, None, true) => group_weighted::<true>(n, ys, sc, stride, vals, span),
+        (true, None, false) => group_weighted::<false>(n, ys, sc, stride, vals, span),
+    }
 }

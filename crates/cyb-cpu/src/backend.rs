@@ -16,6 +16,8 @@ pub struct CpuBackend {
     pool: ThreadPool,
     /// Quantized activations and repacked weights of the matmuls.
     scratch: matmul::Scratch,
+    /// Time per op, with `CYB_CPU_PROFILE=1`.
+    profile: Option<crate::profile::OpProfile>,
 }
 
 impl CpuBackend {
@@ -61,6 +63,7 @@ impl CpuBackend {
             act,
             pool: ThreadPool::new(threads.max(1)),
             scratch: matmul::Scratch::default(),
+            profile: crate::profile::OpProfile::from_env(),
         })
     }
 
@@ -83,37 +86,9 @@ impl CpuBackend {
         self.scratch.amx = on;
         self
     }
-}
 
-impl Backend for CpuBackend {
-    fn name(&self) -> &str {
-        "cpu"
-    }
-
-    fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
-        if cyb_ops::output_infos(op, inputs).is_err() {
-            return false;
-        }
-        match op {
-            Op::MatMul { rhs_transposed } => matmul::supports(self.set, *rhs_transposed, inputs),
-            Op::Linear { rhs_transposed, .. } => {
-                inputs.len() == 3
-                    && inputs[2].dtype == DType::F32
-                    && matmul::supports(self.set, *rhs_transposed, &inputs[..2])
-            }
-            Op::Sdpa { .. } => attention::supports(op, inputs),
-            Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
-                inputs.iter().all(|i| i.dtype == DType::F32)
-            }
-            _ => ops::supports(op, inputs),
-        }
-    }
-
-    fn host_memory(&self) -> bool {
-        true
-    }
-
-    fn execute(&self, op: &Op, inputs: &[Tensor], _ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+    /// Runs one op (`execute` without the profile).
+    fn run(&self, op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
         if !self.supports(op, &infos) {
             return Err(Error::UnsupportedOp {
@@ -146,6 +121,45 @@ impl Backend for CpuBackend {
             _ => ops::execute(op, inputs, par)?,
         };
         Ok(vec![out])
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
+        if cyb_ops::output_infos(op, inputs).is_err() {
+            return false;
+        }
+        match op {
+            Op::MatMul { rhs_transposed } => matmul::supports(self.set, *rhs_transposed, inputs),
+            Op::Linear { rhs_transposed, .. } => {
+                inputs.len() == 3
+                    && inputs[2].dtype == DType::F32
+                    && matmul::supports(self.set, *rhs_transposed, &inputs[..2])
+            }
+            Op::Sdpa { .. } => attention::supports(op, inputs),
+            Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
+                inputs.iter().all(|i| i.dtype == DType::F32)
+            }
+            _ => ops::supports(op, inputs),
+        }
+    }
+
+    fn host_memory(&self) -> bool {
+        true
+    }
+
+    fn execute(&self, op: &Op, inputs: &[Tensor], _ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+        let Some(profile) = &self.profile else {
+            return self.run(op, inputs);
+        };
+        let t0 = std::time::Instant::now();
+        let out = self.run(op, inputs)?;
+        profile.add(op, &out, t0.elapsed());
+        Ok(out)
     }
 
     fn alloc(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {

@@ -40,6 +40,7 @@ mod norm;
 mod ops;
 mod par;
 mod pool;
+mod profile;
 mod quant_act;
 mod repack;
 mod sgemm;

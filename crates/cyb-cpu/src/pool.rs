@@ -248,6 +248,24 @@ impl<'a, T> DisjointOut<'a, T> {
         unsafe { self.ptr.add(start) }
     }
 
+    /// Asks for the cache lines of `range` to be brought in for writing (a hint: no access).
+    pub fn prefetch_write(&self, range: std::ops::Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        if range.start <= range.end && range.end <= self.len {
+            let bytes = range.len() * std::mem::size_of::<T>();
+            for off in (0..bytes).step_by(64) {
+                // SAFETY: an in-bounds address; a prefetch cannot fault or change memory.
+                unsafe {
+                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET1};
+                    let p = (self.ptr.add(range.start) as *const i8).add(off);
+                    _mm_prefetch::<_MM_HINT_ET1>(p);
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = range;
+    }
+
     /// A mutable view of `range`.
     ///
     /// # Safety

@@ -147,7 +147,7 @@ pub fn tile(_dtype: DType, _set: crate::KernelSet) -> Option<Tile> {
 
 /// Asks for the first `len` bytes of `data` (at most) to be brought into L2.
 #[inline]
-fn prefetch_l2(data: &[u8], len: usize) {
+pub(crate) fn prefetch_l2(data: &[u8], len: usize) {
     #[cfg(target_arch = "x86_64")]
     for i in (0..len.min(data.len())).step_by(64) {
         // SAFETY: a prefetch of an in-bounds address; it cannot fault or change memory.

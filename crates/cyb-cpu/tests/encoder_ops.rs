@@ -5,7 +5,7 @@
 mod common;
 use common::{backends, check, reference, rel_err, Rng};
 use cyb_backend::{Backend, ExecContext};
-use cyb_ops::{GeluApprox, LinearAct, Op};
+use cyb_ops::{GeluApprox, LinearAct, Op, SdpaLayout};
 use cyb_tensor::{DType, Tensor, TensorInfo};
 
 fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
@@ -171,6 +171,7 @@ fn masked_attention() {
         let per_head = t(&mut rng, &[b, h, 1, l]);
         for (causal, window) in [(false, None), (true, None), (true, Some(3))] {
             let op = Op::Sdpa {
+                layout: SdpaLayout::HeadMajor,
                 scale: 0.3,
                 causal,
                 sliding_window: window,
@@ -190,6 +191,7 @@ fn masked_attention() {
         // Every key masked: the row is zeros, as in the reference.
         let all = Tensor::from_f32(&[1, 1, 1, l], &vec![f32::NEG_INFINITY; l]).unwrap();
         let op = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale: 1.0,
             causal: false,
             sliding_window: None,
@@ -199,5 +201,69 @@ fn masked_attention() {
         let inputs = [q.clone(), k.clone(), v.clone(), all];
         assert!(reference(&op, &inputs).iter().all(|&y| y == 0.0));
         check(&op, &inputs, 0.0, "sdpa all masked");
+    }
+}
+
+/// Swaps the head and sequence axes of a rank-4 tensor.
+fn swap_heads(x: &Tensor) -> Tensor {
+    let d = x.dims();
+    let y = reference(
+        &Op::Permute {
+            perm: vec![0, 2, 1, 3],
+        },
+        std::slice::from_ref(x),
+    );
+    Tensor::from_f32(&[d[0], d[2], d[1], d[3]], &y).unwrap()
+}
+
+#[test]
+fn token_major_attention() {
+    let mut rng = Rng::new(25);
+    // q `[batch, lq, hq, d]`, k and v `[batch, lk, hkv, ..]`: whole sequences (encoder sized,
+    // the tile path), grouped-query heads, and a few rows after a KV cache (the decode path).
+    let shapes = [
+        (2, 37, 37, 4, 2, 16, 16),
+        (1, 70, 70, 12, 12, 32, 32),
+        (2, 3, 9, 6, 3, 8, 5),
+        (1, 1, 20, 4, 1, 16, 16),
+    ];
+    for (b, lq, lk, hq, hkv, d, dv) in shapes {
+        let (q, k, v) = (
+            t(&mut rng, &[b, lq, hq, d]),
+            t(&mut rng, &[b, lk, hkv, d]),
+            t(&mut rng, &[b, lk, hkv, dv]),
+        );
+        let pad: Vec<f32> = (0..b * lk)
+            .map(|i| {
+                if i % lk + i / lk >= lk {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let pad = Tensor::from_f32(&[b, 1, 1, lk], &pad).unwrap();
+        for causal in [false, true] {
+            let op = |layout| Op::Sdpa {
+                layout,
+                scale: 0.25,
+                causal,
+                sliding_window: None,
+                softcap: None,
+                alibi_max_bias: None,
+            };
+            let tokens = op(SdpaLayout::TokenMajor);
+            let inputs = [q.clone(), k.clone(), v.clone(), pad.clone()];
+            let what = format!("token-major sdpa {b}x{lq}x{lk}x{hq}/{hkv} causal {causal}");
+            check(&tokens, &inputs, 1e-5, &what);
+            // The reference's token-major attention is its head-major one with the axes swapped.
+            let heads = [swap_heads(&q), swap_heads(&k), swap_heads(&v), pad.clone()];
+            let y = cyb_ops::reference::execute(&op(SdpaLayout::HeadMajor), &heads).unwrap();
+            assert_eq!(
+                reference(&tokens, &inputs),
+                swap_heads(&y[0]).to_f32_vec().unwrap(),
+                "{what}: reference layouts disagree"
+            );
+        }
     }
 }

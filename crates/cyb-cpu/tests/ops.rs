@@ -3,7 +3,7 @@
 
 mod common;
 use common::{check, Rng};
-use cyb_ops::{Op, RopeLayout, RopeScaling};
+use cyb_ops::{Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Tensor};
 
 fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
@@ -157,6 +157,7 @@ fn fused_attention() {
             (true, Some(1), Some(20.0)),
         ] {
             let op = Op::Sdpa {
+                layout: SdpaLayout::HeadMajor,
                 scale: 0.3,
                 causal,
                 sliding_window: window,

@@ -17,7 +17,7 @@ use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{LinearAct, Op};
+use cyb_ops::{LinearAct, Op, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::sync::Arc;
 
@@ -332,24 +332,35 @@ impl BertModel {
     fn native_masked_attention(&self, seqs: &[Vec<u32>]) -> bool {
         let c = &self.config;
         let (b, l) = (seqs.len(), seqs.iter().map(Vec::len).max().unwrap_or(0));
+        let qkv = vec![b, c.num_heads, l, c.head_dim];
+        self.runs_sdpa(SdpaLayout::HeadMajor, qkv, Some(vec![b, 1, 1, l]))
+    }
+
+    /// Whether the primary backend runs attention in `layout` on q, k and v of dims `qkv`
+    /// (and a mask of dims `mask`).
+    fn runs_sdpa(&self, layout: SdpaLayout, qkv: Vec<usize>, mask: Option<Vec<usize>>) -> bool {
         let info = |dims: Vec<usize>| {
             Shape::new(dims).map(|shape| TensorInfo {
                 shape,
                 dtype: DType::F32,
             })
         };
-        let (Ok(qkv), Ok(mask)) = (
-            info(vec![b, c.num_heads, l, c.head_dim]),
-            info(vec![b, 1, 1, l]),
-        ) else {
+        let Ok(infos) = [qkv.clone(), qkv.clone(), qkv]
+            .into_iter()
+            .chain(mask)
+            .map(info)
+            .collect::<Result<Vec<_>>>()
+        else {
             return false;
         };
-        let infos = [qkv.clone(), qkv.clone(), qkv, mask];
-        self.dispatcher.primary().supports(&self.sdpa_op(), &infos)
+        self.dispatcher
+            .primary()
+            .supports(&self.sdpa_op(layout), &infos)
     }
 
-    fn sdpa_op(&self) -> Op {
+    fn sdpa_op(&self, layout: SdpaLayout) -> Op {
         Op::Sdpa {
+            layout,
             scale: 1.0 / (self.config.head_dim as f32).sqrt(),
             causal: false,
             sliding_window: None,
@@ -393,16 +404,9 @@ impl BertModel {
         let a = match &batch.padded {
             Some((l, mask)) => {
                 let b = batch.lens.len();
-                let mut heads = |t: &Tensor| -> Result<Tensor> {
-                    let t = step.reshape(t, &[b, *l, nh, d])?;
-                    step.permute(&t, &[0, 2, 1, 3])
-                };
-                let (q, k, v) = (heads(&q)?, heads(&k)?, heads(&v)?);
-                let a = match mask {
-                    Some(m) => step.run(self.sdpa_op(), &[&q, &k, &v, m])?,
-                    None => step.run(self.sdpa_op(), &[&q, &k, &v])?,
-                };
-                let a = step.permute(&a, &[0, 2, 1, 3])?;
+                let heads = |step: &mut Step<'_>, t: &Tensor| step.reshape(t, &[b, *l, nh, d]);
+                let (q, k, v) = (heads(step, &q)?, heads(step, &k)?, heads(step, &v)?);
+                let a = self.attend(step, [&q, &k, &v], mask.as_ref())?;
                 step.reshape(&a, &[batch.rows, nh * d])?
             }
             None => {
@@ -416,12 +420,10 @@ impl BertModel {
                     };
                     let mut heads = |t: &Tensor| -> Result<Tensor> {
                         let t = step.run(rows.clone(), &[t])?;
-                        let t = step.reshape(&t, &[n, nh, d])?;
-                        step.permute(&t, &[1, 0, 2])
+                        step.reshape(&t, &[n, nh, d])
                     };
                     let (qs, ks, vs) = (heads(&q)?, heads(&k)?, heads(&v)?);
-                    let a = step.run(self.sdpa_op(), &[&qs, &ks, &vs])?;
-                    let a = step.permute(&a, &[1, 0, 2])?;
+                    let a = self.attend(step, [&qs, &ks, &vs], None)?;
                     parts.push(step.reshape(&a, &[n, nh * d])?);
                 }
                 let refs: Vec<&Tensor> = parts.iter().collect();
@@ -429,6 +431,37 @@ impl BertModel {
             }
         };
         step.linear(&a, &layer.attn_out)
+    }
+
+    /// Attention of q, k, v `[.., seq, heads, d]` (the projections reshaped) with an optional
+    /// additive mask; the output is `[.., seq, heads, d]` too. Token-major where the primary
+    /// backend runs it, else head-major between permutes.
+    fn attend(
+        &self,
+        step: &mut Step<'_>,
+        [q, k, v]: [&Tensor; 3],
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let mask_dims = mask.map(|m| m.dims().to_vec());
+        let mut inputs = vec![q, k, v];
+        inputs.extend(mask);
+        if std::env::var("XX_HEADS").is_err()
+            && self.runs_sdpa(SdpaLayout::TokenMajor, q.dims().to_vec(), mask_dims)
+        {
+            return step.run(self.sdpa_op(SdpaLayout::TokenMajor), &inputs);
+        }
+        let r = q.dims().len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 3, r - 2);
+        let (q, k, v) = (
+            step.permute(q, &perm)?,
+            step.permute(k, &perm)?,
+            step.permute(v, &perm)?,
+        );
+        let mut inputs = vec![&q, &k, &v];
+        inputs.extend(mask);
+        let a = step.run(self.sdpa_op(SdpaLayout::HeadMajor), &inputs)?;
+        step.permute(&a, &perm)
     }
 
     fn feed_forward(&self, step: &mut Step<'_>, layer: &BertLayer, x: &Tensor) -> Result<Tensor> {

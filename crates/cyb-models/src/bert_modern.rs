@@ -21,7 +21,7 @@ use crate::bert_pooling::{EncoderOutput, Pooling};
 use crate::bert_weights::Linear;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{Error, Result, Tensor};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -422,6 +422,7 @@ impl ModernBertModel {
             scaling: RopeScaling::None,
         };
         let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale: 1.0 / (d as f32).sqrt(),
             causal: false,
             sliding_window: None,

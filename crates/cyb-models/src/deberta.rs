@@ -33,7 +33,7 @@ pub use crate::deberta_config::{ConvActivation, DebertaConv, DebertaSettings};
 use crate::deberta_weights::{DebertaHead, DebertaWeights};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{Op, PadMode};
+use cyb_ops::{Op, PadMode, SdpaLayout};
 use cyb_tensor::{Error, Result, Tensor};
 use std::sync::Arc;
 
@@ -421,6 +421,7 @@ impl DebertaModel {
             None => a.mask.cloned(),
         };
         let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale,
             causal: false,
             sliding_window: None,

@@ -20,7 +20,7 @@ use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, Op};
+use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{Error, Result, Tensor};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -230,6 +230,7 @@ impl JinaBertModel {
         }
         x = step.layer_norm(&x, &self.embed_norm, c.norm_eps)?;
         let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale: 1.0 / (d as f32).sqrt(),
             causal: false,
             sliding_window: None,

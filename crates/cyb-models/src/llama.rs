@@ -18,7 +18,7 @@ use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_graph::{Executor, Graph};
-use cyb_ops::{GeluApprox, Op};
+use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -491,6 +491,7 @@ impl LlamaModel {
             &[&q],
         )?;
         let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale: cfg.attention_scale,
             causal: true,
             sliding_window: attn.sliding_window,

@@ -12,7 +12,7 @@
 use crate::llama_config::{Activation, LlamaConfig};
 use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_graph::{Dim, Graph, NodeOp, ValueId, ValueType};
-use cyb_ops::{GeluApprox, Op};
+use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// Appends nodes with generated, unique value names.
@@ -272,6 +272,7 @@ fn attention(
     let v_all = b.op(Op::Concat { axis: 1 }, &[past_v, v_t]);
     let q = b.permute_021(q);
     let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: cfg.attention_scale,
         causal: true,
         sliding_window: attn.sliding_window,

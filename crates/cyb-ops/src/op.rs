@@ -60,6 +60,17 @@ pub enum RopeScaling {
     },
 }
 
+/// Where the heads sit in [`Op::Sdpa`]'s inputs and output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SdpaLayout {
+    /// `[.., heads, seq, d]`: each head's rows contiguous.
+    #[default]
+    HeadMajor,
+    /// `[.., seq, heads, d]`: each position's heads side by side, as a projection
+    /// `[.., seq, heads · d]` comes out (a reshape, no permute, on either side).
+    TokenMajor,
+}
+
 /// GELU variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GeluApprox {
@@ -175,7 +186,13 @@ pub enum Op {
     /// excludes its key too. Softmax over the remaining `j` (a row with every key excluded gives
     /// zeros, where PyTorch would give NaN), then `y = p · v`.
     /// Output: F32 `[.., hq, lq, dv]`.
+    ///
+    /// With `layout` `TokenMajor` the head and sequence axes of `q`, `k`, `v` and the output
+    /// trade places (`q` `[.., lq, hq, d]`, output `[.., lq, hq, dv]`); the mask still
+    /// broadcasts to the scores `[.., hq, lq, lk]`.
     Sdpa {
+        #[serde(default)]
+        layout: SdpaLayout,
         scale: f32,
         causal: bool,
         sliding_window: Option<usize>,

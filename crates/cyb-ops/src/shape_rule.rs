@@ -5,7 +5,7 @@
 //! otherwise. The reference runs it before computing; backends use it in `supports`.
 //! Only data-dependent checks (an embedding id out of range) are left to execution.
 
-use crate::{Op, RopeScaling};
+use crate::{Op, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Shape, TensorInfo};
 use std::ops::RangeInclusive;
 
@@ -72,11 +72,11 @@ pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
         Op::Rope {
             rot_dims, scaling, ..
         } => vec![rope(name, *rot_dims, scaling, inputs)?],
-        Op::Sdpa { scale, .. } => {
+        Op::Sdpa { scale, layout, .. } => {
             if !scale.is_finite() {
                 return Err(Error::invalid(name, format!("scale {scale} is not finite")));
             }
-            vec![sdpa(name, inputs)?]
+            vec![sdpa(name, *layout, inputs)?]
         }
         Op::Softmax { axis } => {
             arity(name, inputs, 1..=1)?;
@@ -489,7 +489,7 @@ fn rope(
     f32_info(op, x.to_vec())
 }
 
-fn sdpa(op: &str, inputs: &[TensorInfo]) -> Result<TensorInfo> {
+fn sdpa(op: &str, layout: SdpaLayout, inputs: &[TensorInfo]) -> Result<TensorInfo> {
     arity(op, inputs, 3..=4)?;
     for i in 0..inputs.len() {
         float(op, inputs, i)?;
@@ -506,20 +506,25 @@ fn sdpa(op: &str, inputs: &[TensorInfo]) -> Result<TensorInfo> {
             format!("q, k, v need one rank ≥ 3, got {q:?}, {k:?}, {v:?}"),
         ));
     }
-    let (hq, lq, d) = (q[r - 3], q[r - 2], q[r - 1]);
-    let (hkv, lk) = (k[r - 3], k[r - 2]);
+    // The axes of the heads and of the sequence.
+    let (ha, la) = match layout {
+        SdpaLayout::HeadMajor => (r - 3, r - 2),
+        SdpaLayout::TokenMajor => (r - 2, r - 3),
+    };
+    let (hq, lq, d) = (q[ha], q[la], q[r - 1]);
+    let (hkv, lk) = (k[ha], k[la]);
     let shapes_fit = q[..r - 3] == k[..r - 3]
         && k[..r - 3] == v[..r - 3]
         && k[r - 1] == d
-        && v[r - 3] == hkv
-        && v[r - 2] == lk
+        && v[ha] == hkv
+        && v[la] == lk
         && hkv > 0
         && hq % hkv == 0;
     if !shapes_fit {
         return Err(Error::shape(op, q, k));
     }
-    let mut out = q[..r - 3].to_vec();
-    out.extend([hq, lq, v[r - 1]]);
+    let mut out = q.to_vec();
+    out[r - 1] = v[r - 1];
     if let Some(mask) = inputs.get(3) {
         let mut scores = q[..r - 3].to_vec();
         scores.extend([hq, lq, lk]);

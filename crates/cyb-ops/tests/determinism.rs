@@ -1,7 +1,7 @@
 //! Threads split outputs, never reductions: the reference gives the same bits for any
 //! thread count.
 
-use cyb_ops::{reference, GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{reference, GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Tensor};
 
 /// Deterministic pseudo-random values in [-2, 2) (a small LCG; no dependency needed).
@@ -54,6 +54,7 @@ fn one_and_four_threads_give_identical_bits() {
         ),
         (
             Op::Sdpa {
+                layout: SdpaLayout::HeadMajor,
                 scale: 0.2,
                 causal: true,
                 sliding_window: Some(9),

@@ -1,7 +1,7 @@
 //! Bad inputs give a specific error naming the op, never a panic; edge cases of the spec that
 //! the PyTorch fixtures do not reach.
 
-use cyb_ops::{output_infos, reference, GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{output_infos, reference, GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Error, Shape, Tensor, TensorInfo};
 
 fn info(dims: &[usize], dtype: DType) -> TensorInfo {
@@ -56,6 +56,7 @@ fn shapes_that_do_not_fit_are_shape_mismatch() {
         "rms_norm"
     ));
     let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 1.0,
         causal: false,
         sliding_window: None,
@@ -75,6 +76,37 @@ fn shapes_that_do_not_fit_are_shape_mismatch() {
         "sdpa"
     ));
     assert!(output_infos(&sdpa, &[q, k, v, f32s(&[3, 4])]).is_ok());
+    // Token-major: q [1, 3, 4, 8] against k, v [1, 5, 2, 8] gives [1, 3, 4, 6]; the mask still
+    // broadcasts to the scores [1, 4, 3, 5]; a head-major k no longer fits.
+    let tokens = Op::Sdpa {
+        layout: SdpaLayout::TokenMajor,
+        scale: 1.0,
+        causal: false,
+        sliding_window: None,
+        softcap: None,
+        alibi_max_bias: None,
+    };
+    let (q, k, v) = (
+        f32s(&[1, 3, 4, 8]),
+        f32s(&[1, 5, 2, 8]),
+        f32s(&[1, 5, 2, 6]),
+    );
+    let out = output_infos(
+        &tokens,
+        &[q.clone(), k.clone(), v.clone(), f32s(&[4, 1, 5])],
+    );
+    assert_eq!(out.expect("token-major sdpa")[0].shape.dims(), [1, 3, 4, 6]);
+    assert!(is_shape(
+        &err(
+            &tokens,
+            &[q.clone(), k.clone(), v.clone(), f32s(&[3, 4, 5])]
+        ),
+        "sdpa"
+    ));
+    assert!(is_shape(
+        &err(&tokens, &[q, f32s(&[1, 2, 5, 8]), v]),
+        "sdpa"
+    ));
     let reshape = Op::Reshape { dims: vec![4, -1] };
     assert!(is_shape(&err(&reshape, &[f32s(&[3, 7])]), "reshape"));
     let rope = Op::Rope {
@@ -237,6 +269,7 @@ fn edge_cases_of_the_spec() {
     // SDPA: a query row whose keys are all masked to -inf gives zeros, as does a causal row
     // with no key at or before its position.
     let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 1.0,
         causal: false,
         sliding_window: None,
@@ -254,6 +287,7 @@ fn edge_cases_of_the_spec() {
         [0.0, 3.0]
     );
     let causal = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 1.0,
         causal: true,
         sliding_window: None,

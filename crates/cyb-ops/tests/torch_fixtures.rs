@@ -9,7 +9,7 @@
 //! ≤ the case's `tol` (1e-5 for arithmetic, 0 for exact ops such as layout, cast and indices).
 //! Non-finite expected values must match exactly.
 
-use cyb_ops::{reference, GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{reference, GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Error, Tensor};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -115,6 +115,7 @@ fn parse_op(v: &Value) -> Op {
             scaling: scaling(&v["scaling"]),
         },
         "sdpa" => Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
             scale: f(v, "scale"),
             causal: b(v, "causal"),
             sliding_window: v["sliding_window"].as_u64().map(|w| w as usize),

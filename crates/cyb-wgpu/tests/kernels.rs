@@ -10,7 +10,7 @@ mod common;
 
 use common::{gpu, random, rel_err};
 use cyb_backend::{Backend, ExecContext};
-use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Tensor};
 
 /// Runs `op` on the GPU (which must support it) and on the reference; returns the error of each
@@ -221,6 +221,7 @@ fn rope_layouts_and_scalings() {
 #[test]
 fn sdpa_variants() {
     let sdpa = |causal, sliding_window, softcap| Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 0.3,
         causal,
         sliding_window,

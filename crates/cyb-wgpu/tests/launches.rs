@@ -11,7 +11,7 @@ mod common;
 use common::{gpu, random, rel_err};
 use cyb_backend::{Backend, Dispatcher, ExecContext};
 use cyb_models::LlamaModel;
-use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Tensor};
 use std::path::Path;
 use std::sync::Arc;
@@ -317,6 +317,7 @@ fn attention_reads_the_cache_prefix_in_place() {
     let _turn = serial();
     let (hq, hkv, d, cap) = (4, 2, 5, 9);
     let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
         scale: 0.4,
         causal: true,
         sliding_window: None,

@@ -2,11 +2,13 @@
 //! additive mask, grouped-query heads, sliding window, logit softcap and ALiBi.
 
 use super::{broadcast_strides, f32_out, floats};
-use cyb_tensor::{Result, Tensor, TensorInfo};
+use crate::SdpaLayout;
+use cyb_tensor::{Result, Shape, Tensor, TensorInfo};
 use rayon::prelude::*;
 
 /// The scalar parameters of `Op::Sdpa`.
 pub(super) struct SdpaParams {
+    pub layout: SdpaLayout,
     pub scale: f32,
     pub causal: bool,
     pub sliding_window: Option<usize>,
@@ -15,6 +17,34 @@ pub(super) struct SdpaParams {
 }
 
 pub(super) fn sdpa(p: &SdpaParams, inputs: &[Tensor], out: &TensorInfo) -> Result<Tensor> {
+    if p.layout == SdpaLayout::HeadMajor {
+        return sdpa_heads(p, inputs, out);
+    }
+    // Token-major: the same attention on the inputs with heads and positions swapped.
+    let swap = |t: &Tensor| -> Result<Tensor> {
+        let r = t.dims().len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 3, r - 2);
+        let dims: Vec<usize> = perm.iter().map(|&a| t.dims()[a]).collect();
+        let info = TensorInfo {
+            shape: Shape::new(dims)?,
+            dtype: t.dtype(),
+        };
+        super::layout::permute(&perm, t, &info)
+    };
+    let mut heads = inputs[..3].iter().map(swap).collect::<Result<Vec<_>>>()?;
+    heads.extend(inputs.get(3).cloned());
+    let mut dims = out.shape.dims().to_vec();
+    let r = dims.len();
+    dims.swap(r - 3, r - 2);
+    let info = TensorInfo {
+        shape: Shape::new(dims)?,
+        dtype: out.dtype,
+    };
+    swap(&sdpa_heads(p, &heads, &info)?)
+}
+
+fn sdpa_heads(p: &SdpaParams, inputs: &[Tensor], out: &TensorInfo) -> Result<Tensor> {
     let (q, k, v) = (
         floats(&inputs[0])?,
         floats(&inputs[1])?,

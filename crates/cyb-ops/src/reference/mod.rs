@@ -55,6 +55,7 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             scaling,
         } => one(rope::rope(*layout, *rot_dims, *base, scaling, inputs)),
         Op::Sdpa {
+            layout,
             scale,
             causal,
             sliding_window,
@@ -62,6 +63,7 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             alibi_max_bias,
         } => {
             let params = attention::SdpaParams {
+                layout: *layout,
                 scale: *scale,
                 causal: *causal,
                 sliding_window: *sliding_window,

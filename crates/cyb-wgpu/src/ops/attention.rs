@@ -5,7 +5,7 @@ use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
 use cyb_backend::BufferUsage;
-use cyb_ops::{Op, RopeLayout};
+use cyb_ops::{Op, RopeLayout, SdpaLayout};
 use cyb_tensor::{DType, Result, Tensor, TensorInfo};
 use std::sync::Arc;
 
@@ -148,6 +148,7 @@ pub(crate) fn supports_sdpa(op: &Op, inputs: &[TensorInfo]) -> bool {
     let Op::Sdpa {
         alibi_max_bias,
         sliding_window,
+        layout: SdpaLayout::HeadMajor,
         ..
     } = op
     else {
@@ -188,11 +189,18 @@ pub(crate) fn sdpa(
         causal,
         sliding_window,
         softcap,
+        layout,
         ..
     } = op
     else {
         return Err(cyb_tensor::Error::invalid("sdpa", "not an sdpa op"));
     };
+    if *layout != SdpaLayout::HeadMajor {
+        return Err(cyb_tensor::Error::invalid(
+            "sdpa",
+            "the wgpu kernel takes the head-major layout only",
+        ));
+    }
     let (qd, kd, vd) = (inputs[0].dims(), inputs[1].dims(), inputs[2].dims());
     let r = qd.len();
     let (hq, lq, d) = (qd[r - 3], qd[r - 2], qd[r - 1]);
