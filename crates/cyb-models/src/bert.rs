@@ -88,6 +88,37 @@ impl Step<'_> {
         self.dispatcher.primary().supports(op, &infos)
     }
 
+    /// Attention (scale `1/sqrt(head_dim)`) of q, k, v `[.., seq, heads, head_dim]` (the
+    /// projections reshaped) with an optional additive mask; the output is
+    /// `[.., seq, heads, head_dim]` too. Token-major where the primary backend runs it, else
+    /// head-major between permutes.
+    pub(crate) fn attend(
+        &mut self,
+        head_dim: usize,
+        [q, k, v]: [&Tensor; 3],
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let tokens = sdpa_op(SdpaLayout::TokenMajor, head_dim);
+        let mut inputs = vec![q, k, v];
+        inputs.extend(mask);
+        let dims = inputs.iter().map(|t| t.dims().to_vec()).collect();
+        if runs(self.dispatcher, &tokens, dims) {
+            return self.run(tokens, &inputs);
+        }
+        let r = q.dims().len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 3, r - 2);
+        let (q, k, v) = (
+            self.permute(q, &perm)?,
+            self.permute(k, &perm)?,
+            self.permute(v, &perm)?,
+        );
+        let mut inputs = vec![&q, &k, &v];
+        inputs.extend(mask);
+        let a = self.run(sdpa_op(SdpaLayout::HeadMajor, head_dim), &inputs)?;
+        self.permute(&a, &perm)
+    }
+
     /// `LayerNorm(a + b)`: one `Op::AddLayerNorm` where the primary backend runs it.
     pub(crate) fn add_layer_norm(
         &mut self,
@@ -206,32 +237,15 @@ impl BertModel {
             HeadWeights::Rank { cls, out } => (cls.as_ref(), out.as_ref()),
             _ => return Err(self.no_head("sequence classification")),
         };
-        let n = self.config.labels.len();
+        let act = match self.config.variant {
+            BertVariant::DistilBert => Op::Relu,
+            BertVariant::Bert | BertVariant::Roberta => Op::Tanh,
+        };
         let (logits, batch) = self.in_step(seqs, types, |m, step, batch| {
             let x = m.encode(step, batch)?;
-            // The first row of each sequence, gathered as a lookup in the states.
-            let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
-            let first = Tensor::from_i64(&[first.len()], &first)?;
-            let mut x = step.run(Op::Embedding, &[&x, &first])?;
-            if let Some(dense) = dense {
-                x = step.linear(&x, dense)?;
-                let act = match m.config.variant {
-                    BertVariant::DistilBert => Op::Relu,
-                    BertVariant::Bert | BertVariant::Roberta => Op::Tanh,
-                };
-                x = step.run(act, &[&x])?;
-            }
-            match out {
-                Some(out) => step.linear(&x, out),
-                None => Ok(x),
-            }
+            sequence_head(step, &x, batch, dense.map(|d| (d, act)), out)
         })?;
-        let host = logits.to_f32_vec()?;
-        Ok(host
-            .chunks_exact(n.max(1))
-            .take(batch.lens.len())
-            .map(<[f32]>::to_vec)
-            .collect())
+        per_sequence(&logits, self.config.labels.len(), &batch)
     }
 
     /// Token classification logits, `[len_i, labels]` row-major per sequence (models saved
@@ -333,40 +347,12 @@ impl BertModel {
         let c = &self.config;
         let (b, l) = (seqs.len(), seqs.iter().map(Vec::len).max().unwrap_or(0));
         let qkv = vec![b, c.num_heads, l, c.head_dim];
-        self.runs_sdpa(SdpaLayout::HeadMajor, qkv, Some(vec![b, 1, 1, l]))
-    }
-
-    /// Whether the primary backend runs attention in `layout` on q, k and v of dims `qkv`
-    /// (and a mask of dims `mask`).
-    fn runs_sdpa(&self, layout: SdpaLayout, qkv: Vec<usize>, mask: Option<Vec<usize>>) -> bool {
-        let info = |dims: Vec<usize>| {
-            Shape::new(dims).map(|shape| TensorInfo {
-                shape,
-                dtype: DType::F32,
-            })
-        };
-        let Ok(infos) = [qkv.clone(), qkv.clone(), qkv]
-            .into_iter()
-            .chain(mask)
-            .map(info)
-            .collect::<Result<Vec<_>>>()
-        else {
-            return false;
-        };
-        self.dispatcher
-            .primary()
-            .supports(&self.sdpa_op(layout), &infos)
-    }
-
-    fn sdpa_op(&self, layout: SdpaLayout) -> Op {
-        Op::Sdpa {
-            layout,
-            scale: 1.0 / (self.config.head_dim as f32).sqrt(),
-            causal: false,
-            sliding_window: None,
-            softcap: None,
-            alibi_max_bias: None,
-        }
+        let op = sdpa_op(SdpaLayout::HeadMajor, c.head_dim);
+        runs(
+            &self.dispatcher,
+            &op,
+            vec![qkv.clone(), qkv.clone(), qkv, vec![b, 1, 1, l]],
+        )
     }
 
     /// Embeddings and every block; returns the final states, one row per batch row.
@@ -406,7 +392,7 @@ impl BertModel {
                 let b = batch.lens.len();
                 let heads = |step: &mut Step<'_>, t: &Tensor| step.reshape(t, &[b, *l, nh, d]);
                 let (q, k, v) = (heads(step, &q)?, heads(step, &k)?, heads(step, &v)?);
-                let a = self.attend(step, [&q, &k, &v], mask.as_ref())?;
+                let a = step.attend(d, [&q, &k, &v], mask.as_ref())?;
                 step.reshape(&a, &[batch.rows, nh * d])?
             }
             None => {
@@ -423,7 +409,7 @@ impl BertModel {
                         step.reshape(&t, &[n, nh, d])
                     };
                     let (qs, ks, vs) = (heads(&q)?, heads(&k)?, heads(&v)?);
-                    let a = self.attend(step, [&qs, &ks, &vs], None)?;
+                    let a = step.attend(d, [&qs, &ks, &vs], None)?;
                     parts.push(step.reshape(&a, &[n, nh * d])?);
                 }
                 let refs: Vec<&Tensor> = parts.iter().collect();
@@ -431,37 +417,6 @@ impl BertModel {
             }
         };
         step.linear(&a, &layer.attn_out)
-    }
-
-    /// Attention of q, k, v `[.., seq, heads, d]` (the projections reshaped) with an optional
-    /// additive mask; the output is `[.., seq, heads, d]` too. Token-major where the primary
-    /// backend runs it, else head-major between permutes.
-    fn attend(
-        &self,
-        step: &mut Step<'_>,
-        [q, k, v]: [&Tensor; 3],
-        mask: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        let mask_dims = mask.map(|m| m.dims().to_vec());
-        let mut inputs = vec![q, k, v];
-        inputs.extend(mask);
-        if std::env::var("XX_HEADS").is_err()
-            && self.runs_sdpa(SdpaLayout::TokenMajor, q.dims().to_vec(), mask_dims)
-        {
-            return step.run(self.sdpa_op(SdpaLayout::TokenMajor), &inputs);
-        }
-        let r = q.dims().len();
-        let mut perm: Vec<usize> = (0..r).collect();
-        perm.swap(r - 3, r - 2);
-        let (q, k, v) = (
-            step.permute(q, &perm)?,
-            step.permute(k, &perm)?,
-            step.permute(v, &perm)?,
-        );
-        let mut inputs = vec![&q, &k, &v];
-        inputs.extend(mask);
-        let a = step.run(self.sdpa_op(SdpaLayout::HeadMajor), &inputs)?;
-        step.permute(&a, &perm)
     }
 
     fn feed_forward(&self, step: &mut Step<'_>, layer: &BertLayer, x: &Tensor) -> Result<Tensor> {
@@ -518,4 +473,63 @@ fn activation_op(act: BertActivation) -> Op {
         BertActivation::Gelu(approx) => Op::Gelu { approx },
         BertActivation::Relu => Op::Relu,
     }
+}
+
+/// The sequence-classification head on the final states `x` of `batch`: the first row of each
+/// sequence, then `act(dense(..))` and `out(..)` where given.
+pub(crate) fn sequence_head(
+    step: &mut Step<'_>,
+    x: &Tensor,
+    batch: &Batch,
+    dense: Option<(&Linear, Op)>,
+    out: Option<&Linear>,
+) -> Result<Tensor> {
+    // The first row of each sequence, gathered as a lookup in the states.
+    let first: Vec<i64> = batch.starts.iter().map(|&s| s as i64).collect();
+    let first = Tensor::from_i64(&[first.len()], &first)?;
+    let mut x = step.run(Op::Embedding, &[x, &first])?;
+    if let Some((dense, act)) = dense {
+        x = step.linear(&x, dense)?;
+        x = step.run(act, &[&x])?;
+    }
+    match out {
+        Some(out) => step.linear(&x, out),
+        None => Ok(x),
+    }
+}
+
+/// `logits` (`[sequences, n]`) as one vector per sequence of `batch`.
+pub(crate) fn per_sequence(logits: &Tensor, n: usize, batch: &Batch) -> Result<Vec<Vec<f32>>> {
+    let host = logits.to_f32_vec()?;
+    Ok(host
+        .chunks_exact(n.max(1))
+        .take(batch.lens.len())
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
+/// Bidirectional attention in `layout`, scaled by `1/sqrt(head_dim)`.
+pub(crate) fn sdpa_op(layout: SdpaLayout, head_dim: usize) -> Op {
+    Op::Sdpa {
+        layout,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        causal: false,
+        sliding_window: None,
+        softcap: None,
+        alibi_max_bias: None,
+    }
+}
+
+/// Whether the primary backend of `dispatcher` runs `op` on F32 inputs of these dims.
+fn runs(dispatcher: &Dispatcher, op: &Op, dims: Vec<Vec<usize>>) -> bool {
+    let infos = dims
+        .into_iter()
+        .map(|dims| {
+            Shape::new(dims).map(|shape| TensorInfo {
+                shape,
+                dtype: DType::F32,
+            })
+        })
+        .collect::<Result<Vec<_>>>();
+    infos.is_ok_and(|infos| dispatcher.primary().supports(op, &infos))
 }

@@ -74,13 +74,9 @@ pub(crate) fn check(c: &BertConfig, seqs: &[Vec<u32>]) -> Result<()> {
 }
 
 impl Batch {
-    /// Lays out checked `seqs`; `padded` picks the padded layout.
-    pub(crate) fn new(c: &BertConfig, seqs: &[Vec<u32>], padded: bool) -> Result<Batch> {
-        Batch::with_types(c, seqs, None, padded)
-    }
-
-    /// [`Batch::new`] with the token type of every token (a text pair: 0 for the first text,
-    /// 1 for the second), checked against the model's token type table; `None` is all 0.
+    /// Lays out checked `seqs` (`padded` picks the padded layout) with the token type of every
+    /// token (a text pair: 0 for the first text, 1 for the second), checked against the
+    /// model's token type table; `None` is all 0.
     pub(crate) fn with_types(
         c: &BertConfig,
         seqs: &[Vec<u32>],

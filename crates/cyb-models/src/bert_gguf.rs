@@ -84,13 +84,11 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         .and_then(|p| u32::try_from(p).ok())
         .filter(|&p| (p as usize) < vocab_size)
         .unwrap_or(0);
-    // Jina-v2's encoder (jina.rs) runs no head, so its classifier tensors stay unused.
-    let classes = match jina {
-        true => None,
-        false => match rows(file, "cls.output.weight")? {
-            Some(n) => Some(n),
-            None => rows(file, "cls.weight")?,
-        },
+    // Rerankers and classifiers (BERT's and Jina-v2's alike) carry llama.cpp's `cls` /
+    // `cls.output`.
+    let classes = match rows(file, "cls.output.weight")? {
+        Some(n) => Some(n),
+        None => rows(file, "cls.weight")?,
     };
     let (head, labels) = match classes {
         Some(n) => (BertHead::SequenceClassification, labels(g, &arch, n)?),

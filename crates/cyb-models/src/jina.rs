@@ -16,11 +16,12 @@
 use crate::bert::Step;
 use crate::bert_batch::Batch;
 use crate::bert_config::BertConfig;
+use crate::bert_config::BertHead;
 use crate::bert_pooling::EncoderOutput;
-use crate::bert_weights::{Linear, Norm};
+use crate::bert_weights::{HeadWeights, Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, Op, SdpaLayout};
+use cyb_ops::{GeluApprox, Op};
 use cyb_tensor::{Error, Result, Tensor};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -79,6 +80,7 @@ pub struct JinaBertModel {
     embed_norm: Norm,
     layers: Vec<JinaLayer>,
     slopes: Vec<f32>,
+    head: HeadWeights,
     dispatcher: Arc<Dispatcher>,
 }
 
@@ -90,6 +92,7 @@ impl std::fmt::Debug for JinaBertModel {
     }
 }
 
+#[derive(Clone)]
 struct Loader<'a> {
     file: &'a ModelFile,
     names: HashSet<String>,
@@ -170,12 +173,33 @@ impl JinaBertModel {
             0 => None,
             n => Some(l.tensor("embeddings.token_type_embeddings.weight", &[n, h])?),
         };
+        // JinaBertFor{Sequence,Token}Classification: BERT's heads; the classifier sits outside
+        // the encoder prefix. GGUF rerankers carry llama.cpp's `cls` / `cls.output`.
+        let n = config.labels.len();
+        let bare = Loader {
+            prefix: "",
+            ..l.clone()
+        };
+        let head = match config.head {
+            BertHead::None | BertHead::MaskedLm => HeadWeights::None,
+            BertHead::SequenceClassification if matches!(file, ModelFile::Gguf(_)) => {
+                crate::bert_gguf::rank_head(file, &config)?
+            }
+            BertHead::SequenceClassification => HeadWeights::Sequence {
+                dense: l.linear("pooler.dense", h, h, true)?,
+                out: bare.linear("classifier", n, h, true)?,
+            },
+            BertHead::TokenClassification => HeadWeights::Token {
+                out: bare.linear("classifier", n, h, true)?,
+            },
+        };
         Ok(JinaBertModel {
             word: l.tensor("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
             token_type,
             embed_norm: l.norm("embeddings.LayerNorm", h)?,
             layers,
             slopes: alibi_slopes(config.num_heads),
+            head,
             settings,
             config,
             dispatcher,
@@ -188,21 +212,81 @@ impl JinaBertModel {
 
     /// The final hidden states of every real token of each sequence.
     pub fn hidden_states(&self, seqs: &[Vec<u32>]) -> Result<EncoderOutput> {
-        let batch = Batch::new(&self.config, seqs, true)?;
+        let (x, batch) = self.in_step(seqs, None, |step, batch| self.encode(step, batch))?;
+        let h = self.config.hidden_size;
+        let states = batch.split_rows(&x.to_f32_vec()?, h)?;
+        Ok(EncoderOutput { hidden: h, states })
+    }
+
+    /// Sequence classification logits `[labels]` per sequence (JinaBertForSequenceClassification,
+    /// the jina-reranker-v1 models), with token types for text pairs when given.
+    pub fn sequence_logits_typed(
+        &self,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let (dense, out) = match &self.head {
+            HeadWeights::Sequence { dense, out } => (Some(dense), Some(out)),
+            HeadWeights::Rank { cls, out } => (cls.as_ref(), out.as_ref()),
+            _ => return Err(self.no_head("sequence classification")),
+        };
+        let (logits, batch) = self.in_step(seqs, types, |step, batch| {
+            let x = self.encode(step, batch)?;
+            crate::bert::sequence_head(step, &x, batch, dense.map(|d| (d, Op::Tanh)), out)
+        })?;
+        crate::bert::per_sequence(&logits, self.config.labels.len(), &batch)
+    }
+
+    /// Token classification logits, `[len_i, labels]` row-major per sequence
+    /// (JinaBertForTokenClassification).
+    pub fn token_logits(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let HeadWeights::Token { out } = &self.head else {
+            return Err(self.no_head("token classification"));
+        };
+        let (logits, batch) = self.in_step(seqs, None, |step, batch| {
+            let x = self.encode(step, batch)?;
+            step.linear(&x, out)
+        })?;
+        batch.split_rows(&logits.to_f32_vec()?, self.config.labels.len())
+    }
+
+    fn no_head(&self, what: &str) -> Error {
+        Error::invalid(
+            what,
+            format!(
+                "this {} checkpoint has no {what} head (its config.json names no \
+                 JinaBertFor{}Classification class)",
+                self.config.architecture,
+                if what.starts_with("token") {
+                    "Token"
+                } else {
+                    "Sequence"
+                }
+            ),
+        )
+    }
+
+    /// Builds the padded batch, runs `body` inside one forward step (always ended, also
+    /// after an error, once the result is on the host) and returns its host result.
+    fn in_step(
+        &self,
+        seqs: &[Vec<u32>],
+        types: Option<&[Vec<u32>]>,
+        body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
+    ) -> Result<(Tensor, Batch)> {
+        let batch = Batch::with_types(&self.config, seqs, types, true)?;
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
         };
         let begun = self.dispatcher.begin_step(&mut step.ctx);
         let result = begun
-            .and_then(|()| self.encode(&mut step, &batch))
+            .and_then(|()| body(&mut step, &batch))
             .and_then(|t| self.dispatcher.to_host(&t));
         let ended = self.dispatcher.end_step(&mut step.ctx);
-        let x = result?;
+        let out = result?;
         ended?;
-        let h = self.config.hidden_size;
-        let states = batch.split_rows(&x.to_f32_vec()?, h)?;
-        Ok(EncoderOutput { hidden: h, states })
+        Ok((out, batch))
     }
 
     fn encode(&self, step: &mut Step<'_>, batch: &Batch) -> Result<Tensor> {
@@ -229,14 +313,6 @@ impl JinaBertModel {
             x = step.run(Op::Add, &[&x, &t])?;
         }
         x = step.layer_norm(&x, &self.embed_norm, c.norm_eps)?;
-        let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
-            scale: 1.0 / (d as f32).sqrt(),
-            causal: false,
-            sliding_window: None,
-            softcap: None,
-            alibi_max_bias: None,
-        };
         let geglu = Op::GeGlu {
             approx: GeluApprox::Erf,
         };
@@ -244,13 +320,9 @@ impl JinaBertModel {
             let q = step.linear(&x, &layer.q)?;
             let k = step.linear(&x, &layer.k)?;
             let v = step.linear(&x, &layer.v)?;
-            let split = |step: &mut Step<'_>, t: &Tensor| -> Result<Tensor> {
-                let t = step.reshape(t, &[b, l, nh, d])?;
-                step.permute(&t, &[0, 2, 1, 3])
-            };
-            let (q, k, v) = (split(step, &q)?, split(step, &k)?, split(step, &v)?);
-            let a = step.run(sdpa.clone(), &[&q, &k, &v, &bias])?;
-            let a = step.permute(&a, &[0, 2, 1, 3])?;
+            let heads = |step: &mut Step<'_>, t: &Tensor| step.reshape(t, &[b, l, nh, d]);
+            let (q, k, v) = (heads(step, &q)?, heads(step, &k)?, heads(step, &v)?);
+            let a = step.attend(d, [&q, &k, &v], Some(&bias))?;
             let a = step.reshape(&a, &[batch.rows, nh * d])?;
             let a = step.linear(&a, &layer.attn_out)?;
             let y = step.run(Op::Add, &[&x, &a])?;

@@ -95,3 +95,23 @@ fn gguf_encoder_without_classifier_has_no_head() {
     let err = m.sequence_logits(&[vec![2, 5, 3]]).unwrap_err().to_string();
     assert!(err.contains("sequence classification"), "{err}");
 }
+
+/// A Jina-v2 reranker as llama.cpp converts it (jina-bert-v2, pooler as `cls`, classifier as
+/// `cls.output`) against the fixture script's reference of the same tiny model.
+#[test]
+fn gguf_jina_v2_reranker() {
+    let r = reference("encoders/jina_v2_rerank/reference.json");
+    let seqs = sequence_ids(&r);
+    let file = cyb_format::open(fixture("bert_gguf/jina_v2_rerank.gguf")).unwrap();
+    let m = cyb_models::JinaBertModel::load(&file, Arc::new(Dispatcher::reference())).unwrap();
+    assert_eq!(m.config().head, BertHead::SequenceClassification);
+    assert_eq!(m.config().labels, ["LABEL_0"]);
+    let logits = m.sequence_logits_typed(&seqs, None).unwrap();
+    for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+        check(
+            &format!("jina rerank gguf seq {i}"),
+            &logits[i],
+            &floats(&s["logits"]),
+        );
+    }
+}

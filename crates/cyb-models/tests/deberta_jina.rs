@@ -207,3 +207,52 @@ fn jina_v2_matches_pytorch_reference() {
     }
     assert!(BertModel::load(&file, Arc::new(Dispatcher::reference())).is_err());
 }
+
+/// The jina-reranker-v1 head (JinaBertForSequenceClassification: BERT's pooler, one logit)
+/// and JinaBertForTokenClassification against the fixture script's reference, batched and
+/// alone, on the reference backend and on the cpu backend (token-major attention there).
+#[test]
+fn jina_v2_heads_match_reference() {
+    let cpu = || -> Dispatcher {
+        let cpu = cyb_cpu::CpuBackend::with_options(cyb_cpu::KernelSet::detect().unwrap(), 2);
+        Dispatcher::new(vec![Arc::new(cpu.unwrap())])
+    };
+    for (name, make) in [
+        ("reference", Dispatcher::reference as fn() -> Dispatcher),
+        ("cpu", cpu),
+    ] {
+        let r = reference("jina_v2_rerank");
+        let file = cyb_format::open(dir("jina_v2_rerank")).unwrap();
+        let m = JinaBertModel::load(&file, Arc::new(make())).unwrap();
+        assert_eq!(m.config().head, BertHead::SequenceClassification);
+        let seqs = seqs(&r);
+        let logits = m.sequence_logits_typed(&seqs, None).unwrap();
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            let want = floats(&s["logits"]);
+            check(&format!("{name}: rerank seq {i}"), &logits[i], &want);
+            let alone = m
+                .sequence_logits_typed(std::slice::from_ref(&seqs[i]), None)
+                .unwrap();
+            check(&format!("{name}: rerank seq {i} alone"), &alone[0], &want);
+        }
+        assert!(m.token_logits(&seqs).is_err(), "no token head here");
+
+        let r = reference("jina_v2_token");
+        let file = cyb_format::open(dir("jina_v2_token")).unwrap();
+        let m = JinaBertModel::load(&file, Arc::new(make())).unwrap();
+        assert_eq!(m.config().head, BertHead::TokenClassification);
+        let logits = m.token_logits(&seqs).unwrap();
+        for (i, s) in r["sequences"].as_array().unwrap().iter().enumerate() {
+            check(
+                &format!("{name}: token seq {i}"),
+                &logits[i],
+                &floats(&s["logits"]),
+            );
+        }
+        let e = m.sequence_logits_typed(&seqs, None).unwrap_err();
+        assert!(
+            e.to_string().contains("no sequence classification head"),
+            "{e}"
+        );
+    }
+}

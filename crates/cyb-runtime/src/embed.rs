@@ -56,7 +56,8 @@ impl EncoderNet {
             EncoderNet::Modern(m) => m.masked_lm_logits_at(seq, positions),
             EncoderNet::Jina(_) => Err(Error::invalid(
                 "fill-mask",
-                "Jina-v2 masked-LM heads are not supported yet",
+                "Jina-v2 checkpoints carry no masked-LM head (jinaai saves the embedding \
+                 models under JinaBertForMaskedLM without one)",
             )),
         }
     }
@@ -66,7 +67,7 @@ impl EncoderNet {
             EncoderNet::Bert(m) => m.token_logits(seqs),
             EncoderNet::Deberta(m) => m.token_logits(seqs),
             EncoderNet::Modern(m) => m.token_logits(seqs),
-            EncoderNet::Jina(_) => Err(self.no_heads()),
+            EncoderNet::Jina(m) => m.token_logits(seqs),
         }
     }
 
@@ -80,15 +81,8 @@ impl EncoderNet {
             EncoderNet::Deberta(m) => m.sequence_logits_typed(seqs, types),
             // ModernBERT has no token types: a pair is told apart by its separator alone.
             EncoderNet::Modern(m) => m.sequence_logits(seqs),
-            EncoderNet::Jina(_) => Err(self.no_heads()),
+            EncoderNet::Jina(m) => m.sequence_logits_typed(seqs, types),
         }
-    }
-
-    fn no_heads(&self) -> Error {
-        Error::invalid(
-            "classify",
-            "Jina-v2 classification heads are not supported yet",
-        )
     }
 }
 

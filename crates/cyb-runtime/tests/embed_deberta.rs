@@ -3,7 +3,7 @@
 //! tools/fixtures/make_deberta_jina_fixtures.py): text in, token ids, mean-pooled vectors and
 //! label probabilities equal to transformers' (tokenized by transformers' own tokenizer). And
 //! the tiny Jina-v2 (tests/fixtures/encoders/jina_v2, WordPiece tokenizer): text in, mean
-//! vectors equal to the fixture script's PyTorch reference.
+//! vectors equal to the fixture script's PyTorch reference; and its reranker head on pairs.
 
 mod common;
 use common::{floats, rel_err};
@@ -71,5 +71,31 @@ fn jina_v2_text_matches_reference() {
         assert!(e <= 1e-5, "text {i} mean: relative error {e:e}");
     }
     let e = m.classify("hello").unwrap_err().to_string();
-    assert!(e.contains("Jina-v2"), "{e}");
+    assert!(e.contains("no sequence classification head"), "{e}");
+}
+
+/// A Jina-v2 reranker (JinaBertForSequenceClassification, one logit; the fixture script's
+/// reference): query/document pairs in, sigmoid scores of the reference logits out.
+#[test]
+fn jina_v2_reranker_scores_pairs() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/encoders/jina_v2_rerank");
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let m = rt.load(&dir).unwrap();
+    for (i, c) in r["pairs"].as_array().unwrap().iter().enumerate() {
+        let (q, d) = (
+            c["query"].as_str().unwrap(),
+            c["document"].as_str().unwrap(),
+        );
+        let scores = m.classify_pair(q, d, false).unwrap();
+        let want = 1.0 / (1.0 + (-floats(&c["logits"])[0]).exp());
+        assert_eq!(scores.len(), 1);
+        assert!(
+            (scores[0].score - want).abs() <= 1e-6,
+            "pair {i}: {} vs {want}",
+            scores[0].score
+        );
+    }
 }
