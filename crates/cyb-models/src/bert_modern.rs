@@ -21,7 +21,7 @@ use crate::bert_pooling::{EncoderOutput, Pooling};
 use crate::bert_weights::Linear;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling, SdpaLayout};
+use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
 use cyb_tensor::{Error, Result, Tensor};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -421,14 +421,6 @@ impl ModernBertModel {
             },
             scaling: RopeScaling::None,
         };
-        let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
-            scale: 1.0 / (d as f32).sqrt(),
-            causal: false,
-            sliding_window: None,
-            softcap: None,
-            alibi_max_bias: None,
-        };
         let mut parts = Vec::with_capacity(seqs.len());
         let mut start = 0usize;
         for s in seqs {
@@ -460,14 +452,9 @@ impl ModernBertModel {
             let k = pick(step, 1)?;
             let k = step.run(rope.clone(), &[&k, &positions])?;
             let v = pick(step, 2)?;
-            let (q, k, v) = (
-                step.permute(&q, &[1, 0, 2])?,
-                step.permute(&k, &[1, 0, 2])?,
-                step.permute(&v, &[1, 0, 2])?,
-            );
             let w = self.modern.window;
             let a = if global || n <= w + 1 {
-                step.run(sdpa.clone(), &[&q, &k, &v])?
+                step.attend(d, [&q, &k, &v], None)?
             } else {
                 let mask: Vec<f32> = (0..n)
                     .flat_map(|i| {
@@ -481,9 +468,8 @@ impl ModernBertModel {
                     })
                     .collect();
                 let mask = Tensor::from_f32(&[1, n, n], &mask)?;
-                step.run(sdpa.clone(), &[&q, &k, &v, &mask])?
+                step.attend(d, [&q, &k, &v], Some(&mask))?
             };
-            let a = step.permute(&a, &[1, 0, 2])?;
             parts.push(step.reshape(&a, &[n, nh * d])?);
         }
         let refs: Vec<&Tensor> = parts.iter().collect();
