@@ -302,6 +302,12 @@ pub(crate) fn bias_act<'a>(
 }
 
 fn permute(par: Par<'_>, x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Tensor> {
+    // Axes longer than 1 in their old order (a decode step's `[1, heads, d]` ↔ `[heads, 1,
+    // d]`): the same values in the same order, so the output shares the input's storage.
+    let moved = perm.iter().filter(|&&p| x.dims()[p] > 1);
+    if moved.clone().zip(moved.skip(1)).all(|(a, b)| a < b) {
+        return x.reshape(od);
+    }
     let a = x.as_f32()?;
     let a = &*a;
     let xd = x.dims();

@@ -84,6 +84,27 @@ fn norms_layout_and_embedding() {
         0.0,
         "transpose",
     );
+    // Size-1 axes moved (a decode step's heads): the values keep their order; and one where
+    // they do not although a size-1 axis moves too.
+    let one = Tensor::from_f32(
+        &[1, 3, 2, 5],
+        &(0..30).map(|i| i as f32).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    for perm in [
+        vec![1, 0, 2, 3],
+        vec![1, 2, 0, 3],
+        vec![2, 0, 1, 3],
+        vec![0, 2, 1, 3],
+    ] {
+        let what = format!("permute {perm:?} of [1, 3, 2, 5]");
+        check(
+            &Op::Permute { perm },
+            std::slice::from_ref(&one),
+            0.0,
+            &what,
+        );
+    }
     check(
         &Op::Reshape { dims: vec![15, -1] },
         std::slice::from_ref(&x),
