@@ -134,7 +134,9 @@ impl LlamaModel {
         config: LlamaConfig,
         dispatcher: Arc<Dispatcher>,
     ) -> Result<LlamaModel> {
-        let weights = LlamaWeights::load(file, &config)?;
+        // The cpu backend pays per op: it gets small projections of one input stacked.
+        let stack = dispatcher.primary().name() == "cpu";
+        let weights = LlamaWeights::load(file, &config, stack)?;
         Ok(LlamaModel {
             config,
             weights,

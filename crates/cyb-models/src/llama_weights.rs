@@ -191,8 +191,9 @@ impl Loader<'_> {
 }
 
 impl LlamaWeights {
-    /// Finds every tensor `cfg` needs in `file` and checks its shape.
-    pub(crate) fn load(file: &ModelFile, cfg: &LlamaConfig) -> Result<LlamaWeights> {
+    /// Finds every tensor `cfg` needs in `file` and checks its shape; with `stack`, small split q/k/v and gate/up
+    /// projections are stacked into one weight each ([`STACK_MAX_BYTES`]).
+    pub(crate) fn load(file: &ModelFile, cfg: &LlamaConfig, stack: bool) -> Result<LlamaWeights> {
         let names = file.tensors().into_iter().map(|t| t.name).collect();
         let l = Loader { file, names, cfg };
         let (hidden, d, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
@@ -214,16 +215,20 @@ impl LlamaWeights {
             let qkv = if l.has(Role::Qkv, i) {
                 QkvWeights::Fused(l.required(Role::Qkv, i, &[q_dim + 2 * kv_dim, hidden])?)
             } else {
-                QkvWeights::Split {
-                    q: l.required(Role::Q, i, &[q_dim, hidden])?,
-                    k: l.required(Role::K, i, &[kv_dim, hidden])?,
-                    v: l.required(Role::V, i, &[kv_dim, hidden])?,
+                let q = l.required(Role::Q, i, &[q_dim, hidden])?;
+                let k = l.required(Role::K, i, &[kv_dim, hidden])?;
+                let v = l.required(Role::V, i, &[kv_dim, hidden])?;
+                match stack_small(stack, &[&q, &k, &v]) {
+                    Some(w) => QkvWeights::Fused(w),
+                    None => QkvWeights::Split { q, k, v },
                 }
             };
             let gate_up = if l.has(Role::Gate, i) {
-                GateUpWeights::Split {
-                    gate: l.required(Role::Gate, i, &[inter, hidden])?,
-                    up: l.required(Role::Up, i, &[inter, hidden])?,
+                let gate = l.required(Role::Gate, i, &[inter, hidden])?;
+                let up = l.required(Role::Up, i, &[inter, hidden])?;
+                match stack_small(stack, &[&gate, &up]) {
+                    Some(w) => GateUpWeights::Fused(w),
+                    None => GateUpWeights::Split { gate, up },
                 }
             } else {
                 GateUpWeights::Fused(l.required(Role::GateUp, i, &[2 * inter, hidden])?)
@@ -252,5 +257,76 @@ impl LlamaWeights {
             rope_freqs,
             layers,
         })
+    }
+}
+
+/// Projections of one input at most this large together are stacked into one weight at load:
+/// a small model's decode step is bound by the number of ops, not by bytes (SmolLM2-135M:
+/// q/k/v and gate/up stacked, +8% decode on F16, +4% on Q4_0, for 29% more resident memory on
+/// F16), while a large model's gains nothing for a copy of its biggest matrices.
+const STACK_MAX_BYTES: usize = 8 << 20;
+
+/// [`stack_rows`] with `stack` when the parts hold at most [`STACK_MAX_BYTES`] together.
+fn stack_small(stack: bool, parts: &[&Tensor]) -> Option<Tensor> {
+    let bytes: usize = parts.iter().map(|p| p.storage().byte_len()).sum();
+    (stack && bytes <= STACK_MAX_BYTES)
+        .then(|| stack_rows(parts))
+        .flatten()
+}
+
+/// The rows of rank-2 host tensors of one dtype and width stacked into one tensor (in shared
+/// storage, so the cpu backend's weight caches take it like a file's), or `None` when they are
+/// not all such tensors.
+fn stack_rows(parts: &[&Tensor]) -> Option<Tensor> {
+    let first = parts.first()?;
+    let (dtype, width) = (first.dtype(), *first.dims().get(1)?);
+    let mut rows = 0;
+    let mut len = 0;
+    for p in parts {
+        if p.dtype() != dtype || p.dims().len() != 2 || p.dims()[1] != width {
+            return None;
+        }
+        rows += p.dims()[0];
+        len += p.host_bytes()?.len();
+    }
+    let mut buf = cyb_tensor::AlignedBuf::for_overwrite(len);
+    let mut at = 0;
+    for p in parts {
+        let b = p.host_bytes()?;
+        buf.as_bytes_mut()[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
+    let storage = cyb_tensor::Storage::Shared {
+        owner: std::sync::Arc::new(buf),
+        offset: 0,
+        len,
+    };
+    Tensor::new(
+        cyb_tensor::Shape::new(vec![rows, width]).ok()?,
+        dtype,
+        storage,
+    )
+    .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_rows_concatenates_rows() {
+        let a = Tensor::from_f32(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let b = Tensor::from_f32(&[1, 3], &[7.0, 8.0, 9.0]).unwrap();
+        let s = stack_rows(&[&a, &b]).unwrap();
+        assert_eq!(s.dims(), [3, 3]);
+        assert_eq!(
+            s.to_f32_vec().unwrap(),
+            (1..=9).map(|v| v as f32).collect::<Vec<_>>()
+        );
+        assert!(matches!(s.storage(), cyb_tensor::Storage::Shared { .. }));
+        let wide = Tensor::from_f32(&[1, 4], &[0.0; 4]).unwrap();
+        assert!(stack_rows(&[&a, &wide]).is_none(), "widths differ");
+        let half = Tensor::from_bytes(&[1, 3], cyb_tensor::DType::F16, &[0; 6]).unwrap();
+        assert!(stack_rows(&[&a, &half]).is_none(), "dtypes differ");
     }
 }

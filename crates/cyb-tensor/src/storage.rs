@@ -68,6 +68,12 @@ impl AlignedBuf {
     }
 }
 
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 /// Dropped buffers of `SPARE_MIN..=SPARE_MAX` bytes are kept, up to `SPARE_BYTES` in all, for
 /// [`AlignedBuf::for_overwrite`]: the activations of a forward pass are allocated and dropped
 /// by the dozen, and zero-filling fresh ones cost more than some of the ops writing them.
