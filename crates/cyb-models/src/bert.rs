@@ -299,19 +299,7 @@ impl BertModel {
     }
 
     fn no_head(&self, what: &str) -> Error {
-        Error::invalid(
-            what,
-            format!(
-                "this {} checkpoint has no {what} head (its config.json names no \
-                 *For{}Classification class)",
-                self.config.architecture,
-                if what.starts_with("token") {
-                    "Token"
-                } else {
-                    "Sequence"
-                }
-            ),
-        )
+        no_head(&self.config.architecture, what, "*For")
     }
 
     /// Builds the batch, runs `body` inside one forward step (always ended, also after an
@@ -328,17 +316,9 @@ impl BertModel {
             BatchLayout::Auto => self.native_masked_attention(seqs),
         };
         let batch = Batch::with_types(&self.config, seqs, types, padded)?;
-        let mut step = Step {
-            dispatcher: &self.dispatcher,
-            ctx: ExecContext::default(),
-        };
-        let begun = self.dispatcher.begin_step(&mut step.ctx);
-        let result = begun
-            .and_then(|()| body(self, &mut step, &batch))
-            .and_then(|t| self.dispatcher.to_host(&t));
-        let ended = self.dispatcher.end_step(&mut step.ctx);
-        let out = result?;
-        ended?;
+        let out = in_step(&self.dispatcher, &batch, |step, batch| {
+            body(self, step, batch)
+        })?;
         Ok((out, batch))
     }
 
@@ -532,4 +512,45 @@ fn runs(dispatcher: &Dispatcher, op: &Op, dims: Vec<Vec<usize>>) -> bool {
         })
         .collect::<Result<Vec<_>>>();
     infos.is_ok_and(|infos| dispatcher.primary().supports(op, &infos))
+}
+
+/// Runs `body` on `batch` inside one forward step of `dispatcher` (always ended, also after
+/// an error, once the result is on the host) and returns its host result.
+pub(crate) fn in_step(
+    dispatcher: &Dispatcher,
+    batch: &Batch,
+    body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let mut step = Step {
+        dispatcher,
+        ctx: ExecContext::default(),
+    };
+    let begun = dispatcher.begin_step(&mut step.ctx);
+    let result = begun
+        .and_then(|()| body(&mut step, batch))
+        .and_then(|t| dispatcher.to_host(&t));
+    let ended = dispatcher.end_step(&mut step.ctx);
+    let out = result?;
+    ended?;
+    Ok(out)
+}
+
+/// The error for a `what` head (`"sequence classification"`, `"token classification"`,
+/// `"masked LM"`) a checkpoint of `architecture` lacks; `family` prefixes the class names
+/// that carry it (`"*For"`, `"JinaBertFor"`).
+pub(crate) fn no_head(architecture: &str, what: &str, family: &str) -> Error {
+    let class = if what.starts_with("token") {
+        "TokenClassification"
+    } else if what.starts_with("masked") {
+        "MaskedLM"
+    } else {
+        "SequenceClassification"
+    };
+    Error::invalid(
+        what,
+        format!(
+            "this {architecture} checkpoint has no {what} head (its config.json names no \
+             {family}{class} class)"
+        ),
+    )
 }

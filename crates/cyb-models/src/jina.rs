@@ -19,7 +19,7 @@ use crate::bert_config::BertConfig;
 use crate::bert_config::BertHead;
 use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{HeadWeights, Linear, Norm};
-use cyb_backend::{Dispatcher, ExecContext};
+use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op};
 use cyb_tensor::{Error, Result, Tensor};
@@ -251,23 +251,10 @@ impl JinaBertModel {
     }
 
     fn no_head(&self, what: &str) -> Error {
-        Error::invalid(
-            what,
-            format!(
-                "this {} checkpoint has no {what} head (its config.json names no \
-                 JinaBertFor{}Classification class)",
-                self.config.architecture,
-                if what.starts_with("token") {
-                    "Token"
-                } else {
-                    "Sequence"
-                }
-            ),
-        )
+        crate::bert::no_head(&self.config.architecture, what, "JinaBertFor")
     }
 
-    /// Builds the padded batch, runs `body` inside one forward step (always ended, also
-    /// after an error, once the result is on the host) and returns its host result.
+    /// Builds the padded batch and runs `body` on it in one forward step.
     fn in_step(
         &self,
         seqs: &[Vec<u32>],
@@ -275,17 +262,7 @@ impl JinaBertModel {
         body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
         let batch = Batch::with_types(&self.config, seqs, types, true)?;
-        let mut step = Step {
-            dispatcher: &self.dispatcher,
-            ctx: ExecContext::default(),
-        };
-        let begun = self.dispatcher.begin_step(&mut step.ctx);
-        let result = begun
-            .and_then(|()| body(&mut step, &batch))
-            .and_then(|t| self.dispatcher.to_host(&t));
-        let ended = self.dispatcher.end_step(&mut step.ctx);
-        let out = result?;
-        ended?;
+        let out = crate::bert::in_step(&self.dispatcher, &batch, body)?;
         Ok((out, batch))
     }
 
