@@ -22,5 +22,12 @@ pub fn map_file(path: &Path) -> Result<SharedBytes> {
     // truncating or rewriting the file while it is mapped is outside what we can guard against
     // (every mmap-based loader shares this); we only read model files users point us at.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    // Pages read in through this mapping come in as 2 MiB folios mapped by one TLB entry each
+    // where the kernel and file system can (Linux's MADV_HUGEPAGE on a file mapping): weights
+    // streamed in place every token (F16/BF16/F32 decode) ran at half the speed on 4 KiB pages
+    // (1B F16 decode 4.2–4.6 → 8.2–8.6 t/s after evicting the file from the page cache). Pages
+    // already cached stay as they are; the advice is only a hint, so a refusal is ignored.
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
     Ok(Arc::new(map))
 }
