@@ -508,9 +508,7 @@ impl Geometry {
         let (batch, h) = (kv / self.hkv, kv % self.hkv);
         (batch * self.lk + j) * self.hkv + h
     }
-}
 
-impl Geometry {
     /// Asks for the keys, values and query rows of KV head `kv` (when there is one) to be
     /// brought into L2 while the current head runs: token-major heads are short strided rows,
     /// which the hardware prefetchers do not follow as they follow a contiguous head.
@@ -782,7 +780,9 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                     g.prefetch_head(kv + 1, (q, k, v), out, d, dv);
                                 }
                             }
-                            direct = tokens && tile.is_some() && head.finite && row % lq + n <= lq;
+                            let direct_tile =
+                                tile.filter(|_| tokens && head.finite && row % lq + n <= lq);
+                            direct = direct_tile.is_some();
                             let (keys, vals) = if !tokens {
                                 (
                                     &k[kv * lk * d..(kv + 1) * lk * d],
@@ -793,7 +793,10 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                 (&[][..], &[][..])
                             } else {
                                 if copied != Some(kv) {
-                                    gather(&mut kbuf, k, lk, d, |j| g.k_at(kv, j));
+                                    // Transposing reads the keys from `head` (loaded above).
+                                    if !transpose {
+                                        gather(&mut kbuf, k, lk, d, |j| g.k_at(kv, j));
+                                    }
                                     gather(&mut vbuf, v, lk, dv, |j| g.k_at(kv, j));
                                     copied = Some(kv);
                                 }
@@ -820,13 +823,14 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                 stride,
                             };
                             let kvs = (&head, keys, vals);
-                            if direct {
+                            if let Some(t) = direct_tile {
                                 let put = |r: usize, c0: usize, a: &[f32]| {
                                     let at = g.q_at(row + r) * dv + c0;
                                     // SAFETY: query row `row + r` is this thread's.
                                     unsafe { out.slice(at..at + a.len()) }.copy_from_slice(a);
                                 };
-                                group_rows(run, kvs, qs, &mut scores, GroupOut::Put(dv, put));
+                                let put = GroupOut::Put(dv, t, put);
+                                group_rows(run, kvs, qs, &mut scores, put);
                             } else {
                                 let ys: &mut [f32] = match &mut y {
                                     Some(y) => &mut y[(row - range.start) * dv..][..n * dv],
@@ -878,11 +882,11 @@ struct GroupRun<'a> {
     stride: usize,
 }
 
-/// Where a group's outputs go: `n` rows of `dv` one after another, or (the tile path only)
-/// to `put(row, column, values)`.
+/// Where a group's outputs go: `n` rows of `dv` one after another, or (on the tile, with
+/// finite values) to `put(row, column, values)`.
 enum GroupOut<'a, F: FnMut(usize, usize, &[f32])> {
     Rows(&'a mut [f32]),
-    Put(usize, F),
+    Put(usize, crate::sgemm::Tile, F),
 }
 
 /// Attention of the `n` query rows `qs` (`lda` apart) over one KV head: `head` when
@@ -940,10 +944,7 @@ fn group_rows<F: FnMut(usize, usize, &[f32])>(
     }
     let lk = g.lk;
     let ys = match out {
-        GroupOut::Put(dv, put) => {
-            let tile = tile
-                .filter(|_| head.finite)
-                .expect("put only on the tile path");
+        GroupOut::Put(dv, tile, put) => {
             // SAFETY: as above.
             unsafe { tile_weighted(tile, n, (dv, put), sc, stride, &head.vp, lk, span) };
             return;

@@ -25,7 +25,7 @@ pub fn map_file(path: &Path) -> Result<SharedBytes> {
     // Pages read in through this mapping come in as 2 MiB folios mapped by one TLB entry each
     // where the kernel and file system can (Linux's MADV_HUGEPAGE on a file mapping): weights
     // streamed in place every token (F16/BF16/F32 decode) ran at half the speed on 4 KiB pages
-    // (1B F16 decode 4.2–4.6 → 8.2–8.6 t/s after evicting the file from the page cache). Pages
+    // (1B F16 decode 5.6 → 7.8 t/s, each run after evicting the file from the page cache). Pages
     // already cached stay as they are; the advice is only a hint, so a refusal is ignored.
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);

@@ -15,8 +15,7 @@
 
 use crate::bert::Step;
 use crate::bert_batch::Batch;
-use crate::bert_config::BertConfig;
-use crate::bert_config::BertHead;
+use crate::bert_config::{BertConfig, BertHead};
 use crate::bert_pooling::EncoderOutput;
 use crate::bert_weights::{HeadWeights, Linear, Norm};
 use cyb_backend::Dispatcher;
@@ -92,10 +91,10 @@ impl std::fmt::Debug for JinaBertModel {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 struct Loader<'a> {
     file: &'a ModelFile,
-    names: HashSet<String>,
+    names: &'a HashSet<String>,
     prefix: &'a str,
 }
 
@@ -147,10 +146,10 @@ impl JinaBertModel {
             field: "position_embedding_type".into(),
             reason: "not a Jina-v2 (ALiBi) config".into(),
         })?;
-        let names = file.tensors().into_iter().map(|t| t.name).collect();
+        let names: HashSet<String> = file.tensors().into_iter().map(|t| t.name).collect();
         let l = Loader {
             file,
-            names,
+            names: &names,
             prefix: &config.prefix,
         };
         let (h, f) = (config.hidden_size, config.intermediate_size);
@@ -176,10 +175,7 @@ impl JinaBertModel {
         // JinaBertFor{Sequence,Token}Classification: BERT's heads; the classifier sits outside
         // the encoder prefix. GGUF rerankers carry llama.cpp's `cls` / `cls.output`.
         let n = config.labels.len();
-        let bare = Loader {
-            prefix: "",
-            ..l.clone()
-        };
+        let bare = Loader { prefix: "", ..l };
         let head = match config.head {
             BertHead::None | BertHead::MaskedLm => HeadWeights::None,
             BertHead::SequenceClassification if matches!(file, ModelFile::Gguf(_)) => {

@@ -191,8 +191,8 @@ impl Loader<'_> {
 }
 
 impl LlamaWeights {
-    /// Finds every tensor `cfg` needs in `file` and checks its shape; with `stack`, small split q/k/v and gate/up
-    /// projections are stacked into one weight each ([`STACK_MAX_BYTES`]).
+    /// Finds every tensor `cfg` needs in `file` and checks its shape; with `stack`, small split
+    /// q/k/v and gate/up projections are stacked into one weight each ([`STACK_MAX_BYTES`]).
     pub(crate) fn load(file: &ModelFile, cfg: &LlamaConfig, stack: bool) -> Result<LlamaWeights> {
         let names = file.tensors().into_iter().map(|t| t.name).collect();
         let l = Loader { file, names, cfg };
@@ -280,19 +280,19 @@ fn stack_small(stack: bool, parts: &[&Tensor]) -> Option<Tensor> {
 fn stack_rows(parts: &[&Tensor]) -> Option<Tensor> {
     let first = parts.first()?;
     let (dtype, width) = (first.dtype(), *first.dims().get(1)?);
-    let mut rows = 0;
-    let mut len = 0;
-    for p in parts {
-        if p.dtype() != dtype || p.dims().len() != 2 || p.dims()[1] != width {
-            return None;
-        }
-        rows += p.dims()[0];
-        len += p.host_bytes()?.len();
+    let fit = |p: &Tensor| p.dtype() == dtype && p.dims().len() == 2 && p.dims()[1] == width;
+    if !parts.iter().all(|p| fit(p)) {
+        return None;
     }
+    let rows = parts.iter().map(|p| p.dims()[0]).sum();
+    let bytes = parts
+        .iter()
+        .map(|p| p.host_bytes())
+        .collect::<Option<Vec<_>>>()?;
+    let len = bytes.iter().map(|b| b.len()).sum();
     let mut buf = cyb_tensor::AlignedBuf::for_overwrite(len);
     let mut at = 0;
-    for p in parts {
-        let b = p.host_bytes()?;
+    for b in bytes {
         buf.as_bytes_mut()[at..at + b.len()].copy_from_slice(b);
         at += b.len();
     }
