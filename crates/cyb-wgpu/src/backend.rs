@@ -50,6 +50,9 @@ impl Drop for WgpuBackend {
         if let Some(h) = &self.host_time {
             eprint!("{}", h.report(self.launch_count()));
         }
+        if let Some(g) = &self.lock().gpu_time {
+            eprint!("{}", g.report());
+        }
     }
 }
 
@@ -86,6 +89,8 @@ pub(crate) struct State {
     pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
     /// Launches recorded since the last submission.
     pub(crate) since_submit: usize,
+    /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
+    pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
 }
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -122,6 +127,7 @@ impl WgpuBackend {
     /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
     pub fn new() -> Result<WgpuBackend> {
         let ctx = GpuContext::open()?;
+        let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
         Ok(WgpuBackend {
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             ctx,
@@ -139,6 +145,7 @@ impl WgpuBackend {
                 spare: None,
                 lazy: Vec::new(),
                 since_submit: 0,
+                gpu_time,
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
@@ -565,6 +572,9 @@ impl Backend for WgpuBackend {
         let _timed = self.host_span();
         let mut st = self.lock();
         self.flush(&mut st);
+        if let Some(g) = st.gpu_time.as_mut() {
+            g.end_step(&self.ctx.device, &self.ctx.queue);
+        }
         st.in_step = false;
         drop(st);
         self.step_done.notify_one();

@@ -188,9 +188,16 @@ fn found_reports(found: &[wgpu::Adapter]) -> Vec<AdapterReport> {
 fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, String> {
     // Ask for everything the adapter offers: model weights need its largest buffers.
     let limits = adapter.limits();
+    // Timestamps only for `CYB_WGPU_GPU_TIME` (gpu_time.rs).
+    let timing = std::env::var("CYB_WGPU_GPU_TIME").is_ok_and(|v| v != "0");
+    let features = if timing {
+        adapter.features() & wgpu::Features::TIMESTAMP_QUERY
+    } else {
+        wgpu::Features::empty()
+    };
     let desc = wgpu::DeviceDescriptor {
         label: Some("cyb-wgpu"),
-        required_features: wgpu::Features::empty(),
+        required_features: features,
         required_limits: limits.clone(),
         ..Default::default()
     };

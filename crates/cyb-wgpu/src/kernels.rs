@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
+const MATVEC_FAST: &str = include_str!("shaders/matvec_fast.wgsl");
+const MATVEC_FAST_COMMON: &str = include_str!("shaders/matvec_fast_common.wgsl");
 
 /// dequant.wgsl's readers for weight binding `W{i}`: every reader renamed with the suffix `i`
 /// (one kernel reads several weight buffers, and WGSL functions cannot take a buffer).
@@ -167,9 +169,16 @@ impl Kernels {
                 for i in 0..3 {
                     src.push_str(&numbered_dequant(i));
                     src.push_str(&MATVEC_DOT.replace('@', &i.to_string()));
+                    src.push_str(&MATVEC_FAST.replace('@', &i.to_string()));
                 }
             } else {
                 src.push_str(DEQUANT);
+            }
+            if matches!(key.family, Family::MatMul | Family::MatVecMulti) {
+                src.push_str(MATVEC_FAST_COMMON);
+                if key.family == Family::MatMul {
+                    src.push_str(&MATVEC_FAST.replace('@', ""));
+                }
             }
         }
         match key.family {

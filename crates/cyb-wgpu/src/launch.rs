@@ -80,6 +80,11 @@ fn plain_copy(l: &Launch) -> bool {
     l.is(Family::Copy, "copy") && contiguous && l.param(13) == 0
 }
 
+/// A matmul launch of few activation rows: `main`, or `mv` for one.
+fn matvec(l: &Launch) -> bool {
+    l.is(Family::MatMul, "main") || l.is(Family::MatMul, "mv")
+}
+
 /// A launch a `Pair` starts with.
 fn pairable(l: &Launch) -> bool {
     l.is(Family::Norm, "rms_norm")
@@ -90,7 +95,7 @@ fn pairable(l: &Launch) -> bool {
 
 /// Launches held back while the next one may join them.
 pub(crate) enum Pending {
-    /// `matmul.wgsl` `main` launches (few activation rows) of one activation, weights of one
+    /// `matmul.wgsl` `main` or `mv` launches (few activation rows) of one activation, weights of one
     /// dtype and the same `k`: up to three.
     Matvec(Held),
     /// Two of them and the gated unit (`swiglu`/`geglu` of two inputs) reading exactly their
@@ -111,17 +116,14 @@ pub(crate) enum Pending {
 impl Pending {
     /// Whether a later launch could join `l` (then it is held: [`Pending::start`]).
     fn holds(l: &Launch) -> bool {
-        l.is(Family::MatMul, "main")
-            || l.is(Family::Rope, "rope")
-            || l.is(Family::Copy, "copy")
-            || pairable(l)
+        matvec(l) || l.is(Family::Rope, "rope") || l.is(Family::Copy, "copy") || pairable(l)
     }
 
     /// Holds `l`, which [`Pending::holds`] accepts.
     fn start(l: Launch) -> Pending {
         let one = Held::from_iter([l]);
         let first = &one[0];
-        if first.is(Family::MatMul, "main") {
+        if matvec(first) {
             Pending::Matvec(one)
         } else if first.is(Family::Rope, "rope") {
             Pending::Rope(one)
@@ -138,7 +140,7 @@ impl Pending {
             Pending::Matvec(v) => {
                 let first = &v[0];
                 // matmul params: 0 m, 1 n, 2 k, 3 blocks, 4 row bytes, 5 groups; bufs a, w, y.
-                let joins = l.is(Family::MatMul, "main")
+                let joins = matvec(&l)
                     && v.len() < 3
                     && l.key == first.key
                     && l.param(0) == first.param(0)
@@ -411,7 +413,7 @@ fn multi_launch(first: &Launch, params: Params, bufs: Bufs, groups: u32) -> Laun
     Launch {
         key: KernelKey {
             family: Family::MatVecMulti,
-            entry: "main",
+            entry: first.key.entry,
             weights: first.key.weights,
             rows: first.key.rows,
         },
@@ -557,7 +559,12 @@ impl WgpuBackend {
         let x = l.groups.min(max);
         let y = l.groups.div_ceil(x);
         let device = &self.ctx.device;
-        let State { encoder, pass, .. } = st;
+        let State {
+            encoder,
+            pass,
+            gpu_time,
+            ..
+        } = st;
         let pass = match pass {
             Some(p) => p,
             None => {
@@ -566,7 +573,7 @@ impl WgpuBackend {
                 });
                 let p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
-                    timestamp_writes: None,
+                    timestamp_writes: gpu_time.as_mut().and_then(|g| g.writes()),
                 });
                 pass.insert(p.forget_lifetime())
             }

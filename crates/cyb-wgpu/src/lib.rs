@@ -6,6 +6,7 @@
 
 mod backend;
 mod context;
+mod gpu_time;
 mod host_time;
 mod kernels;
 mod launch;

@@ -78,6 +78,18 @@ fn matmul_every_weight_format() {
             // Batched activations share the weight.
             check(&op, &[f32t(&[2, m, k], 5), w], 1e-5);
         }
+        // One activation row takes `mv` (whole blocks per lane) where rows are whole 16-byte
+        // steps: more blocks than its 32 lanes, and rows that leave its last workgroup of 8
+        // part empty.
+        let k = match dt.block_elems() {
+            1 => 1000,
+            32 => 37 * 32,
+            b => 9 * b,
+        };
+        for n in [13, 3] {
+            let w = Tensor::from_f32_as(&[n, k], &random(n * k, 11 + n as u64), dt).unwrap();
+            check(&op, &[f32t(&[1, k], 9), w], 1e-5);
+        }
     }
 }
 

@@ -14,6 +14,16 @@ fn fits_binding(gpu: &WgpuBackend, w: &TensorInfo) -> bool {
         .is_some_and(|b| (b as u64) <= gpu.ctx.limits.max_storage_buffer_binding_size)
 }
 
+/// Whether `mv` (matmul.wgsl, matvec_fast.wgsl) reads rows of `k` values of `dtype`: block
+/// formats always (a row is whole blocks), F16 and F32 in whole 16-byte steps.
+fn whole_words(dtype: DType, k: usize) -> bool {
+    match dtype {
+        DType::F32 => k.is_multiple_of(4),
+        DType::F16 => k.is_multiple_of(8),
+        _ => true,
+    }
+}
+
 /// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
 pub(crate) fn supports(gpu: &WgpuBackend, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
     let [a, w] = inputs else {
@@ -42,9 +52,12 @@ pub(crate) fn matmul(
         .bytes_for(k)
         .ok_or_else(|| Error::invalid("matmul", format!("{} rows of {k}", w.dtype())))?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
-    // Many rows (prefill): 64 × 64 output tiles; a few: one workgroup per weight row.
+    // Many rows (prefill): 64 × 64 output tiles; one (decode): eight weight rows per
+    // workgroup, whole blocks per thread; a few: one workgroup per weight row.
     let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
         ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
+    } else if m == 1 && whole_words(w.dtype(), k) {
+        ("mv", 1, n.div_ceil(8))
     } else {
         let rows = if m == 1 { 1 } else { 4 };
         ("main", rows, n * m.div_ceil(rows as usize))

@@ -142,3 +142,25 @@ fn store_row(i: u32, j: u32, m: u32, n: u32, v: vec4<f32>) {
     if (j + 2u < n) { Y[i * n + j + 2u] = v.z; }
     if (j + 3u < n) { Y[i * n + j + 3u] = v.w; }
 }
+
+// Decode (one activation row): 8 weight rows per workgroup of 256 threads, 32 lanes per row,
+// each lane summing whole blocks (matvec_fast.wgsl), then the row's 32 partial sums reduced
+// in workgroup memory. Params as `main`; 5 is ⌈n / 8⌉.
+@compute @workgroup_size(256)
+fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+      @builtin(local_invocation_index) t: u32) {
+    let n = pu(1u);
+    let id = flat_wg(wg, nw);
+    let j = id * 8u + t / 32u;
+    let l = t % 32u;
+    let ok = id < pu(5u) && j < n;
+    var s = 0.0;
+    if (ok) { s = vdot(j, l, pu(2u), pu(4u)); }
+    red[t] = s;
+    workgroupBarrier();
+    for (var h = 16u; h > 0u; h >>= 1u) {
+        if (l < h) { red[t] += red[t + h]; }
+        workgroupBarrier();
+    }
+    if (l == 0u && ok) { Y[j] = red[t]; }
+}

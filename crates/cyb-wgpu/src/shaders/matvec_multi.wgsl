@@ -94,3 +94,74 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         }
     }
 }
+
+// One activation row: as matmul.wgsl's `mv`, 8 weight rows per workgroup, each product's
+// workgroups ⌈n_r / 8⌉ (param 3 unused).
+@compute @workgroup_size(256)
+fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+      @builtin(local_invocation_index) t: u32) {
+    let id = flat_wg(wg, nw);
+    let glu = pu(7u);
+    let g0 = (pu(4u) + 7u) / 8u;
+    let g1 = (pu(5u) + 7u) / 8u;
+    var which = 0u;
+    var local = id;
+    var n = pu(4u);
+    if (glu == 0u && local >= g0) {
+        local -= g0;
+        which = 1u;
+        n = pu(5u);
+        if (local >= g1) {
+            local -= g1;
+            which = 2u;
+            n = pu(6u);
+        }
+    }
+    let j = local * 8u + t / 32u;
+    let l = t % 32u;
+    let ok = id < pu(8u) && j < n;
+    let k = pu(1u);
+    let rb = pu(2u);
+    var s0 = 0.0;
+    var s1 = 0.0;
+    if (ok) {
+        if (glu != 0u) {
+            s0 = vdot0(j, l, k, rb);
+            s1 = vdot1(j, l, k, rb);
+        } else if (which == 0u) {
+            s0 = vdot0(j, l, k, rb);
+        } else if (which == 1u) {
+            s0 = vdot1(j, l, k, rb);
+        } else {
+            s0 = vdot2(j, l, k, rb);
+        }
+    }
+    red[t] = s0;
+    red[256u + t] = s1;
+    workgroupBarrier();
+    for (var h = 16u; h > 0u; h >>= 1u) {
+        if (l < h) {
+            red[t] += red[t + h];
+            red[256u + t] += red[256u + t + h];
+        }
+        workgroupBarrier();
+    }
+    if (l == 0u && ok) {
+        let y = red[t];
+        if (glu != 0u) {
+            let u = red[256u + t];
+            Y0[j] = y;
+            Y1[j] = u;
+            var act = silu_f(y);
+            if (glu == 2u) { act = gelu_erf(y); }
+            if (glu == 3u) { act = gelu_tanh(y); }
+            G[j] = act * u;
+        } else if (which == 0u) {
+            Y0[j] = y;
+        } else if (which == 1u) {
+            Y1[j] = y;
+        } else {
+            Y2[j] = y;
+        }
+    }
+}
