@@ -19,8 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get(4)
         .cloned()
         .unwrap_or_else(|| "f16,q8_0,q4_0,q4_k,q6_k".into());
-    let backend =
-        CpuBackend::with_activations(KernelSet::detect()?, threads, ActPrecision::from_env()?)?;
+    let set = KernelSet::detect()?;
+    let backend = CpuBackend::with_activations(set, threads, ActPrecision::from_env_for(set)?)?;
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let mut rand = |len: usize| -> Vec<f32> {
         (0..len)

@@ -36,13 +36,14 @@ impl CpuBackend {
                 })?,
             _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        CpuBackend::with_activations(KernelSet::detect()?, threads, ActPrecision::from_env()?)
+        let set = KernelSet::detect()?;
+        CpuBackend::with_activations(set, threads, ActPrecision::from_env_for(set)?)
     }
 
     /// A backend using kernel set `set` and `threads` threads (the caller included), with the
-    /// default (16-bit) activations.
+    /// set's default activations (`ActPrecision::default_for`).
     pub fn with_options(set: KernelSet, threads: usize) -> Result<CpuBackend> {
-        CpuBackend::with_activations(set, threads, ActPrecision::default())
+        CpuBackend::with_activations(set, threads, ActPrecision::default_for(set))
     }
 
     /// A backend using kernel set `set`, `threads` threads and `act` activation levels for the

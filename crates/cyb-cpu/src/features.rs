@@ -1,6 +1,6 @@
 //! Which kernel set this CPU can run, decided once at start-up from CPU feature detection.
 //!
-//! `CYB_CPU_KERNELS=portable|avx2|avx512` lowers the choice (tests use it to exercise every
+//! `CYB_CPU_KERNELS=portable|avx2|avx512|neon` lowers the choice (tests use it to exercise every
 //! path on one machine); asking for a set the CPU lacks is an error rather than a crash.
 
 use cyb_tensor::{Error, Result};
@@ -15,6 +15,8 @@ pub enum KernelSet {
     Avx2,
     /// AVX2 plus AVX-512 (F, BW, VL) with VNNI: `vpdpbusd` integer dot products.
     Avx512,
+    /// aarch64 NEON (Advanced SIMD): widening `smull` integer dot products, 8-bit activations.
+    Neon,
 }
 
 impl KernelSet {
@@ -23,6 +25,7 @@ impl KernelSet {
             KernelSet::Portable => "portable",
             KernelSet::Avx2 => "avx2",
             KernelSet::Avx512 => "avx512",
+            KernelSet::Neon => "neon",
         }
     }
 
@@ -31,6 +34,7 @@ impl KernelSet {
             "portable" => Some(KernelSet::Portable),
             "avx2" => Some(KernelSet::Avx2),
             "avx512" => Some(KernelSet::Avx512),
+            "neon" => Some(KernelSet::Neon),
             _ => None,
         }
     }
@@ -53,14 +57,21 @@ impl KernelSet {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            KernelSet::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
     /// Every set this CPU can run, slowest first.
     pub fn available() -> Vec<KernelSet> {
-        [KernelSet::Portable, KernelSet::Avx2, KernelSet::Avx512]
+        [
+            KernelSet::Portable,
+            KernelSet::Avx2,
+            KernelSet::Avx512,
+            KernelSet::Neon,
+        ]
             .into_iter()
             .filter(|k| k.is_available())
             .collect()

@@ -1,13 +1,17 @@
 //! cyb-cpu: the fast CPU backend (`"cpu"`).
 //!
-//! Kernels are picked once at start-up by CPU feature detection (AVX-512 VNNI, AVX2, or the
-//! portable fallback every kernel has); quantized matmuls work on the packed GGUF blocks with
+//! Kernels are picked once at start-up by CPU feature detection (AVX-512 VNNI, AVX2, NEON on
+//! aarch64, or the portable fallback every kernel has); quantized matmuls work on the packed GGUF blocks with
 //! 16-bit (default) or 8-bit activations and integer dot products; a persistent thread pool splits outputs (never
 //! reductions) so results do not depend on the thread count. Ops it does not implement fall
 //! back to the CPU reference, which is also the oracle its tests compare against.
 //!
 //! This crate knows ops and tensors; it must not know about models or file formats.
-//! `unsafe` lives only in the kernel files (`*_x86.rs`) and the thread pool.
+//! `unsafe` lives only in the kernel files (`*_x86.rs`, `*_arm.rs`) and the thread pool.
+
+// The repacked, AMX and packed-panel GEMM paths run on x86-64 only; elsewhere their shared
+// parts are compiled but unused.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
 mod act_quads;
 #[cfg(target_arch = "x86_64")]
@@ -36,6 +40,8 @@ mod matmul_q16_x86;
 mod matmul_q4;
 #[cfg(target_arch = "x86_64")]
 mod matmul_q4_x86;
+#[cfg(target_arch = "aarch64")]
+mod neon_arm;
 mod norm;
 mod ops;
 mod par;

@@ -15,7 +15,7 @@ use half::{bf16, f16};
 /// Up to four rows `r0..r0 + nr` of `a` (`k` values each) against one weight row `w`.
 pub type FDot = unsafe fn(w: &[u8], a: &[f32], k: usize, r0: usize, nr: usize, out: &mut [f32; 4]);
 
-fn value(dtype: DType, w: &[u8], i: usize) -> f32 {
+pub(crate) fn value(dtype: DType, w: &[u8], i: usize) -> f32 {
     match dtype {
         DType::F16 => f16::from_le_bytes([w[2 * i], w[2 * i + 1]]).to_f32(),
         DType::BF16 => bf16::from_le_bytes([w[2 * i], w[2 * i + 1]]).to_f32(),
@@ -72,6 +72,16 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<FDot> {
             DType::F32 => Some(x::f32_avx2),
             DType::F16 => Some(x::f16_avx2),
             DType::BF16 => Some(x::bf16_avx2),
+            _ => None,
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if set == crate::KernelSet::Neon {
+        use crate::neon_arm as n;
+        return match dtype {
+            DType::F32 => Some(n::f32_neon),
+            DType::F16 => Some(n::f16_neon),
+            DType::BF16 => Some(n::bf16_neon),
             _ => None,
         };
     }

@@ -62,6 +62,33 @@ pub(crate) fn unpack(dtype: DType, b: &[u8]) -> Unpacked {
                 *q = (qs[32 * half + within % 32] >> (2 * (within / 32))) & 3;
             }
         }
+        DType::Q3_K => {
+            // d·(s - 32)·(q - 4) with q = two low bits + 4·hmask bit: sc = s - 32, mn = 4·sc.
+            u.d = f16_at(b, 108);
+            u.dmin = u.d;
+            let scales = crate::repack::q3_k_scales(&b[96..108]);
+            for g in 0..16 {
+                u.sc[g] = i32::from(scales[g]) - 32;
+                u.mn[g] = 4 * u.sc[g];
+            }
+            u.q = crate::repack::low_levels(&b[32..96], Some(&b[0..32]));
+        }
+        DType::TQ1_0 | DType::TQ2_0 => {
+            // d·(q - 1), q in 0..=2: the levels from cyb-tensor's reading of the values
+            // (exact: d·(q - 1) is d, 0 or -d), as the repacked GEMM takes them.
+            let at = if dtype == DType::TQ1_0 { 52 } else { 64 };
+            u.d = f16_at(b, at);
+            u.dmin = u.d;
+            u.sc = [1; 16];
+            u.mn = [1; 16];
+            let mut x = [0f32; 256];
+            u.q = match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
+                Ok(()) if u.d != 0.0 => {
+                    std::array::from_fn(|i| ((x[i] / u.d).round() + 1.0) as u8)
+                }
+                _ => [1; 256],
+            };
+        }
         DType::Q4_K | DType::Q5_K => {
             u.d = f16_at(b, 0);
             u.dmin = f16_at(b, 2);
@@ -167,12 +194,21 @@ macro_rules! portable_entry {
     };
 }
 portable_entry!(portable_q2_k, DType::Q2_K);
+portable_entry!(portable_q3_k, DType::Q3_K);
+portable_entry!(portable_tq1_0, DType::TQ1_0);
+portable_entry!(portable_tq2_0, DType::TQ2_0);
 portable_entry!(portable_q4_k, DType::Q4_K);
 portable_entry!(portable_q5_k, DType::Q5_K);
 portable_entry!(portable_q6_k, DType::Q6_K);
 
 /// The kernel for `dtype` in `set`, if this file has one.
 pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
+    // Q3_K and the ternary formats: on AVX-512 the repacked GEMM (`gemm.rs`) reads them.
+    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0)
+        && set == crate::KernelSet::Avx512
+    {
+        return None;
+    }
     #[cfg(target_arch = "x86_64")]
     if set >= crate::KernelSet::Avx2 {
         match dtype {
@@ -181,9 +217,26 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
             _ => {}
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if set == crate::KernelSet::Neon {
+        use crate::neon_arm as n;
+        return match dtype {
+            DType::Q2_K => Some(n::q2_k_neon),
+            DType::Q3_K => Some(n::q3_k_neon),
+            DType::TQ1_0 => Some(n::tq1_0_neon),
+            DType::TQ2_0 => Some(n::tq2_0_neon),
+            DType::Q4_K => Some(n::q4_k_neon),
+            DType::Q5_K => Some(n::q5_k_neon),
+            DType::Q6_K => Some(n::q6_k_neon),
+            _ => None,
+        };
+    }
     let _ = set;
     match dtype {
         DType::Q2_K => Some(portable_q2_k),
+        DType::Q3_K => Some(portable_q3_k),
+        DType::TQ1_0 => Some(portable_tq1_0),
+        DType::TQ2_0 => Some(portable_tq2_0),
         DType::Q4_K => Some(portable_q4_k),
         DType::Q5_K => Some(portable_q5_k),
         DType::Q6_K => Some(portable_q6_k),

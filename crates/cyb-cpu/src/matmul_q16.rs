@@ -113,6 +113,9 @@ portable_entry!(portable_q5_0, portable_legacy, DType::Q5_0);
 portable_entry!(portable_q5_1, portable_legacy, DType::Q5_1);
 portable_entry!(portable_q8_0, portable_legacy, DType::Q8_0);
 portable_entry!(portable_q2_k, portable_kquant, DType::Q2_K);
+portable_entry!(portable_q3_k, portable_kquant, DType::Q3_K);
+portable_entry!(portable_tq1_0, portable_kquant, DType::TQ1_0);
+portable_entry!(portable_tq2_0, portable_kquant, DType::TQ2_0);
 portable_entry!(portable_q4_k, portable_kquant, DType::Q4_K);
 portable_entry!(portable_q5_k, portable_kquant, DType::Q5_K);
 portable_entry!(portable_q6_k, portable_kquant, DType::Q6_K);
@@ -142,7 +145,14 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<(QDot, usize)> {
             return k;
         }
     }
-    let _ = set;
+    // The NEON set has no 16-bit-activation kernels of its own: where they are asked for
+    // (CYB_CPU_ACT=q16; its default is q8, `ActPrecision::default_for`), the portable ones run.
+    // Q3_K and the ternary formats: on AVX-512 the repacked GEMM (`gemm.rs`) reads them.
+    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0)
+        && set == crate::KernelSet::Avx512
+    {
+        return None;
+    }
     match dtype {
         DType::Q4_0 => Some((portable_q4_0, 32)),
         DType::Q4_1 => Some((portable_q4_1, 32)),
@@ -150,6 +160,9 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<(QDot, usize)> {
         DType::Q5_1 => Some((portable_q5_1, 32)),
         DType::Q8_0 => Some((portable_q8_0, 32)),
         DType::Q2_K => Some((portable_q2_k, 256)),
+        DType::Q3_K => Some((portable_q3_k, 256)),
+        DType::TQ1_0 => Some((portable_tq1_0, 256)),
+        DType::TQ2_0 => Some((portable_tq2_0, 256)),
         DType::Q4_K => Some((portable_q4_k, 256)),
         DType::Q5_K => Some((portable_q5_k, 256)),
         DType::Q6_K => Some((portable_q6_k, 256)),

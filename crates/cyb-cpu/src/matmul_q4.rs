@@ -111,7 +111,7 @@ fn portable_q8_0(_: DType, w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, ou
 
 /// Runs a one-weight-row kernel over `nc` weight rows.
 #[allow(clippy::too_many_arguments)]
-fn columns(
+pub(crate) fn columns(
     one: fn(DType, &[u8], &QuantizedRows, usize, usize, &mut [f32; 4]),
     dtype: DType,
     w: &[u8],
@@ -179,6 +179,19 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
         if k.is_some() {
             return k;
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if set == crate::KernelSet::Neon {
+        use crate::neon_arm as n;
+        let k: Option<QDot> = match dtype {
+            DType::Q4_0 => Some(n::q4_0_neon),
+            DType::Q4_1 => Some(n::q4_1_neon),
+            DType::Q5_0 => Some(n::q5_0_neon),
+            DType::Q5_1 => Some(n::q5_1_neon),
+            DType::Q8_0 => Some(n::q8_0_neon),
+            _ => None,
+        };
+        return k;
     }
     let _ = set;
     match dtype {

@@ -46,16 +46,30 @@ impl ActPrecision {
         }
     }
 
-    /// The default, or the one `CYB_CPU_ACT=q16|q8` names.
-    pub fn from_env() -> Result<ActPrecision> {
+    /// The default of kernel set `set`: 16-bit levels, except on NEON, whose integer kernels
+    /// take 8-bit ones (as llama.cpp's ARM path).
+    pub fn default_for(set: crate::KernelSet) -> ActPrecision {
+        match set {
+            crate::KernelSet::Neon => ActPrecision::Q8,
+            _ => ActPrecision::Q16,
+        }
+    }
+
+    /// The default of kernel set `set`, or the one `CYB_CPU_ACT=q16|q8` names.
+    pub fn from_env_for(set: crate::KernelSet) -> Result<ActPrecision> {
+        Ok(ActPrecision::from_env()?.unwrap_or(ActPrecision::default_for(set)))
+    }
+
+    /// The precision `CYB_CPU_ACT=q16|q8` names, if set.
+    pub fn from_env() -> Result<Option<ActPrecision>> {
         match std::env::var("CYB_CPU_ACT") {
-            Ok(v) if !v.trim().is_empty() => {
-                ActPrecision::parse(&v).ok_or_else(|| Error::BackendInit {
+            Ok(v) if !v.trim().is_empty() => ActPrecision::parse(&v)
+                .map(Some)
+                .ok_or_else(|| Error::BackendInit {
                     backend: "cpu".into(),
                     reason: format!("CYB_CPU_ACT={v:?} is not q16 or q8"),
-                })
-            }
-            _ => Ok(ActPrecision::default()),
+                }),
+            _ => Ok(None),
         }
     }
 }

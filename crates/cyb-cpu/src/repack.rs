@@ -105,7 +105,7 @@ fn q6_k_levels(b: &[u8]) -> [u8; 256] {
 /// The 256 levels of a Q2_K/Q3_K block in value order: two bits from the planes `qs` (byte
 /// `32·h + l` holds value `128·h + 32·s + l` at bit `2·s`), plus 4 where Q3_K's `hmask` bit is
 /// set (bit `b` of `hmask[l]` belongs to value `32·b + l`).
-fn low_levels(qs: &[u8], hmask: Option<&[u8]>) -> [u8; 256] {
+pub(crate) fn low_levels(qs: &[u8], hmask: Option<&[u8]>) -> [u8; 256] {
     let mut q = [0u8; 256];
     for (i, l) in q.iter_mut().enumerate() {
         let (half, within) = (i / 128, i % 128);
@@ -118,7 +118,7 @@ fn low_levels(qs: &[u8], hmask: Option<&[u8]>) -> [u8; 256] {
 }
 
 /// The 16 biased six-bit Q3_K scales (`0..64`) of the packed `s` (12 bytes).
-fn q3_k_scales(s: &[u8]) -> [u8; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [u8; 16] {
     std::array::from_fn(|j| {
         let low = if j < 8 { s[j] & 0x0f } else { s[j - 8] >> 4 };
         let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
