@@ -72,9 +72,9 @@ impl KernelSet {
             KernelSet::Avx512,
             KernelSet::Neon,
         ]
-            .into_iter()
-            .filter(|k| k.is_available())
-            .collect()
+        .into_iter()
+        .filter(|k| k.is_available())
+        .collect()
     }
 
     /// The best available set, or the one `CYB_CPU_KERNELS` names.

@@ -83,9 +83,7 @@ pub(crate) fn unpack(dtype: DType, b: &[u8]) -> Unpacked {
             u.mn = [1; 16];
             let mut x = [0f32; 256];
             u.q = match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
-                Ok(()) if u.d != 0.0 => {
-                    std::array::from_fn(|i| ((x[i] / u.d).round() + 1.0) as u8)
-                }
+                Ok(()) if u.d != 0.0 => std::array::from_fn(|i| ((x[i] / u.d).round() + 1.0) as u8),
                 _ => [1; 256],
             };
         }
@@ -204,8 +202,7 @@ portable_entry!(portable_q6_k, DType::Q6_K);
 /// The kernel for `dtype` in `set`, if this file has one.
 pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
     // Q3_K and the ternary formats: on AVX-512 the repacked GEMM (`gemm.rs`) reads them.
-    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0)
-        && set == crate::KernelSet::Avx512
+    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0) && set == crate::KernelSet::Avx512
     {
         return None;
     }

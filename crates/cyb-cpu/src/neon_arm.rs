@@ -231,7 +231,15 @@ fn weights8(dtype: DType, w: &[u8], i: usize) -> (float32x4_t, float32x4_t) {
 
 /// `matmul_float`'s portable kernel in NEON: eight lanes per row over 8-value steps, summed
 /// across lanes at the end, then the scalar tail.
-fn float_one(dtype: DType, w: &[u8], a: &[f32], k: usize, r0: usize, nr: usize, out: &mut [f32; 4]) {
+fn float_one(
+    dtype: DType,
+    w: &[u8],
+    a: &[f32],
+    k: usize,
+    r0: usize,
+    nr: usize,
+    out: &mut [f32; 4],
+) {
     let full = k / 8 * 8;
     // SAFETY: NEON baseline; activation loads stay inside `a` (asserted).
     unsafe {

@@ -63,12 +63,14 @@ impl ActPrecision {
     /// The precision `CYB_CPU_ACT=q16|q8` names, if set.
     pub fn from_env() -> Result<Option<ActPrecision>> {
         match std::env::var("CYB_CPU_ACT") {
-            Ok(v) if !v.trim().is_empty() => ActPrecision::parse(&v)
-                .map(Some)
-                .ok_or_else(|| Error::BackendInit {
-                    backend: "cpu".into(),
-                    reason: format!("CYB_CPU_ACT={v:?} is not q16 or q8"),
-                }),
+            Ok(v) if !v.trim().is_empty() => {
+                ActPrecision::parse(&v)
+                    .map(Some)
+                    .ok_or_else(|| Error::BackendInit {
+                        backend: "cpu".into(),
+                        reason: format!("CYB_CPU_ACT={v:?} is not q16 or q8"),
+                    })
+            }
             _ => Ok(None),
         }
     }
