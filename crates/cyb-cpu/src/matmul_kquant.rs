@@ -214,6 +214,18 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
             _ => {}
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if set == crate::KernelSet::Avx2 {
+        use crate::matmul_kquant_x86 as x;
+        match dtype {
+            DType::Q2_K => return Some(x::q2_k_avx2),
+            DType::Q3_K => return Some(x::q3_k_avx2),
+            DType::Q5_K => return Some(x::q5_k_avx2),
+            DType::TQ1_0 => return Some(x::tq1_0_avx2),
+            DType::TQ2_0 => return Some(x::tq2_0_avx2),
+            _ => {}
+        }
+    }
     #[cfg(target_arch = "aarch64")]
     if set == crate::KernelSet::Neon {
         use crate::neon_arm as n;

@@ -1,7 +1,9 @@
 //! AVX2 kernels of `matmul_kquant.rs` for Q4_K and Q6_K (the pair in Q4_K_M files): levels are
 //! unpacked in registers 32 at a time, multiplied with the 8-bit activations by `maddubs`, and
 //! scaled per 16-value group by `madd` with the group scales, all in i32 until the super-block
-//! ends. Used by both the AVX2 and the AVX-512 kernel sets.
+//! ends. Used by both the AVX2 and the AVX-512 kernel sets. The other formats (Q2_K, Q3_K, Q5_K,
+//! TQ1_0, TQ2_0) unpack on the scalar side and share the same dot products (AVX2 set; AVX-512
+//! runs them on the repacked GEMM).
 
 // Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
 #![allow(clippy::needless_range_loop)]
@@ -159,6 +161,88 @@ fn q6_k_one<const R: usize>(w: &[u8], a: &QuantizedRows, r0: usize, out: &mut [f
         out[c * 4 + r] = unsafe { hsum(acc[r]) } - corr[r];
     }
 }
+
+/// Any format `matmul_kquant::unpack` reads (Q2_K, Q3_K, Q5_K, TQ1_0, TQ2_0 use it): the levels
+/// unpacked on the scalar side, the 16-value group dot products and scaling in AVX2; the same
+/// integer sums as the portable kernel, so the result only differs in float rounding order.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpacked_one<const R: usize>(
+    dtype: cyb_tensor::DType,
+    w: &[u8],
+    a: &QuantizedRows,
+    r0: usize,
+    out: &mut [f32; 16],
+    c: usize,
+) {
+    let (k, nb, bb) = (a.k, a.k / 256, dtype.block_bytes());
+    assert!(w.len() >= nb * bb && a.qs.len() >= (r0 + R) * k);
+    assert!(a.d.len() >= (r0 + R) * nb && a.bsums.len() >= (r0 + R) * k / 16);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut corr = [0f32; R];
+    for bi in 0..nb {
+        let u = crate::matmul_kquant::unpack(dtype, &w[bi * bb..(bi + 1) * bb]);
+        let mut isum = [_mm256_setzero_si256(); R];
+        for p in 0..8 {
+            // SAFETY: levels 32·p .. +32 lie inside the 256 unpacked ones.
+            let q = unsafe { load(u.q.as_ptr().add(32 * p)) };
+            let scales = group_scales(u.sc[2 * p], u.sc[2 * p + 1]);
+            for r in 0..R {
+                let at = (r0 + r) * k + bi * 256 + 32 * p;
+                // SAFETY: at + 32 <= (r0 + R) · k, asserted above.
+                let qa = unsafe { load(a.qs.as_ptr().add(at) as *const u8) };
+                isum[r] = _mm256_add_epi32(isum[r], scaled_dot(q, qa, scales));
+            }
+        }
+        for r in 0..R {
+            let row = r0 + r;
+            let bs = &a.bsums[row * k / 16 + bi * 16..][..16];
+            let msum: i32 = (0..16).map(|g| u.mn[g] * bs[g]).sum();
+            let da = a.d[row * nb + bi];
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(isum[r]),
+                _mm256_set1_ps(u.d * da),
+                acc[r],
+            );
+            corr[r] += u.dmin * da * msum as f32;
+        }
+    }
+    for r in 0..R {
+        // SAFETY: same features as this fn.
+        out[c * 4 + r] = unsafe { hsum(acc[r]) } - corr[r];
+    }
+}
+
+macro_rules! unpacked_entry {
+    ($name:ident, $dt:expr) => {
+        /// # Safety
+        /// The CPU must have AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name(
+            w: &[u8],
+            row_bytes: usize,
+            nc: usize,
+            a: &QuantizedRows,
+            r0: usize,
+            nr: usize,
+            out: &mut [f32; 16],
+        ) {
+            for c in 0..nc {
+                let wc = &w[c * row_bytes..(c + 1) * row_bytes];
+                match nr {
+                    1 => unpacked_one::<1>($dt, wc, a, r0, out, c),
+                    2 => unpacked_one::<2>($dt, wc, a, r0, out, c),
+                    3 => unpacked_one::<3>($dt, wc, a, r0, out, c),
+                    _ => unpacked_one::<4>($dt, wc, a, r0, out, c),
+                }
+            }
+        }
+    };
+}
+unpacked_entry!(q2_k_avx2, cyb_tensor::DType::Q2_K);
+unpacked_entry!(q3_k_avx2, cyb_tensor::DType::Q3_K);
+unpacked_entry!(q5_k_avx2, cyb_tensor::DType::Q5_K);
+unpacked_entry!(tq1_0_avx2, cyb_tensor::DType::TQ1_0);
+unpacked_entry!(tq2_0_avx2, cyb_tensor::DType::TQ2_0);
 
 macro_rules! entry {
     ($name:ident, $one:ident, $bb:expr) => {
