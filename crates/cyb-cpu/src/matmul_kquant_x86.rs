@@ -11,6 +11,7 @@
 use crate::matmul_kquant::scale_min_k4;
 use crate::matmul_q4_x86::hsum;
 use crate::quant_act::QuantizedRows;
+use cyb_tensor::DType;
 use std::arch::x86_64::*;
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -167,7 +168,7 @@ fn q6_k_one<const R: usize>(w: &[u8], a: &QuantizedRows, r0: usize, out: &mut [f
 /// integer sums as the portable kernel, so the result only differs in float rounding order.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn unpacked_one<const R: usize>(
-    dtype: cyb_tensor::DType,
+    dtype: DType,
     w: &[u8],
     a: &QuantizedRows,
     r0: usize,
@@ -212,40 +213,8 @@ fn unpacked_one<const R: usize>(
     }
 }
 
-macro_rules! unpacked_entry {
-    ($name:ident, $dt:expr) => {
-        /// # Safety
-        /// The CPU must have AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $name(
-            w: &[u8],
-            row_bytes: usize,
-            nc: usize,
-            a: &QuantizedRows,
-            r0: usize,
-            nr: usize,
-            out: &mut [f32; 16],
-        ) {
-            for c in 0..nc {
-                let wc = &w[c * row_bytes..(c + 1) * row_bytes];
-                match nr {
-                    1 => unpacked_one::<1>($dt, wc, a, r0, out, c),
-                    2 => unpacked_one::<2>($dt, wc, a, r0, out, c),
-                    3 => unpacked_one::<3>($dt, wc, a, r0, out, c),
-                    _ => unpacked_one::<4>($dt, wc, a, r0, out, c),
-                }
-            }
-        }
-    };
-}
-unpacked_entry!(q2_k_avx2, cyb_tensor::DType::Q2_K);
-unpacked_entry!(q3_k_avx2, cyb_tensor::DType::Q3_K);
-unpacked_entry!(q5_k_avx2, cyb_tensor::DType::Q5_K);
-unpacked_entry!(tq1_0_avx2, cyb_tensor::DType::TQ1_0);
-unpacked_entry!(tq2_0_avx2, cyb_tensor::DType::TQ2_0);
-
 macro_rules! entry {
-    ($name:ident, $one:ident, $bb:expr) => {
+    ($name:ident, $one:ident $(, $dt:expr)?) => {
         /// # Safety
         /// The CPU must have AVX2, FMA and F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -261,14 +230,19 @@ macro_rules! entry {
             for c in 0..nc {
                 let wc = &w[c * row_bytes..(c + 1) * row_bytes];
                 match nr {
-                    1 => $one::<1>(wc, a, r0, out, c),
-                    2 => $one::<2>(wc, a, r0, out, c),
-                    3 => $one::<3>(wc, a, r0, out, c),
-                    _ => $one::<4>(wc, a, r0, out, c),
+                    1 => $one::<1>($($dt,)? wc, a, r0, out, c),
+                    2 => $one::<2>($($dt,)? wc, a, r0, out, c),
+                    3 => $one::<3>($($dt,)? wc, a, r0, out, c),
+                    _ => $one::<4>($($dt,)? wc, a, r0, out, c),
                 }
             }
         }
     };
 }
-entry!(q4_k_avx2, q4_k_one, 144);
-entry!(q6_k_avx2, q6_k_one, 210);
+entry!(q4_k_avx2, q4_k_one);
+entry!(q6_k_avx2, q6_k_one);
+entry!(q2_k_avx2, unpacked_one, DType::Q2_K);
+entry!(q3_k_avx2, unpacked_one, DType::Q3_K);
+entry!(q5_k_avx2, unpacked_one, DType::Q5_K);
+entry!(tq1_0_avx2, unpacked_one, DType::TQ1_0);
+entry!(tq2_0_avx2, unpacked_one, DType::TQ2_0);

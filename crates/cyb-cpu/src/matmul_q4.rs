@@ -34,10 +34,9 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
-/// The unsigned levels, scale and offset of one legacy block.
-pub(crate) fn unpack(dtype: DType, b: &[u8]) -> ([u8; 32], f32, f32) {
-    let mut q = [0u8; 32];
-    let (d, off, qs, qh) = match dtype {
+/// A legacy block's scale, offset, 16 bytes of nibbles and (Q5) fifth bits.
+pub(crate) fn fields(dtype: DType, b: &[u8]) -> (f32, f32, &[u8], Option<u32>) {
+    match dtype {
         DType::Q4_0 => {
             let d = f16_at(b, 0);
             (d, -8.0 * d, &b[2..18], None)
@@ -52,7 +51,13 @@ pub(crate) fn unpack(dtype: DType, b: &[u8]) -> ([u8; 32], f32, f32) {
             let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
             (f16_at(b, 0), f16_at(b, 2), &b[8..24], Some(qh))
         }
-    };
+    }
+}
+
+/// The unsigned levels, scale and offset of one legacy block.
+pub(crate) fn unpack(dtype: DType, b: &[u8]) -> ([u8; 32], f32, f32) {
+    let mut q = [0u8; 32];
+    let (d, off, qs, qh) = fields(dtype, b);
     for j in 0..16 {
         q[j] = qs[j] & 0x0f;
         q[j + 16] = qs[j] >> 4;

@@ -60,22 +60,7 @@ fn fifth_bits(bits: u16) -> uint8x16_t {
 /// offset, as `matmul_q4::unpack` gives them.
 #[inline(always)]
 fn legacy_levels(dtype: DType, b: &[u8]) -> (int8x16_t, int8x16_t, f32, f32) {
-    let (d, off, qs, qh) = match dtype {
-        DType::Q4_0 => {
-            let d = f16_at(b, 0);
-            (d, -8.0 * d, &b[2..18], None)
-        }
-        DType::Q4_1 => (f16_at(b, 0), f16_at(b, 2), &b[4..20], None),
-        DType::Q5_0 => {
-            let d = f16_at(b, 0);
-            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-            (d, -16.0 * d, &b[6..22], Some(qh))
-        }
-        _ => {
-            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-            (f16_at(b, 0), f16_at(b, 2), &b[8..24], Some(qh))
-        }
-    };
+    let (d, off, qs, qh) = crate::matmul_q4::fields(dtype, b);
     assert!(qs.len() >= 16);
     // SAFETY: NEON baseline; `qs` holds 16 bytes (checked above).
     unsafe {
