@@ -14,4 +14,4 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/
 fi
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
-cargo test -p cyb-cpu --target "$T" --test matmul --test ops "$@"
+cargo test -p cyb-cpu --target "$T" --lib --test matmul --test ops "$@"
