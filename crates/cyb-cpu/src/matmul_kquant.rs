@@ -74,18 +74,12 @@ pub(crate) fn unpack(dtype: DType, b: &[u8]) -> Unpacked {
             u.q = crate::repack::low_levels(&b[32..96], Some(&b[0..32]));
         }
         DType::TQ1_0 | DType::TQ2_0 => {
-            // d·(q - 1), q in 0..=2: the levels from cyb-tensor's reading of the values
-            // (exact: d·(q - 1) is d, 0 or -d), as the repacked GEMM takes them.
-            let at = if dtype == DType::TQ1_0 { 52 } else { 64 };
-            u.d = f16_at(b, at);
+            // d·(q - 1) with levels q in 0..=2 (as the repacked GEMM takes them).
+            u.d = f16_at(b, crate::repack::ternary_scale_at(dtype));
             u.dmin = u.d;
             u.sc = [1; 16];
             u.mn = [1; 16];
-            let mut x = [0f32; 256];
-            u.q = match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
-                Ok(()) if u.d != 0.0 => std::array::from_fn(|i| ((x[i] / u.d).round() + 1.0) as u8),
-                _ => [1; 256],
-            };
+            u.q = crate::repack::ternary_levels(dtype, b);
         }
         DType::Q4_K | DType::Q5_K => {
             u.d = f16_at(b, 0);
@@ -199,11 +193,15 @@ portable_entry!(portable_q4_k, DType::Q4_K);
 portable_entry!(portable_q5_k, DType::Q5_K);
 portable_entry!(portable_q6_k, DType::Q6_K);
 
+/// Formats that on `set` only the repacked GEMM (`gemm.rs`) reads, with no per-row kernel
+/// (neither here nor in `matmul_q16`): Q3_K and the ternary formats on AVX-512.
+pub(crate) fn repacked_only(dtype: DType, set: crate::KernelSet) -> bool {
+    matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0) && set == crate::KernelSet::Avx512
+}
+
 /// The kernel for `dtype` in `set`, if this file has one.
 pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<QDot> {
-    // Q3_K and the ternary formats: on AVX-512 the repacked GEMM (`gemm.rs`) reads them.
-    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0) && set == crate::KernelSet::Avx512
-    {
+    if repacked_only(dtype, set) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]

@@ -147,9 +147,7 @@ pub fn kernel(dtype: DType, set: crate::KernelSet) -> Option<(QDot, usize)> {
     }
     // The NEON set has no 16-bit-activation kernels of its own: where they are asked for
     // (CYB_CPU_ACT=q16; its default is q8, `ActPrecision::default_for`), the portable ones run.
-    // Q3_K and the ternary formats: on AVX-512 the repacked GEMM (`gemm.rs`) reads them.
-    if matches!(dtype, DType::Q3_K | DType::TQ1_0 | DType::TQ2_0) && set == crate::KernelSet::Avx512
-    {
+    if matmul_kquant::repacked_only(dtype, set) {
         return None;
     }
     match dtype {

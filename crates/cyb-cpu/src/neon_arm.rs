@@ -111,10 +111,7 @@ fn kquant_one(dtype: DType, w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, o
     let mut acc = [0f32; 4];
     for (bi, blk) in w.chunks_exact(bb).enumerate() {
         let u = crate::matmul_kquant::unpack(dtype, blk);
-        let mut q = [vdupq_n_s8_safe(0); 16];
-        for g in 0..16 {
-            q[g] = load16(&u.q[g * 16..]);
-        }
+        let q: [int8x16_t; 16] = std::array::from_fn(|g| load16(&u.q[g * 16..]));
         for (r, acc) in acc.iter_mut().enumerate().take(nr) {
             let row = r0 + r;
             let qa = &a.row(row)[bi * 256..(bi + 1) * 256];
@@ -129,12 +126,6 @@ fn kquant_one(dtype: DType, w: &[u8], a: &QuantizedRows, r0: usize, nr: usize, o
         }
     }
     out[..nr].copy_from_slice(&acc[..nr]);
-}
-
-#[inline(always)]
-fn vdupq_n_s8_safe(v: i8) -> int8x16_t {
-    // SAFETY: NEON baseline.
-    unsafe { vdupq_n_s8(v) }
 }
 
 macro_rules! quant_entry {

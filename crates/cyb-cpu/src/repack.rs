@@ -117,6 +117,27 @@ pub(crate) fn low_levels(qs: &[u8], hmask: Option<&[u8]>) -> [u8; 256] {
     q
 }
 
+/// Byte offset of a TQ1_0/TQ2_0 block's f16 scale.
+pub(crate) fn ternary_scale_at(dtype: DType) -> usize {
+    if dtype == DType::TQ1_0 {
+        52
+    } else {
+        64
+    }
+}
+
+/// The 256 levels `q + 1` (0, 1 or 2) of a TQ1_0/TQ2_0 block, from its values (`d·(q - 1)` is
+/// exact for q - 1 in {-1, 0, 1}), so every packing shares cyb-tensor's one reading of them.
+pub(crate) fn ternary_levels(dtype: DType, b: &[u8]) -> [u8; 256] {
+    let at = ternary_scale_at(dtype);
+    let d = half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
+    let mut x = [0f32; 256];
+    match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
+        Ok(()) if d != 0.0 => std::array::from_fn(|i| ((x[i] / d).round() + 1.0) as u8),
+        _ => [1; 256],
+    }
+}
+
 /// The 16 biased six-bit Q3_K scales (`0..64`) of the packed `s` (12 bytes).
 pub(crate) fn q3_k_scales(s: &[u8]) -> [u8; 16] {
     std::array::from_fn(|j| {
@@ -258,17 +279,9 @@ fn pack_unit(dtype: DType, b: &[u8], r: usize, out: &mut [u8]) {
             }
         }
         DType::TQ1_0 | DType::TQ2_0 => {
-            let at = if dtype == DType::TQ1_0 { 52 } else { 64 };
+            let at = ternary_scale_at(dtype);
             out[2 * r..2 * r + 2].copy_from_slice(&b[at..at + 2]);
-            // The levels from the values (`d·(q - 1)` is exact for q - 1 in {-1, 0, 1}), so
-            // the two packings share cyb-tensor's one reading of them.
-            let mut x = [0f32; 256];
-            let d = half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
-            let q: [u8; 256] = match cyb_tensor::quant::dequantize(dtype, b, &mut x) {
-                Ok(()) if d != 0.0 => std::array::from_fn(|i| ((x[i] / d).round() + 1.0) as u8),
-                _ => [1; 256],
-            };
-            pack_two_bit(&q, r, &mut out[32..1056]);
+            pack_two_bit(&ternary_levels(dtype, b), r, &mut out[32..1056]);
         }
         _ => {
             // Q6_K
