@@ -64,7 +64,7 @@ fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
         // Q8_0: d, 32 signed bytes.
         case 2u: {
             for (var b = l; b < k / 32u; b += 32u) {
-                let o = row + b * 34u;
+                let o = row + b * BYTES;
                 let q0 = ldq@(o + 2u);
                 let q1 = ldq@(o + 18u);
                 let p = b * 32u;
@@ -77,14 +77,10 @@ fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
         // Q4_0 / Q4_1 / Q5_0 / Q5_1: 16 bytes of nibbles (value i low, i + 16 high), Q5 with
         // 32 fifth bits; Q4_1/Q5_1 add a minimum.
         case 3u, 4u, 5u, 6u: {
-            var bytes = 18u;
-            var qo = 2u;
-            if (KIND == 4u) { bytes = 20u; qo = 4u; }
-            if (KIND == 5u) { bytes = 22u; qo = 6u; }
-            if (KIND == 6u) { bytes = 24u; qo = 8u; }
+            // The 16 bytes of nibbles end each block.
             for (var b = l; b < k / 32u; b += 32u) {
-                let o = row + b * bytes;
-                let q = ldq@(o + qo);
+                let o = row + b * BYTES;
+                let q = ldq@(o + BYTES - 16u);
                 var hb = 0u;
                 if (KIND == 5u) { hb = u32w@(o + 2u); }
                 if (KIND == 6u) { hb = u32w@(o + 4u); }
@@ -118,11 +114,10 @@ fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
         // low → values 64c..64c+31 with scale 2c, high → 64c+32.. with scale 2c+1).
         case 7u, 8u: {
             let c = l & 3u;
-            var bytes = 144u;
-            var qs = 16u;
-            if (KIND == 8u) { bytes = 176u; qs = 48u; }
+            // The 128 bytes of nibbles end each block.
+            let qs = BYTES - 128u;
             for (var b = l >> 2u; b < k / 256u; b += 8u) {
-                let o = row + b * bytes;
+                let o = row + b * BYTES;
                 let d = hw@(o);
                 let dmin = hw@(o + 2u);
                 let sm0 = kscale_min_at@(o + 4u, 2u * c);
@@ -159,7 +154,7 @@ fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
             let h = (l >> 1u) & 1u;
             let l0 = (l & 1u) * 16u;
             for (var b = l >> 2u; b < k / 256u; b += 8u) {
-                let o = row + b * 210u;
+                let o = row + b * BYTES;
                 let qa = ldq@(o + 64u * h + l0);
                 let qb = ldq@(o + 64u * h + 32u + l0);
                 let qh = ldq@(o + 128u + 32u * h + l0);
