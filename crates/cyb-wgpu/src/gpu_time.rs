@@ -5,6 +5,10 @@
 //! backend is dropped: per step, the time the GPU spent inside passes ("busy") and from the
 //! first pass's start to the last one's end ("span"); a span much longer than busy, or a step
 //! wall time much longer than span, means the GPU waited on the host.
+//!
+//! `CYB_WGPU_GPU_TIME=kernels` puts every launch in its own pass and also prints the GPU time
+//! per kernel (family, entry point, weight dtype) per step, largest first: where the busy time
+//! goes. The extra pass boundaries cost a little, so its busy figure runs slightly high.
 
 /// Timestamps per step: two per compute pass; passes beyond it go untimed.
 const QUERIES: u32 = 1024;
@@ -23,13 +27,19 @@ pub(crate) struct GpuTimer {
     passes: u64,
     busy_ns: f64,
     span_ns: f64,
+    /// `CYB_WGPU_GPU_TIME=kernels`: one pass per launch, labelled.
+    pub(crate) per_kernel: bool,
+    /// The kernel of each timed pass of the current step (per_kernel only).
+    labels: Vec<String>,
+    /// Per kernel label: nanoseconds and launches over the counted steps.
+    kernels: rustc_hash::FxHashMap<String, (f64, u64)>,
 }
 
 impl GpuTimer {
     /// A timer when `CYB_WGPU_GPU_TIME` is set and the device has timestamp queries.
     pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Option<GpuTimer> {
-        let on = std::env::var("CYB_WGPU_GPU_TIME").is_ok_and(|v| v != "0");
-        if !on {
+        let mode = std::env::var("CYB_WGPU_GPU_TIME").unwrap_or_default();
+        if mode.is_empty() || mode == "0" {
             return None;
         }
         if !device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
@@ -61,16 +71,26 @@ impl GpuTimer {
             passes: 0,
             busy_ns: 0.0,
             span_ns: 0.0,
+            per_kernel: mode == "kernels",
+            labels: Vec::new(),
+            kernels: Default::default(),
         })
     }
 
-    /// Where the next compute pass writes its start and end, if there is room this step.
-    pub(crate) fn writes(&mut self) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+    /// Where the next compute pass writes its start and end, if there is room this step;
+    /// `label` names the pass's one kernel (per_kernel).
+    pub(crate) fn writes(
+        &mut self,
+        label: impl FnOnce() -> String,
+    ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
         if self.used + 2 > QUERIES {
             return None;
         }
         let i = self.used;
         self.used += 2;
+        if self.per_kernel {
+            self.labels.push(label());
+        }
         Some(wgpu::ComputePassTimestampWrites {
             query_set: &self.set,
             beginning_of_pass_write_index: Some(i),
@@ -83,6 +103,7 @@ impl GpuTimer {
     pub(crate) fn end_step(&mut self, device: &wgpu::Device, queue: &wgpu::Queue) {
         let n = self.used;
         self.used = 0;
+        let labels = std::mem::take(&mut self.labels);
         if n == 0 {
             return;
         }
@@ -112,16 +133,32 @@ impl GpuTimer {
         self.busy_ns += busy as f64 * self.period;
         self.span_ns += last.saturating_sub(first) as f64 * self.period;
         self.passes += pairs.len() as u64;
+        for (label, (a, b)) in labels.into_iter().zip(&pairs) {
+            let e = self.kernels.entry(label).or_default();
+            e.0 += b.saturating_sub(*a) as f64 * self.period;
+            e.1 += 1;
+        }
     }
 
     pub(crate) fn report(&self) -> String {
         let steps = self.steps.saturating_sub(WARM_STEPS).max(1) as f64;
-        format!(
+        let mut out = format!(
             "wgpu GPU time ({} steps after {WARM_STEPS} warm-up ones): busy {:.1} us/step in {:.1} passes, span {:.1} us/step\n",
             self.steps.saturating_sub(WARM_STEPS),
             self.busy_ns / 1e3 / steps,
             self.passes as f64 / steps,
             self.span_ns / 1e3 / steps,
-        )
+        );
+        let mut rows: Vec<_> = self.kernels.iter().collect();
+        rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        for (label, (ns, count)) in rows {
+            out.push_str(&format!(
+                "  {:>9.1} us/step {:>6.1}x {:>8.2} us/launch  {label}\n",
+                ns / 1e3 / steps,
+                *count as f64 / steps,
+                ns / 1e3 / (*count).max(1) as f64,
+            ));
+        }
+        out
     }
 }

@@ -109,7 +109,7 @@ pub fn weight_format(dtype: DType) -> Option<(u32, u32, u32)> {
 }
 
 /// Which pipeline: a family, an entry point, and for weight readers the dtype and rows per
-/// workgroup.
+/// workgroup (for the decode matvec `mv`: lanes per weight row, `ops::matmul::mv_lanes`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KernelKey {
     pub family: Family,
@@ -158,10 +158,16 @@ impl Kernels {
         let mut src = String::from(COMMON);
         if let Some(dt) = key.weights {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
+            // `rows` is the decode matvec's lanes per weight row for its entry `mv`, the
+            // activation rows per workgroup for the others.
+            let (mb, lpr) = if key.entry == "mv" {
+                (1, key.rows)
+            } else {
+                (key.rows, 32)
+            };
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
-                 const BYTES: u32 = {bytes}u;\nconst MB: u32 = {}u;\n",
-                key.rows
+                 const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
@@ -190,6 +196,14 @@ impl Kernels {
                 src.push_str(include_str!("shaders/broadcast.wgsl"));
             }
             Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
+            // `rows`: values per load of q and k (sdpa.wgsl).
+            Family::Sdpa => src.push_str(if key.rows == 4 {
+                "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
+                 fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
+            } else {
+                "alias QK = f32;\nconst QW: u32 = 1u;\n\
+                 fn qk_mul(a: QK, b: QK) -> f32 { return a * b; }\n"
+            }),
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),
             Family::RopeAppend => {

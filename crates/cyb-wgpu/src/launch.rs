@@ -17,6 +17,7 @@
 use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
+use crate::ops::matmul::mv_lanes;
 use arrayvec::ArrayVec;
 use cyb_backend::BufferUsage;
 use cyb_tensor::{Error, Result};
@@ -140,9 +141,15 @@ impl Pending {
             Pending::Matvec(v) => {
                 let first = &v[0];
                 // matmul params: 0 m, 1 n, 2 k, 3 blocks, 4 row bytes, 5 groups; bufs a, w, y.
+                // Decode matvecs of different row counts join: the merged launch picks its
+                // own lanes per row.
+                let same_kernel = l.key == first.key
+                    || (l.is(Family::MatMul, "mv")
+                        && first.is(Family::MatMul, "mv")
+                        && l.key.weights == first.key.weights);
                 let joins = matvec(&l)
                     && v.len() < 3
-                    && l.key == first.key
+                    && same_kernel
                     && l.param(0) == first.param(0)
                     && l.param(2) == first.param(2)
                     && l.id(0) == first.id(0)
@@ -236,7 +243,13 @@ impl Pending {
                 let f = &v[0];
                 let n = |i: usize| v.get(i).map_or(0, |l| l.param(1));
                 let blocks = f.groups / f.param(1).max(1);
-                let groups: u32 = v.iter().map(|l| l.groups).sum();
+                let mut lanes = f.key.rows;
+                let mut groups: u32 = v.iter().map(|l| l.groups).sum();
+                if f.is(Family::MatMul, "mv") {
+                    let all = (n(0) + n(1) + n(2)) as usize;
+                    lanes = mv_lanes(all, f.param(2) as usize);
+                    groups = (0..3).map(|i| n(i).div_ceil(256 / lanes)).sum();
+                }
                 let params = Params::from_iter([
                     f.param(0),
                     f.param(2),
@@ -263,7 +276,7 @@ impl Pending {
                     y(2),
                     spare_ref(1),
                 ]);
-                Some(multi_launch(f, params, bufs, groups))
+                Some(multi_launch(f, lanes, params, bufs, groups))
             }
             Pending::Glu(v) => {
                 // Always three: `absorb` makes it from two matvecs and the unit.
@@ -278,6 +291,12 @@ impl Pending {
                     2
                 };
                 let blocks = g.groups / g.param(1).max(1);
+                let (mut lanes, mut groups) = (g.key.rows, g.groups);
+                if g.is(Family::MatMul, "mv") {
+                    // Each lane computes a gate and an up row.
+                    lanes = mv_lanes(2 * g.param(1) as usize, g.param(2) as usize);
+                    groups = g.param(1).div_ceil(256 / lanes);
+                }
                 let params = Params::from_iter([
                     g.param(0),
                     g.param(2),
@@ -287,7 +306,7 @@ impl Pending {
                     u.param(1),
                     0,
                     mode,
-                    g.groups,
+                    groups,
                 ]);
                 let bufs = Bufs::from_iter([
                     g.bufs[0].clone(),
@@ -299,7 +318,7 @@ impl Pending {
                     spare_ref(0),
                     glu.bufs[2].clone(),
                 ]);
-                Some(multi_launch(g, params, bufs, g.groups))
+                Some(multi_launch(g, lanes, params, bufs, groups))
             }
             Pending::Rope(v) => {
                 let (a, b) = (&v[0], &v[1]);
@@ -409,13 +428,14 @@ impl Pending {
     }
 }
 
-fn multi_launch(first: &Launch, params: Params, bufs: Bufs, groups: u32) -> Launch {
+/// The merged matvec launch; `rows` as in `KernelKey`.
+fn multi_launch(first: &Launch, rows: u32, params: Params, bufs: Bufs, groups: u32) -> Launch {
     Launch {
         key: KernelKey {
             family: Family::MatVecMulti,
             entry: first.key.entry,
             weights: first.key.weights,
-            rows: first.key.rows,
+            rows,
         },
         params,
         bufs,
@@ -565,6 +585,13 @@ impl WgpuBackend {
             gpu_time,
             ..
         } = st;
+        let label = || {
+            let dt = key.weights.map(|d| format!(" {d}")).unwrap_or_default();
+            format!("{:?}/{}{dt}", key.family, key.entry)
+        };
+        if gpu_time.as_ref().is_some_and(|g| g.per_kernel) {
+            *pass = None;
+        }
         let pass = match pass {
             Some(p) => p,
             None => {
@@ -573,7 +600,7 @@ impl WgpuBackend {
                 });
                 let p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,
-                    timestamp_writes: gpu_time.as_mut().and_then(|g| g.writes()),
+                    timestamp_writes: gpu_time.as_mut().and_then(|g| g.writes(label)),
                 });
                 pass.insert(p.forget_lifetime())
             }
@@ -594,8 +621,7 @@ impl WgpuBackend {
                 .device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| Error::invalid("profile", format!("wgpu: {e}")))?;
-            let dt = key.weights.map(|d| format!(" {d}")).unwrap_or_default();
-            p.add(format!("{:?}/{}{dt}", key.family, key.entry), t0.elapsed());
+            p.add(label(), t0.elapsed());
         }
         Ok(())
     }

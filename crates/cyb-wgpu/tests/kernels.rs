@@ -78,15 +78,17 @@ fn matmul_every_weight_format() {
             // Batched activations share the weight.
             check(&op, &[f32t(&[2, m, k], 5), w], 1e-5);
         }
-        // One activation row takes `mv` (whole blocks per lane) where rows are whole 16-byte
-        // steps: more blocks than its 32 lanes, and rows that leave its last workgroup of 8
-        // part empty.
+        // One activation row takes `mv` (four neighbouring values per lane and step) where rows are
+        // whole groups of four: rows longer than one unrolled loop turn and not a multiple
+        // of it (1004 % 8 == 4 for F16), odd block counts (rows at 2-byte-aligned offsets),
+        // and rows that leave its last workgroup part empty; 13 and 3 rows take 128 or 256
+        // lanes per row, 4100 rows 64 (ops::matmul::mv_lanes).
         let k = match dt.block_elems() {
-            1 => 1000,
+            1 => 1004,
             32 => 37 * 32,
             b => 9 * b,
         };
-        for n in [13, 3] {
+        for n in [13, 3, 4100] {
             let w = Tensor::from_f32_as(&[n, k], &random(n * k, 11 + n as u64), dt).unwrap();
             check(&op, &[f32t(&[1, k], 9), w], 1e-5);
         }
@@ -260,6 +262,13 @@ fn sdpa_variants() {
         f32t(&[2, 6, 1, 16], 34),
         f32t(&[2, 3, 131, 16], 35),
         f32t(&[2, 3, 131, 16], 36),
+    );
+    check(&sdpa(true, None, None), &[q, k, v], 1e-5);
+    // More keys than the kernel's 256 threads, value rows wider than 256.
+    let (q, k, v) = (
+        f32t(&[1, 2, 1, 8], 37),
+        f32t(&[1, 1, 300, 8], 38),
+        f32t(&[1, 1, 300, 260], 39),
     );
     check(&sdpa(true, None, None), &[q, k, v], 1e-5);
 }

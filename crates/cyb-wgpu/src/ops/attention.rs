@@ -231,7 +231,11 @@ pub(crate) fn sdpa(
         kcap as u32,
         vcap as u32,
     ];
-    let key = KernelKey::plain(Family::Sdpa, "sdpa");
+    // Four values of q and k per load where every row starts at a multiple of four.
+    let key = KernelKey {
+        rows: if d % 4 == 0 { 4 } else { 1 },
+        ..KernelKey::plain(Family::Sdpa, "sdpa")
+    };
     gpu.dispatch(
         st,
         &key,

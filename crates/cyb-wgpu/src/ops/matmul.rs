@@ -15,13 +15,26 @@ fn fits_binding(gpu: &WgpuBackend, w: &TensorInfo) -> bool {
 }
 
 /// Whether `mv` (matmul.wgsl, matvec_fast.wgsl) reads rows of `k` values of `dtype`: block
-/// formats always (a row is whole blocks), F16 and F32 in whole 16-byte steps.
+/// formats always (a row is whole blocks), F16 and F32 when rows are whole groups of four
+/// values.
 fn whole_words(dtype: DType, k: usize) -> bool {
     match dtype {
-        DType::F32 => k.is_multiple_of(4),
-        DType::F16 => k.is_multiple_of(8),
+        DType::F32 | DType::F16 => k.is_multiple_of(4),
         _ => true,
     }
+}
+
+/// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values: enough that the
+/// launch has about 2^18 threads (a large GPU full; with fewer, each lane waits on its loads
+/// alone), but no more than a row has groups of four values, and 32 .. 256.
+pub(crate) fn mv_lanes(n: usize, k: usize) -> u32 {
+    let mut lanes = ((1usize << 18) / n.max(1))
+        .next_power_of_two()
+        .clamp(32, 256);
+    while lanes > 32 && lanes * 4 > k {
+        lanes /= 2;
+    }
+    lanes as u32
 }
 
 /// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
@@ -52,12 +65,13 @@ pub(crate) fn matmul(
         .bytes_for(k)
         .ok_or_else(|| Error::invalid("matmul", format!("{} rows of {k}", w.dtype())))?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
-    // Many rows (prefill): 64 × 64 output tiles; one (decode): eight weight rows per
-    // workgroup, whole blocks per thread; a few: one workgroup per weight row.
+    // Many rows (prefill): 64 × 64 output tiles; one (decode): `mv_lanes` lanes per weight
+    // row; a few: one workgroup per weight row.
     let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
         ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
     } else if m == 1 && whole_words(w.dtype(), k) {
-        ("mv", 1, n.div_ceil(8))
+        let lanes = mv_lanes(n, k);
+        ("mv", lanes, n.div_ceil(256 / lanes as usize))
     } else {
         let rows = if m == 1 { 1 } else { 4 };
         ("main", rows, n * m.div_ceil(rows as usize))

@@ -3,7 +3,7 @@
 
 mod attention;
 mod layout;
-mod matmul;
+pub(crate) mod matmul;
 mod pointwise;
 
 pub(crate) use attention::RopeSource;

@@ -6,6 +6,8 @@
 // Params: 0 m, 1 n, 2 k, 3 blocks per row, 4 bytes per row, 5 workgroups in the grid.
 
 @group(0) @binding(1) var<storage, read> A: array<f32>;
+// The same activations four at a time, for `mv` (matvec_fast.wgsl; k is a multiple of 4 there).
+@group(0) @binding(1) var<storage, read> A4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> W: array<u32>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 
@@ -143,22 +145,22 @@ fn store_row(i: u32, j: u32, m: u32, n: u32, v: vec4<f32>) {
     if (j + 3u < n) { Y[i * n + j + 3u] = v.w; }
 }
 
-// Decode (one activation row): 8 weight rows per workgroup of 256 threads, 32 lanes per row,
-// each lane summing whole blocks (matvec_fast.wgsl), then the row's 32 partial sums reduced
-// in workgroup memory. Params as `main`; 5 is ⌈n / 8⌉.
+// Decode (one activation row): 256 / LPR weight rows per workgroup of 256 threads, LPR lanes
+// per row (matvec_fast.wgsl), then the row's LPR partial sums reduced in workgroup memory.
+// Params as `main`; 5 is ⌈n / (256 / LPR)⌉.
 @compute @workgroup_size(256)
 fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
       @builtin(local_invocation_index) t: u32) {
     let n = pu(1u);
     let id = flat_wg(wg, nw);
-    let j = id * 8u + t / 32u;
-    let l = t % 32u;
+    let j = id * (256u / LPR) + t / LPR;
+    let l = t % LPR;
     let ok = id < pu(5u) && j < n;
     var s = 0.0;
     if (ok) { s = vdot(j, l, pu(2u), pu(4u)); }
     red[t] = s;
     workgroupBarrier();
-    for (var h = 16u; h > 0u; h >>= 1u) {
+    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
         if (l < h) { red[t] += red[t + h]; }
         workgroupBarrier();
     }

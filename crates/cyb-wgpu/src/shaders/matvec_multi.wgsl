@@ -7,6 +7,8 @@
 // products), 7 glu (0 none, 1 swiglu, 2 geglu erf, 3 geglu tanh), 8 workgroups in the grid.
 
 @group(0) @binding(1) var<storage, read> A: array<f32>;
+// The same activations four at a time, for `mv` (matvec_fast.wgsl; k is a multiple of 4 there).
+@group(0) @binding(1) var<storage, read> A4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> W0: array<u32>;
 @group(0) @binding(3) var<storage, read> W1: array<u32>;
 @group(0) @binding(4) var<storage, read> W2: array<u32>;
@@ -95,15 +97,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     }
 }
 
-// One activation row: as matmul.wgsl's `mv`, 8 weight rows per workgroup, each product's
-// workgroups ⌈n_r / 8⌉ (param 3 unused).
+// One activation row: as matmul.wgsl's `mv`, 256 / LPR weight rows per workgroup, each
+// product's workgroups ⌈n_r / (256 / LPR)⌉ (param 3 unused).
 @compute @workgroup_size(256)
 fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
       @builtin(local_invocation_index) t: u32) {
     let id = flat_wg(wg, nw);
     let glu = pu(7u);
-    let g0 = (pu(4u) + 7u) / 8u;
-    let g1 = (pu(5u) + 7u) / 8u;
+    let rpw = 256u / LPR;
+    let g0 = (pu(4u) + rpw - 1u) / rpw;
+    let g1 = (pu(5u) + rpw - 1u) / rpw;
     var which = 0u;
     var local = id;
     var n = pu(4u);
@@ -117,8 +120,8 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
             n = pu(6u);
         }
     }
-    let j = local * 8u + t / 32u;
-    let l = t % 32u;
+    let j = local * rpw + t / LPR;
+    let l = t % LPR;
     let ok = id < pu(8u) && j < n;
     let k = pu(1u);
     let rb = pu(2u);
@@ -139,7 +142,7 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
     red[t] = s0;
     red[256u + t] = s1;
     workgroupBarrier();
-    for (var h = 16u; h > 0u; h >>= 1u) {
+    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
         if (l < h) {
             red[t] += red[t + h];
             red[256u + t] += red[256u + t + h];

@@ -1,5 +1,5 @@
 // Two independent RMS norms with one eps and weight offset in one launch (such as Qwen3's q and
-// k norms), each row summed exactly as norm.wgsl does. One workgroup per row of either.
+// k norms, rows of a head's length): one workgroup of 64 threads per row of either.
 // Params: 0 rows, 1 d of the first, 2 eps, 3 weight offset, 4 rows, 5 d of the second.
 
 @group(0) @binding(1) var<storage, read> X0: array<f32>;

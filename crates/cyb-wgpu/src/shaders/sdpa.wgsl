@@ -1,18 +1,30 @@
-// Scaled dot-product attention, one workgroup of 64 threads per (batch, head, query row).
+// Scaled dot-product attention, one workgroup of 256 threads per (batch, head, query row).
 // Scores go to the scratch buffer S [rows, lk]; excluded keys are marked -inf there.
 // Params: 0 rows, 1 hq, 2 lq, 3 d, 4 hkv, 5 lk, 6 dv, 7 scale, 8 causal, 9 window (0: none),
 // 10 softcap (0: none), 11 and 12 rows per kv head in K and V (lk, or the KV cache's capacity
 // when attention reads the cache in place).
+// Thread t scores keys t, t + 256, ... (with d a multiple of 4, four values per load). For the
+// output, the threads split into 256 / CW groups of CW (the power of two ≥ dv, at most 256):
+// thread c of group g sums p_j · v[j, c] over the keys j ≡ g (mod 256 / CW), loads of the
+// next keys issued before the sum needs them; the groups' partial sums are then added in
+// workgroup memory.
 
-@group(0) @binding(1) var<storage, read> Q: array<f32>;
-@group(0) @binding(2) var<storage, read> K: array<f32>;
+// Q and K are read QW values at a time as `QK` (kernels.rs defines both and `qk_mul`: four
+// values as vec4<f32> when d is a multiple of 4, else one f32).
+@group(0) @binding(1) var<storage, read> Q: array<QK>;
+@group(0) @binding(2) var<storage, read> K: array<QK>;
 @group(0) @binding(3) var<storage, read> V: array<f32>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S: array<f32>;
 
-var<workgroup> red: array<f32, 64>;
+var<workgroup> red: array<f32, 256>;
 
-@compute @workgroup_size(64)
+fn hidden(j: u32, pos: i32, win: i32) -> bool {
+    let jj = i32(j);
+    return (pu(8u) == 1u && jj > pos) || (win > 0i && jj <= pos - win);
+}
+
+@compute @workgroup_size(256)
 fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) t: u32) {
     let row = flat_wg(wg, nw);
@@ -33,14 +45,13 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let cap = pf(10u);
     var mx = neg_inf;
     if (valid) {
-        for (var j = t; j < lk; j += 64u) {
-            let jj = i32(j);
-            let hidden = (pu(8u) == 1u && jj > pos) || (win > 0i && jj <= pos - win);
+        for (var j = t; j < lk; j += 256u) {
             var s = neg_inf;
-            if (!hidden) {
-                var dot = 0.0;
-                for (var c = 0u; c < d; c++) { dot += Q[row * d + c] * K[(kvh * pu(11u) + j) * d + c]; }
-                s = dot * pf(7u);
+            if (!hidden(j, pos, win)) {
+                let kr = (kvh * pu(11u) + j) * d;
+                var qk = 0.0;
+                for (var c = 0u; c < d; c += QW) { qk += qk_mul(Q[(row * d + c) / QW], K[(kr + c) / QW]); }
+                s = qk * pf(7u);
                 if (cap != 0.0) { s = cap * tanh(clamp(s / cap, -15.0, 15.0)); }
                 mx = max(mx, s);
             }
@@ -49,7 +60,7 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     }
     red[t] = mx;
     workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
+    for (var k = 128u; k > 0u; k >>= 1u) {
         if (t < k) { red[t] = max(red[t], red[t + k]); }
         workgroupBarrier();
     }
@@ -57,7 +68,7 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     workgroupBarrier();
     var sum = 0.0;
     if (valid && m != neg_inf) {
-        for (var j = t; j < lk; j += 64u) {
+        for (var j = t; j < lk; j += 256u) {
             let s = S[row * lk + j];
             var e = 0.0;
             if (s != neg_inf) { e = exp(s - m); }
@@ -68,22 +79,41 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     red[t] = sum;
     storageBarrier();
     workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
+    for (var k = 128u; k > 0u; k >>= 1u) {
         if (t < k) { red[t] += red[t + k]; }
         workgroupBarrier();
     }
     let total = red[0];
-    if (valid) {
-        for (var c = t; c < dv; c += 64u) {
-            var acc = 0.0;
-            if (m != neg_inf) {
-                for (var j = 0u; j < lk; j++) {
-                    let jj = i32(j);
-                    let hidden = (pu(8u) == 1u && jj > pos) || (win > 0i && jj <= pos - win);
-                    if (!hidden) { acc += (S[row * lk + j] / total) * V[(kvh * pu(12u) + j) * dv + c]; }
-                }
+    workgroupBarrier();
+    var cw = 1u;
+    while (cw < dv && cw < 256u) { cw *= 2u; }
+    let groups = 256u / cw;
+    let g = t / cw;
+    let vrow = kvh * pu(12u);
+    // Output columns c, c + cw, ... (one pass when dv ≤ 256).
+    for (var c0 = 0u; c0 < dv; c0 += cw) {
+        let c = c0 + t % cw;
+        var acc = 0.0;
+        if (valid && m != neg_inf && c < dv) {
+            var j = g;
+            for (; j + 3u * groups < lk; j += 4u * groups) {
+                let j1 = j + groups;
+                let j2 = j1 + groups;
+                let j3 = j2 + groups;
+                let p = vec4<f32>(S[row * lk + j], S[row * lk + j1], S[row * lk + j2], S[row * lk + j3]);
+                let x = vec4<f32>(V[(vrow + j) * dv + c], V[(vrow + j1) * dv + c],
+                                  V[(vrow + j2) * dv + c], V[(vrow + j3) * dv + c]);
+                acc += dot(p, x);
             }
-            O[row * dv + c] = acc;
+            for (; j < lk; j += groups) { acc += S[row * lk + j] * V[(vrow + j) * dv + c]; }
         }
+        red[t] = acc;
+        workgroupBarrier();
+        if (t < cw && valid && c < dv) {
+            var o = 0.0;
+            for (var q = 0u; q < groups; q++) { o += red[q * cw + t]; }
+            O[row * dv + c] = o / total;
+        }
+        workgroupBarrier();
     }
 }
