@@ -91,7 +91,15 @@ pub(crate) struct State {
     pub(crate) since_submit: usize,
     /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
     pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
+    /// Small host tensors uploaded since the frame was reset, by dtype and bytes: a model
+    /// passes the same positions to every layer's rope, and each `queue.write_buffer` costs a
+    /// staging allocation in the driver, so equal bytes share one frame buffer (no kernel
+    /// writes into an uploaded buffer).
+    small_uploads: FxHashMap<(DType, Vec<u8>), Arc<GpuBuf>>,
 }
+
+/// Uploads up to this many bytes are shared within a frame (`State::small_uploads`).
+const SMALL_UPLOAD: usize = 256;
 
 type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
@@ -146,6 +154,7 @@ impl WgpuBackend {
                 lazy: Vec::new(),
                 since_submit: 0,
                 gpu_time,
+                small_uploads: FxHashMap::default(),
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
@@ -502,8 +511,23 @@ impl Backend for WgpuBackend {
 
     fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
         let mut st = self.lock();
-        let buf = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
-        self.write(&buf, data);
+        let small = data.len() <= SMALL_UPLOAD;
+        let known = if small {
+            st.small_uploads.get(&(dtype, data.to_vec())).cloned()
+        } else {
+            None
+        };
+        let buf = match known {
+            Some(b) => b,
+            None => {
+                let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
+                self.write(&b, data);
+                if small {
+                    st.small_uploads.insert((dtype, data.to_vec()), b.clone());
+                }
+                b
+            }
+        };
         drop(st);
         let view = DeviceView {
             buf,
@@ -565,6 +589,7 @@ impl Backend for WgpuBackend {
         self.flush(&mut st);
         st.rope_table = None;
         st.frame.reset();
+        st.small_uploads.clear();
         Ok(())
     }
 
