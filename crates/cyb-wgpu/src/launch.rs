@@ -245,9 +245,9 @@ impl Pending {
                 let blocks = f.groups / f.param(1).max(1);
                 let mut lanes = f.key.rows;
                 let mut groups: u32 = v.iter().map(|l| l.groups).sum();
-                if f.is(Family::MatMul, "mv") {
+                if let (true, Some(dtype)) = (f.is(Family::MatMul, "mv"), f.key.weights) {
                     let all = (n(0) + n(1) + n(2)) as usize;
-                    lanes = mv_lanes(all, f.param(2) as usize);
+                    lanes = mv_lanes(all, f.param(2) as usize, dtype);
                     groups = (0..3).map(|i| n(i).div_ceil(256 / lanes)).sum();
                 }
                 let params = Params::from_iter([
@@ -292,9 +292,9 @@ impl Pending {
                 };
                 let blocks = g.groups / g.param(1).max(1);
                 let (mut lanes, mut groups) = (g.key.rows, g.groups);
-                if g.is(Family::MatMul, "mv") {
+                if let (true, Some(dtype)) = (g.is(Family::MatMul, "mv"), g.key.weights) {
                     // Each lane computes a gate and an up row.
-                    lanes = mv_lanes(2 * g.param(1) as usize, g.param(2) as usize);
+                    lanes = mv_lanes(2 * g.param(1) as usize, g.param(2) as usize, dtype);
                     groups = g.param(1).div_ceil(256 / lanes);
                 }
                 let params = Params::from_iter([

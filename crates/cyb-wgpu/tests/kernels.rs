@@ -92,6 +92,16 @@ fn matmul_every_weight_format() {
             let w = Tensor::from_f32_as(&[n, k], &random(n * k, 11 + n as u64), dt).unwrap();
             check(&op, &[f32t(&[1, k], 9), w], 1e-5);
         }
+        // 8200 rows take the fewest lanes per row (32; 64 for 256-value blocks), rows long
+        // enough for the unrolled loop.
+        let k = match dt.block_elems() {
+            1 => 516,
+            32 => 16 * 32,
+            b => 4 * b,
+        };
+        let n = 8200;
+        let w = Tensor::from_f32_as(&[n, k], &random(n * k, 12), dt).unwrap();
+        check(&op, &[f32t(&[1, k], 10), w], 1e-5);
     }
 }
 

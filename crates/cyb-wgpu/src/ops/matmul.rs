@@ -24,14 +24,20 @@ fn whole_words(dtype: DType, k: usize) -> bool {
     }
 }
 
-/// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values: enough that the
-/// launch has about 2^18 threads (a large GPU full; with fewer, each lane waits on its loads
-/// alone), but no more than a row has groups of four values, and 32 .. 256.
-pub(crate) fn mv_lanes(n: usize, k: usize) -> u32 {
+/// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values of `dtype`:
+/// enough that the launch has about 2^18 threads (a large GPU full; with fewer, each lane
+/// waits on its loads alone), but no more than a row has groups of four values, and 32 .. 256
+/// — at least 64 for 256-value blocks, whose lanes must each stay in one place of the block
+/// from step to step (matvec_fast.wgsl).
+pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
+    let least = match weight_format(dtype) {
+        Some((_, 256, _)) => 64,
+        _ => 32,
+    };
     let mut lanes = ((1usize << 18) / n.max(1))
         .next_power_of_two()
-        .clamp(32, 256);
-    while lanes > 32 && lanes * 4 > k {
+        .clamp(least, 256);
+    while lanes > least && lanes * 4 > k {
         lanes /= 2;
     }
     lanes as u32
@@ -70,7 +76,7 @@ pub(crate) fn matmul(
     let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
         ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
     } else if m == 1 && whole_words(w.dtype(), k) {
-        let lanes = mv_lanes(n, k);
+        let lanes = mv_lanes(n, k, w.dtype());
         ("mv", lanes, n.div_ceil(256 / lanes as usize))
     } else {
         let rows = if m == 1 { 1 } else { 4 };

@@ -129,8 +129,9 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
     var s1 = 0.0;
     if (ok) {
         if (glu != 0u) {
-            s0 = vdot0(j, l, k, rb);
-            s1 = vdot1(j, l, k, rb);
+            let s = vdot_pair(j, l, k, rb);
+            s0 = s.x;
+            s1 = s.y;
         } else if (which == 0u) {
             s0 = vdot0(j, l, k, rb);
         } else if (which == 1u) {
@@ -167,4 +168,29 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
             Y2[j] = y;
         }
     }
+}
+
+// Row j of the gate (W0) and the up (W1) product at once, as matvec_fast.wgsl's `vdot`: one
+// loop, each activation load serving both rows.
+fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
+    let step = 4u * LPR;
+    let g = (l * 4u) % BLOCK;
+    let ostep = (step / BLOCK) * BYTES;
+    var o = j * rb + ((l * 4u) / BLOCK) * BYTES;
+    var a0 = vec2<f32>(0.0);
+    var a1 = vec2<f32>(0.0);
+    var c = l * 4u;
+    for (; c + step < k; c += 2u * step) {
+        let x0 = A4[c / 4u];
+        let x1 = A4[c / 4u + LPR];
+        a0 += vec2<f32>(dot(w40(o, g), x0), dot(w41(o, g), x0));
+        a1 += vec2<f32>(dot(w40(o + ostep, g), x1), dot(w41(o + ostep, g), x1));
+        o += 2u * ostep;
+    }
+    for (; c < k; c += step) {
+        let x = A4[c / 4u];
+        a0 += vec2<f32>(dot(w40(o, g), x), dot(w41(o, g), x));
+        o += ostep;
+    }
+    return a0 + a1;
 }
