@@ -91,10 +91,11 @@ pub(crate) struct State {
     pub(crate) since_submit: usize,
     /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
     pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
-    /// Small host tensors uploaded since the frame was reset, by dtype and bytes: a model
-    /// passes the same positions to every layer's rope, and each `queue.write_buffer` costs a
-    /// staging allocation in the driver, so equal bytes share one frame buffer (no kernel
-    /// writes into an uploaded buffer).
+    /// Small integer host tensors (ids, positions) uploaded since the frame was reset, by dtype
+    /// and bytes: a model passes the same positions to every layer's rope, and each
+    /// `queue.write_buffer` costs a staging allocation in the driver, so equal bytes share one
+    /// frame buffer. Only integer tensors: the one kernel that writes into an input buffer
+    /// (`Op::KvAppend`, in place) writes F32 caches, which must never be shared.
     small_uploads: FxHashMap<(DType, Vec<u8>), Arc<GpuBuf>>,
 }
 
@@ -511,7 +512,7 @@ impl Backend for WgpuBackend {
 
     fn upload(&self, data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
         let mut st = self.lock();
-        let small = data.len() <= SMALL_UPLOAD;
+        let small = data.len() <= SMALL_UPLOAD && matches!(dtype, DType::I32 | DType::I64);
         let known = if small {
             st.small_uploads.get(&(dtype, data.to_vec())).cloned()
         } else {

@@ -360,6 +360,35 @@ fn kv_append_writes_in_place() {
 }
 
 #[test]
+fn equal_small_uploads_stay_apart_where_written_in_place() {
+    let Some(gpu) = gpu() else { return };
+    // Two zero-filled caches of equal (small) bytes: appending to one leaves the other zero.
+    let zeros = Tensor::from_f32(&[1, 4, 4], &[0.0; 16]).unwrap();
+    let up = |t: &Tensor| {
+        gpu.upload(t.host_bytes().unwrap(), t.dims(), t.dtype())
+            .unwrap()
+    };
+    let (k, v) = (up(&zeros), up(&zeros));
+    let new = up(&f32t(&[1, 1, 4], 56));
+    let op = Op::KvAppend { start: 1 };
+    gpu.execute(&op, &[k, new], &mut ExecContext::default())
+        .unwrap();
+    // Read v through a kernel (its own download would return the host copy it was made from).
+    let twice = gpu
+        .execute(&Op::Add, &[v.clone(), v], &mut ExecContext::default())
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(gpu.download_f32(&twice).unwrap(), vec![0.0; 16]);
+    // Equal small integer tensors (positions) read back as uploaded.
+    let pos = Tensor::from_i64(&[2], &[7, 8]).unwrap();
+    let (a, b) = (up(&pos), up(&pos));
+    for t in [a, b] {
+        assert_eq!(gpu.download(&t).unwrap().to_i64_vec().unwrap(), vec![7, 8]);
+    }
+}
+
+#[test]
 fn argmax_rows_with_ties_and_nan() {
     // Odd row length, a row longer than the workgroup, batched leading dims.
     check(&Op::ArgMax { axis: -1 }, &[f32t(&[3, 5, 133], 61)], 0.0);
