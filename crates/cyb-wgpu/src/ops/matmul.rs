@@ -155,3 +155,44 @@ pub(crate) fn embedding(
     )?;
     Ok(Some(y))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lanes per row are a power of two from 32 (64 for 256-value blocks) to 256, fill about
+    /// 2^18 threads, and leave no lane without values unless the row is shorter than the
+    /// fewest lanes cover.
+    #[test]
+    fn mv_lanes_bounds() {
+        for dt in [
+            DType::F32,
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_K,
+            DType::Q6_K,
+        ] {
+            let least = if dt.block_elems() == 256 { 64 } else { 32 };
+            for n in [1, 3, 512, 2048, 4100, 8192, 8200, 128_256] {
+                for k in [dt.block_elems().max(4), 96, 256, 576, 1004, 2048, 8192] {
+                    if k % dt.block_elems() != 0 {
+                        continue;
+                    }
+                    let l = mv_lanes(n, k, dt) as usize;
+                    assert!(
+                        l.is_power_of_two() && (least..=256).contains(&l),
+                        "{dt} {n} {k}: {l}"
+                    );
+                    assert!(l == least || l * 4 <= k, "{dt} {n} {k}: {l} lanes idle");
+                    if l * 4 <= k / 2 && l < 256 {
+                        assert!(n * l * 2 > 1 << 18, "{dt} {n} {k}: {l} lanes too few");
+                    }
+                }
+            }
+        }
+        assert_eq!(mv_lanes(2048, 2048, DType::Q4_0), 128);
+        assert_eq!(mv_lanes(128_256, 2048, DType::Q8_0), 32);
+        assert_eq!(mv_lanes(128_256, 2048, DType::Q6_K), 64);
+    }
+}
