@@ -7,18 +7,9 @@
 // is unrolled four times so that every lane has several loads in flight; the host picks LPR
 // so that short rows still give every lane work and few rows still fill the GPU.
 // A template: `@` is replaced by the weight binding's number (or by nothing for matmul.wgsl's
-// `W`). Blocks of 18, 22, 34 and 210 bytes start at even, not always 4-aligned, byte offsets:
+// `W`); the scale readers `rh`, `rsb` and `kscale_min` are dequant.wgsl's, numbered the same
+// way. Blocks of 18, 22, 34 and 210 bytes start at even, not always 4-aligned, byte offsets:
 // words are read around them and shifted into place (`u32w`).
-
-// The f16 at the even byte offset `o`.
-fn hw@(o: u32) -> f32 {
-    return unpack2x16float(W@[o >> 2u] >> ((o & 2u) * 8u)).x;
-}
-
-// The byte at offset `o`.
-fn byte@(o: u32) -> u32 {
-    return (W@[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
-}
 
 // The u32 at the even byte offset `o`.
 fn u32w@(o: u32) -> u32 {
@@ -43,7 +34,7 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
         }
         // Q8_0: d, 32 signed bytes.
         case 2u: {
-            return hw@(o) * sbytes(u32w@(o + 2u + g));
+            return rh@(o) * sbytes(u32w@(o + 2u + g));
         }
         // Q4_0 / Q4_1 / Q5_0 / Q5_1: 16 bytes of nibbles end each block (value i in byte i's
         // low nibble, value 16 + i in its high one); Q5 blocks hold 32 fifth bits after the
@@ -56,9 +47,9 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
                 q |= spread4(hb >> g) << 4u;
             }
             let v = ubytes(q);
-            if (KIND == 3u) { return hw@(o) * (v - 8.0); }
-            if (KIND == 5u) { return hw@(o) * (v - 16.0); }
-            return hw@(o) * v + hw@(o + 2u);
+            if (KIND == 3u) { return rh@(o) * (v - 8.0); }
+            if (KIND == 5u) { return rh@(o) * (v - 16.0); }
+            return rh@(o) * v + rh@(o + 2u);
         }
         // Q4_K / Q5_K: value 64i + 32h + e (e < 32) is the low (h = 0) or high nibble of
         // byte 32i + e of the 128 that end the block, with scale and minimum 2i + h; Q5_K's
@@ -69,8 +60,8 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
             var q = (W@[(o + BYTES - 128u + 32u * (g / 64u) + e) >> 2u] >> ((sub & 1u) * 4u))
                     & 0x0f0f0f0fu;
             if (KIND == 8u) { q |= ((W@[(o + 16u + e) >> 2u] >> sub) & 0x01010101u) << 4u; }
-            let sm = kscale_min_at@(o + 4u, sub);
-            return (hw@(o) * sm.x) * ubytes(q) - hw@(o + 2u) * sm.y;
+            let sm = kscale_min@(o + 4u, sub);
+            return (rh@(o) * sm.x) * ubytes(q) - rh@(o + 2u) * sm.y;
         }
         // Q6_K: value 128h + 32s + e (e < 32): low 4 bits from the low (s < 2) or high nibble
         // of byte 64h + 32(s & 1) + e, high 2 bits from bits 2s of byte 128 + 32h + e; signed
@@ -82,8 +73,8 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
             let ql = u32w@(o + 64u * h + 32u * (s & 1u) + e);
             let qh = u32w@(o + 128u + 32u * h + e);
             let q = ((ql >> ((s >> 1u) * 4u)) & 0x0f0f0f0fu) | (((qh >> (2u * s)) & 0x03030303u) << 4u);
-            let sc = f32(bitcast<i32>(byte@(o + 192u + 8u * h + 2u * s + e / 16u) << 24u) >> 24u);
-            return (hw@(o + 208u) * sc) * (ubytes(q) - 32.0);
+            let sc = rsb@(o + 192u + 8u * h + 2u * s + e / 16u);
+            return (rh@(o + 208u) * sc) * (ubytes(q) - 32.0);
         }
     }
 }
@@ -112,14 +103,4 @@ fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
         o += ostep;
     }
     return (a0 + a1) + (a2 + a3);
-}
-
-// A K-quant block's 6-bit scale and minimum number `j` (0..7) from the 12 bytes at `o`.
-fn kscale_min_at@(o: u32, j: u32) -> vec2<f32> {
-    if (j < 4u) {
-        return vec2<f32>(f32(byte@(o + j) & 63u), f32(byte@(o + j + 4u) & 63u));
-    }
-    let sc = (byte@(o + j + 4u) & 0x0fu) | ((byte@(o + j - 4u) >> 6u) << 4u);
-    let m = (byte@(o + j + 4u) >> 4u) | ((byte@(o + j) >> 6u) << 4u);
-    return vec2<f32>(f32(sc), f32(m));
 }
