@@ -22,14 +22,9 @@ fn add_rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     let base = row * d;
     var acc = 0.0;
     if (valid) {
-        // Four elements per turn, their loads issued together.
-        for (var c0 = t; c0 < d; c0 += 1024u) {
-            var v = vec4<f32>(0.0);
-            for (var u = 0u; u < 4u; u++) {
-                let c = c0 + 256u * u;
-                if (c < d) { v[u] = A[base + c] + B[base + c]; }
-            }
-            acc += dot(v, v);
+        for (var c = t; c < d; c += 256u) {
+            let v = A[base + c] + B[base + c];
+            acc += v * v;
         }
     }
     red[t] = acc;

@@ -17,15 +17,7 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
     let base = row * d;
     var s = 0.0;
     if (valid) {
-        // Four elements per turn, their loads issued together.
-        for (var c0 = t; c0 < d; c0 += 1024u) {
-            var v = vec4<f32>(0.0);
-            for (var u = 0u; u < 4u; u++) {
-                let c = c0 + 256u * u;
-                if (c < d) { v[u] = X[base + c]; }
-            }
-            s += dot(v, v);
-        }
+        for (var c = t; c < d; c += 256u) { let v = X[base + c]; s += v * v; }
     }
     red[t] = s;
     workgroupBarrier();
