@@ -21,6 +21,9 @@ const CHUNK_BYTES: usize = 256 * 1024;
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::GroupKernel> {
     use crate::gemm_x86 as x;
+    if set == KernelSet::Avx2 {
+        return crate::gemm_avx2::kernel(dtype);
+    }
     if set != KernelSet::Avx512 {
         return None;
     }
@@ -64,10 +67,12 @@ pub(crate) fn amx_kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86
 /// at a time on AMX tiles (`a` padded to whole tiles).
 ///
 /// # Safety
-/// `kern` must come from [`kernel`] for `w.dtype` (from [`amx_kernel`] when `amx`), and the CPU
-/// must have its kernel set.
+/// `kern` must come from [`kernel`] for `w.dtype` and `set` (from [`amx_kernel`] when `amx`),
+/// and the CPU must have that kernel set.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm(
+    set: KernelSet,
     pool: &ThreadPool,
     kern: crate::gemm_x86::GroupKernel,
     w: &Repacked,
@@ -79,6 +84,8 @@ pub(crate) unsafe fn gemm(
     use crate::gemm_x86::{tile_rows, Out, ROWS};
     let rows = if amx {
         crate::amx_x86::TILE_ROWS
+    } else if set == KernelSet::Avx2 {
+        crate::gemm_avx2::ROWS
     } else {
         tile_rows(a.split)
     };

@@ -71,8 +71,8 @@ pub(crate) unsafe fn scales_u8<const SIGNED: bool>(p: *const u8) -> __m512 {
 
 /// The level planes of one activation row: `lo` and (split) `hi` at value offset `at`.
 pub(crate) struct Planes {
-    lo: *const i8,
-    hi: *const i8,
+    pub(crate) lo: *const i8,
+    pub(crate) hi: *const i8,
 }
 
 /// Adds `Σ w·a` over the quad at value offset `off` to the row's accumulators (split: `hi`

@@ -21,6 +21,8 @@ mod backend;
 mod features;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
+mod gemm_avx2;
+#[cfg(target_arch = "x86_64")]
 mod gemm_kq_x86;
 #[cfg(target_arch = "x86_64")]
 mod gemm_x86;

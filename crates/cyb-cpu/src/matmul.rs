@@ -188,6 +188,9 @@ fn repacked(
         let Some(kern) = crate::gemm::kernel(w_t.dtype(), set) else {
             return Done::No;
         };
+        if crate::gemm_avx2::rows_first(w_t.dtype(), set, act, m) {
+            return Done::No;
+        }
         let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
             return Done::No;
         };
@@ -215,7 +218,7 @@ fn repacked(
         }
         // SAFETY: `kern` is the kernel for this dtype (the AMX one only with `amx`), and `set`
         // was checked available when the backend was made.
-        unsafe { crate::gemm::gemm(pool, amx.unwrap_or(kern), &w, &q, m, y, amx.is_some()) };
+        unsafe { crate::gemm::gemm(set, pool, amx.unwrap_or(kern), &w, &q, m, y, amx.is_some()) };
         return Done::Products;
     }
     #[allow(unreachable_code)]
