@@ -7,6 +7,7 @@
 //! the AVX-512 kernels (`gemm_x86.rs`): exact i32 sums per unit, then the float steps per unit
 //! and row, so a row's result never depends on `R`, tiling or threads.
 //!
+//! Formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K (the others keep the per-row kernels).
 //! Where a format's levels reach 255 (Q8_0, stored with zero point 128) they are split into
 //! nibbles, since `maddubs` saturates above 32767.
 
@@ -116,9 +117,11 @@ unsafe fn store<const R: usize>(acc: &[[__m256; 2]; R], out: &mut Out) {
 const Q4_0: u8 = 0;
 const Q8_0: u8 = 1;
 const Q4_1: u8 = 2;
+const Q5_0: u8 = 3;
+const Q5_1: u8 = 4;
 
-/// Q4_0 (zero point 8), Q8_0 (zero point 128, levels taken as two nibbles) and Q4_1
-/// (`x = d·q + m`).
+/// Q4_0 (zero point 8), Q8_0 (zero point 128, levels taken as two nibbles), Q5_0 (zero point
+/// 16) and Q4_1, Q5_1 (`x = d·q + m`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     g: &[u8],
@@ -130,8 +133,12 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     let (ub, levels, zero_point) = match FMT {
         Q4_0 => (288, 32, 8),
         Q8_0 => (544, 32, 128),
-        _ => (320, 64, 0),
+        Q4_1 => (320, 64, 0),
+        Q5_0 => (352, 32, 16),
+        _ => (384, 64, 0),
     };
+    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
+    let bit4 = _mm256_set1_epi8(0x10);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
@@ -141,7 +148,8 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         unsafe {
             let u = g.as_ptr().add(b * ub);
             for h in 0..2 {
-                // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720.
+                // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720. Five-bit
+                // levels put their second four products in `high` (at most 4·7936 = 31744 each).
                 let mut isum = [[_mm256_setzero_si256(); 2]; R];
                 let mut high = [[_mm256_setzero_si256(); 2]; R];
                 if FMT == Q8_0 {
@@ -153,11 +161,29 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                         }
                     }
                 } else {
+                    let fifth = if five {
+                        load(u.add(levels + 256 + 32 * h))
+                    } else {
+                        _mm256_setzero_si256()
+                    };
                     for v in 0..4 {
-                        let (lo, hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
+                        let (mut lo, mut hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
+                        if five {
+                            // Bit v (levels 4v + i) and bit v + 4 (levels 16 + 4v + i) to bit
+                            // 4; 16-bit shifts of at most 4 keep bit 4 within its byte.
+                            let up = _mm256_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
+                            let down = _mm256_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
+                            lo = _mm256_or_si256(lo, _mm256_and_si256(up, bit4));
+                            hi = _mm256_or_si256(hi, _mm256_and_si256(down, bit4));
+                        }
                         for r in 0..R {
-                            dot16::<SPLIT>(&mut isum[r], lo, &p[r], b * 32 + 4 * v);
-                            dot16::<SPLIT>(&mut isum[r], hi, &p[r], b * 32 + 16 + 4 * v);
+                            let acc = if five && v >= 2 {
+                                &mut high[r]
+                            } else {
+                                &mut isum[r]
+                            };
+                            dot16::<SPLIT>(acc, lo, &p[r], b * 32 + 4 * v);
+                            dot16::<SPLIT>(acc, hi, &p[r], b * 32 + 16 + 4 * v);
                         }
                     }
                 }
@@ -166,6 +192,8 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     let mut s = widen::<SPLIT>(isum[r]);
                     if FMT == Q8_0 {
                         s = _mm256_add_epi32(s, _mm256_slli_epi32::<4>(widen::<SPLIT>(high[r])));
+                    } else if five {
+                        s = _mm256_add_epi32(s, widen::<SPLIT>(high[r]));
                     }
                     let bs = *a.sum32.get_unchecked((r0 + r) * nb + b);
                     if zero_point != 0 {
@@ -175,7 +203,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     let s = _mm256_cvtepi32_ps(s);
                     acc[r][h] =
                         _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc[r][h]);
-                    if FMT == Q4_1 {
+                    if with_min {
                         let m = scales_f16(u.add(32 + 16 * h));
                         acc[r][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(da * bs as f32), acc[r][h]);
                     }
@@ -332,6 +360,8 @@ macro_rules! entry {
 entry!(q4_0_group, legacy, Q4_0);
 entry!(q8_0_group, legacy, Q8_0);
 entry!(q4_1_group, legacy, Q4_1);
+entry!(q5_0_group, legacy, Q5_0);
+entry!(q5_1_group, legacy, Q5_1);
 entry!(q4_k_group, q4_k);
 entry!(q6_k_group, q6_k);
 
@@ -350,6 +380,8 @@ pub(crate) fn kernel(dtype: DType) -> Option<GroupKernel> {
         DType::Q4_0 => Some(q4_0_group),
         DType::Q8_0 => Some(q8_0_group),
         DType::Q4_1 => Some(q4_1_group),
+        DType::Q5_0 => Some(q5_0_group),
+        DType::Q5_1 => Some(q5_1_group),
         DType::Q4_K => Some(q4_k_group),
         DType::Q6_K => Some(q6_k_group),
         _ => None,

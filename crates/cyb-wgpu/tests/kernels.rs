@@ -148,12 +148,14 @@ fn rms_norm_and_softmax() {
             weight_offset: offset,
         };
         check(&op, &[f32t(&[3, 5, 37], 1), f32t(&[37], 2)], 1e-5);
+        // Rows longer than one pass of the threads' eight loads (2048 values).
+        check(&op, &[f32t(&[2, 2500], 3), f32t(&[2500], 5)], 1e-5);
         // The fused residual add + norm: both outputs (the sum and its norm), long rows too.
         let op = Op::AddRmsNorm {
             eps: 1e-6,
             weight_offset: offset,
         };
-        for d in [37, 577] {
+        for d in [37, 577, 2500] {
             let (a, b, w) = (f32t(&[3, 5, d], 21), f32t(&[3, 5, d], 22), f32t(&[d], 23));
             check(&op, &[a, b, w], 1e-5);
         }
@@ -272,6 +274,13 @@ fn sdpa_variants() {
         f32t(&[2, 6, 1, 16], 34),
         f32t(&[2, 3, 131, 16], 35),
         f32t(&[2, 3, 131, 16], 36),
+    );
+    check(&sdpa(true, None, None), &[q, k, v], 1e-5);
+    // Head size past the score loop's eight four-value loads (68 = 2 · 32 + 4).
+    let (q, k, v) = (
+        f32t(&[1, 4, 1, 68], 40),
+        f32t(&[1, 2, 45, 68], 42),
+        f32t(&[1, 2, 45, 68], 43),
     );
     check(&sdpa(true, None, None), &[q, k, v], 1e-5);
     // More keys than the kernel's 256 threads, value rows wider than 256.
