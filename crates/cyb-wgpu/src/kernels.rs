@@ -196,14 +196,25 @@ impl Kernels {
                 src.push_str(include_str!("shaders/broadcast.wgsl"));
             }
             Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
-            // `rows`: values per load of q and k (sdpa.wgsl).
-            Family::Sdpa => src.push_str(if key.rows == 4 {
-                "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
-                 fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
-            } else {
-                "alias QK = f32;\nconst QW: u32 = 1u;\n\
-                 fn qk_mul(a: QK, b: QK) -> f32 { return a * b; }\n"
-            }),
+            // `rows`: values per load of q and k (sdpa.wgsl), plus 8 when v is read four
+            // values at a time.
+            Family::Sdpa => {
+                src.push_str(if key.rows & 4 != 0 {
+                    "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
+                     fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
+                } else {
+                    "alias QK = f32;\nconst QW: u32 = 1u;\n\
+                     fn qk_mul(a: QK, b: QK) -> f32 { return a * b; }\n"
+                });
+                src.push_str(if key.rows & 8 != 0 {
+                    "alias VV = vec4<f32>;\nconst VW: u32 = 4u;\n\
+                     fn store_o(at: u32, o: VV) {\n\
+                     O[at] = o.x; O[at + 1u] = o.y; O[at + 2u] = o.z; O[at + 3u] = o.w;\n}\n"
+                } else {
+                    "alias VV = f32;\nconst VW: u32 = 1u;\n\
+                     fn store_o(at: u32, o: VV) { O[at] = o; }\n"
+                });
+            }
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),
             Family::RopeAppend => {

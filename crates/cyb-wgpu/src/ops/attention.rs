@@ -231,9 +231,10 @@ pub(crate) fn sdpa(
         kcap as u32,
         vcap as u32,
     ];
-    // Four values of q and k per load where every row starts at a multiple of four.
+    // Four values of q and k per load where every row starts at a multiple of four (`rows` 4),
+    // of v likewise (plus 8).
     let key = KernelKey {
-        rows: if d % 4 == 0 { 4 } else { 1 },
+        rows: if d % 4 == 0 { 4 } else { 1 } + if dv % 4 == 0 { 8 } else { 0 },
         ..KernelKey::plain(Family::Sdpa, "sdpa")
     };
     gpu.dispatch(

@@ -13,6 +13,12 @@
 
 var<workgroup> red: array<f32, 256>;
 
+// A + B at element c of the row at base, 0 past its end d.
+fn ab(base: u32, c: u32, d: u32) -> f32 {
+    if (c < d) { return A[base + c] + B[base + c]; }
+    return 0.0;
+}
+
 @compute @workgroup_size(256)
 fn add_rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) t: u32) {
@@ -22,9 +28,14 @@ fn add_rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     let base = row * d;
     var acc = 0.0;
     if (valid) {
-        for (var c = t; c < d; c += 256u) {
-            let v = A[base + c] + B[base + c];
-            acc += v * v;
+        // Four elements' loads issued before their squares are summed (plain lets: a private
+        // array may live in slow local memory).
+        for (var c0 = t; c0 < d; c0 += 1024u) {
+            let v0 = ab(base, c0, d);
+            let v1 = ab(base, c0 + 256u, d);
+            let v2 = ab(base, c0 + 512u, d);
+            let v3 = ab(base, c0 + 768u, d);
+            acc += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3);
         }
     }
     red[t] = acc;

@@ -8,6 +8,12 @@
 
 var<workgroup> red: array<f32, 256>;
 
+// X at element c of the row at base, 0 past its end d.
+fn xat(base: u32, c: u32, d: u32) -> f32 {
+    if (c < d) { return X[base + c]; }
+    return 0.0;
+}
+
 @compute @workgroup_size(256)
 fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) t: u32) {
@@ -17,7 +23,13 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
     let base = row * d;
     var s = 0.0;
     if (valid) {
-        for (var c = t; c < d; c += 256u) { let v = X[base + c]; s += v * v; }
+        for (var c0 = t; c0 < d; c0 += 1024u) {
+            let v0 = xat(base, c0, d);
+            let v1 = xat(base, c0 + 256u, d);
+            let v2 = xat(base, c0 + 512u, d);
+            let v3 = xat(base, c0 + 768u, d);
+            s += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3);
+        }
     }
     red[t] = s;
     workgroupBarrier();

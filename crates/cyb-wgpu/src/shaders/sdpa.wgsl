@@ -4,20 +4,23 @@
 // 10 softcap (0: none), 11 and 12 rows per kv head in K and V (lk, or the KV cache's capacity
 // when attention reads the cache in place).
 // Thread t scores keys t, t + 256, ... (with d a multiple of 4, four values per load). For the
-// output, the threads split into 256 / CW groups of CW (the power of two ≥ dv, at most 256):
-// thread c of group g sums p_j · v[j, c] over the keys j ≡ g (mod 256 / CW), loads of the
+// output, V is read VW values at a time (four when dv is a multiple of 4) and the threads
+// split into 256 / CW groups of CW (the power of two ≥ dv / VW, at most 256): thread i of
+// group g sums p_j · v[j, VW·i .. VW·i + VW] over the keys j ≡ g (mod 256 / CW), loads of the
 // next keys issued before the sum needs them; the groups' partial sums are then added in
-// workgroup memory.
+// workgroup memory. With VW = 4 a decode row's 64-value heads take a quarter of the steps.
 
 // Q and K are read QW values at a time as `QK` (kernels.rs defines both and `qk_mul`: four
-// values as vec4<f32> when d is a multiple of 4, else one f32).
+// values as vec4<f32> when d is a multiple of 4, else one f32), V as `VV` of VW values
+// (kernels.rs also defines `store_o`, which writes one `VV` of the output).
 @group(0) @binding(1) var<storage, read> Q: array<QK>;
 @group(0) @binding(2) var<storage, read> K: array<QK>;
-@group(0) @binding(3) var<storage, read> V: array<f32>;
+@group(0) @binding(3) var<storage, read> V: array<VV>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S: array<f32>;
 
 var<workgroup> red: array<f32, 256>;
+var<workgroup> redv: array<VV, 256>;
 
 fn hidden(j: u32, pos: i32, win: i32) -> bool {
     let jj = i32(j);
@@ -86,14 +89,14 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let total = red[0];
     workgroupBarrier();
     var cw = 1u;
-    while (cw < dv && cw < 256u) { cw *= 2u; }
+    while (cw * VW < dv && cw < 256u) { cw *= 2u; }
     let groups = 256u / cw;
     let g = t / cw;
     let vrow = kvh * pu(12u);
-    // Output columns c, c + cw, ... (one pass when dv ≤ 256).
-    for (var c0 = 0u; c0 < dv; c0 += cw) {
-        let c = c0 + t % cw;
-        var acc = 0.0;
+    // Output columns c .. c + VW, then c + cw·VW, ... (one pass when dv ≤ 256·VW).
+    for (var c0 = 0u; c0 < dv; c0 += cw * VW) {
+        let c = c0 + (t % cw) * VW;
+        var acc = VV(0.0);
         if (valid && m != neg_inf && c < dv) {
             var j = g;
             for (; j + 3u * groups < lk; j += 4u * groups) {
@@ -101,18 +104,20 @@ fn sdpa(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
                 let j2 = j1 + groups;
                 let j3 = j2 + groups;
                 let p = vec4<f32>(S[row * lk + j], S[row * lk + j1], S[row * lk + j2], S[row * lk + j3]);
-                let x = vec4<f32>(V[(vrow + j) * dv + c], V[(vrow + j1) * dv + c],
-                                  V[(vrow + j2) * dv + c], V[(vrow + j3) * dv + c]);
-                acc += dot(p, x);
+                let x0 = V[((vrow + j) * dv + c) / VW];
+                let x1 = V[((vrow + j1) * dv + c) / VW];
+                let x2 = V[((vrow + j2) * dv + c) / VW];
+                let x3 = V[((vrow + j3) * dv + c) / VW];
+                acc += (p.x * x0 + p.y * x1) + (p.z * x2 + p.w * x3);
             }
-            for (; j < lk; j += groups) { acc += S[row * lk + j] * V[(vrow + j) * dv + c]; }
+            for (; j < lk; j += groups) { acc += S[row * lk + j] * V[((vrow + j) * dv + c) / VW]; }
         }
-        red[t] = acc;
+        redv[t] = acc;
         workgroupBarrier();
         if (t < cw && valid && c < dv) {
-            var o = 0.0;
-            for (var q = 0u; q < groups; q++) { o += red[q * cw + t]; }
-            O[row * dv + c] = o / total;
+            var o = VV(0.0);
+            for (var q = 0u; q < groups; q++) { o += redv[q * cw + t]; }
+            store_o(row * dv + c, o / total);
         }
         workgroupBarrier();
     }
