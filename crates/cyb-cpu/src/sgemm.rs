@@ -128,13 +128,14 @@ pub type Tile = unsafe fn(
 #[cfg(target_arch = "x86_64")]
 pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
     use crate::sgemm_x86 as x;
-    if set != crate::KernelSet::Avx512 {
-        return None;
-    }
-    match dtype {
-        DType::F32 => Some(x::f32_tile),
-        DType::F16 => Some(x::f16_tile),
-        DType::BF16 => Some(x::bf16_tile),
+    use crate::KernelSet::{Avx2, Avx512};
+    match (dtype, set) {
+        (DType::F32, Avx512) => Some(x::f32_tile),
+        (DType::F16, Avx512) => Some(x::f16_tile),
+        (DType::BF16, Avx512) => Some(x::bf16_tile),
+        (DType::F32, Avx2) => Some(x::f32_tile_avx2),
+        (DType::F16, Avx2) => Some(x::f16_tile_avx2),
+        (DType::BF16, Avx2) => Some(x::bf16_tile_avx2),
         _ => None,
     }
 }
