@@ -1,6 +1,6 @@
 //! `y = a · wᵀ` on repacked weights (`repack.rs`) with activations quantized once
-//! (`act_quads.rs`): the quantized matmul of the AVX-512 VNNI kernel set, for decode and
-//! prefill alike.
+//! (`act_quads.rs`): the quantized matmul of the AVX-512 VNNI kernel set (`gemm_x86.rs`) and,
+//! for the formats `gemm_avx2.rs` covers, of the AVX2 set, for decode and prefill alike.
 //!
 //! Weight groups (16 rows) are split into fixed contiguous ranges, one per pool thread
 //! (outputs, never reductions, are split, so the thread count does not change results). A

@@ -1,6 +1,7 @@
 //! Weights repacked once, for the VNNI GEMM (`gemm.rs`): 16 weight rows interleaved so that one
 //! 64-byte load holds four consecutive levels of each of the 16 rows, the layout `vpdpbusd`
-//! needs to compute 16 outputs at once against four broadcast activation bytes.
+//! needs to compute 16 outputs at once against four broadcast activation bytes (the AVX2
+//! kernels read each 64-byte vector as two 32-byte halves of eight rows).
 //!
 //! A weight of `n` rows becomes `ceil(n / 16)` groups (the last padded with zero rows), each a
 //! run of units (one per 32-value block or 256-value super-block, in `k` order). Byte offsets
