@@ -27,7 +27,7 @@
 
 use crate::act_quads::ActQuads;
 use crate::gemm_kq_x86::move_bit;
-use crate::gemm_x86::Out;
+use crate::gemm_x86::{legacy_unit, LegacyUnit, Out, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -208,12 +208,6 @@ fn at(v: usize) -> usize {
     v / 32 * 512 + v % 32
 }
 
-const Q4_0: u8 = 0;
-const Q8_0: u8 = 1;
-const Q4_1: u8 = 2;
-const Q5_0: u8 = 3;
-const Q5_1: u8 = 4;
-
 /// Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1: `gemm_x86::legacy` with the sums from AMX.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
@@ -224,14 +218,13 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     out: &mut Out,
 ) {
     let nb = a.k / 32;
-    let (ub, levels, zero_point) = match FMT {
-        Q4_0 => (288, 32, 8),
-        Q8_0 => (544, 32, 128),
-        Q4_1 => (320, 64, 0),
-        Q5_1 => (384, 64, 0),
-        _ => (352, 32, 16),
-    };
-    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
+    let LegacyUnit {
+        bytes: ub,
+        levels,
+        zero_point,
+        five,
+        with_min,
+    } = legacy_unit(FMT);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<SPLIT>(a, r0, nr);
     let (lo, hi) = planes::<SPLIT>(a, r0);

@@ -43,6 +43,21 @@ pub(crate) fn kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86::Gr
     }
 }
 
+/// The group kernel for a matmul of `m` activation rows at precision `act`: [`kernel`]'s,
+/// unless the per-row kernels do better there (`gemm_avx2::rows_first`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn kernel_for(
+    dtype: DType,
+    set: KernelSet,
+    act: crate::ActPrecision,
+    m: usize,
+) -> Option<crate::gemm_x86::GroupKernel> {
+    if set == KernelSet::Avx2 && crate::gemm_avx2::rows_first(dtype, act, m) {
+        return None;
+    }
+    kernel(dtype, set)
+}
+
 /// The AMX group kernel for `dtype`, if AMX-INT8 runs here and covers it (16 activation rows a
 /// call; bit-identical to [`kernel`]'s).
 #[cfg(target_arch = "x86_64")]

@@ -15,7 +15,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
-use crate::gemm_x86::{check_act, planes, GroupKernel, Out, Planes};
+use crate::gemm_x86::{check_act, legacy_unit, planes, GroupKernel, LegacyUnit, Out, Planes};
+use crate::gemm_x86::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant_act::ActPrecision;
 use cyb_tensor::DType;
 use std::arch::x86_64::*;
@@ -113,13 +114,6 @@ unsafe fn store<const R: usize>(acc: &[[__m256; 2]; R], out: &mut Out) {
     }
 }
 
-/// The 32-value formats of `legacy`.
-const Q4_0: u8 = 0;
-const Q8_0: u8 = 1;
-const Q4_1: u8 = 2;
-const Q5_0: u8 = 3;
-const Q5_1: u8 = 4;
-
 /// Q4_0 (zero point 8), Q8_0 (zero point 128, levels taken as two nibbles), Q5_0 (zero point
 /// 16) and Q4_1, Q5_1 (`x = d·q + m`).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -130,14 +124,13 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     out: &mut Out,
 ) {
     let nb = a.k / 32;
-    let (ub, levels, zero_point) = match FMT {
-        Q4_0 => (288, 32, 8),
-        Q8_0 => (544, 32, 128),
-        Q4_1 => (320, 64, 0),
-        Q5_0 => (352, 32, 16),
-        _ => (384, 64, 0),
-    };
-    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
+    let LegacyUnit {
+        bytes: ub,
+        levels,
+        zero_point,
+        five,
+        with_min,
+    } = legacy_unit(FMT);
     let bit4 = _mm256_set1_epi8(0x10);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
@@ -188,6 +181,11 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     }
                 }
                 let dw = scales_f16(u.add(16 * h));
+                let mins = if with_min {
+                    scales_f16(u.add(32 + 16 * h))
+                } else {
+                    _mm256_setzero_ps()
+                };
                 for r in 0..R {
                     let mut s = widen::<SPLIT>(isum[r]);
                     if FMT == Q8_0 {
@@ -204,8 +202,8 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     acc[r][h] =
                         _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc[r][h]);
                     if with_min {
-                        let m = scales_f16(u.add(32 + 16 * h));
-                        acc[r][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(da * bs as f32), acc[r][h]);
+                        let sa = _mm256_set1_ps(da * bs as f32);
+                        acc[r][h] = _mm256_fmadd_ps(mins, sa, acc[r][h]);
                     }
                 }
             }
@@ -370,8 +368,8 @@ entry!(q6_k_group, q6_k);
 /// row here (two nibbles, two planes), where the per-row kernel's `madd_epi16` takes the bytes
 /// as they are; with one row the repacked layout's single stream still wins (1B Q8_0 decode 6.9
 /// → 8.8 tokens/s, prefill 30 → 22 with the repacked kernel on an AVX2-only Zen 3).
-pub(crate) fn rows_first(dtype: DType, set: crate::KernelSet, act: ActPrecision, m: usize) -> bool {
-    set == crate::KernelSet::Avx2 && dtype == DType::Q8_0 && act == ActPrecision::Q16 && m > 1
+pub(crate) fn rows_first(dtype: DType, act: ActPrecision, m: usize) -> bool {
+    dtype == DType::Q8_0 && act == ActPrecision::Q16 && m > 1
 }
 
 /// The AVX2 group kernel for `dtype`, if there is one.

@@ -125,12 +125,44 @@ pub(crate) fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
     }
 }
 
-/// The 32-value formats of `legacy`.
-const Q4_0: u8 = 0;
-const Q8_0: u8 = 1;
-const Q4_1: u8 = 2;
-const Q5_0: u8 = 3;
-const Q5_1: u8 = 4;
+/// The 32-value formats of the `legacy` kernels (here, `amx_x86.rs`, `gemm_avx2.rs`).
+pub(crate) const Q4_0: u8 = 0;
+pub(crate) const Q8_0: u8 = 1;
+pub(crate) const Q4_1: u8 = 2;
+pub(crate) const Q5_0: u8 = 3;
+pub(crate) const Q5_1: u8 = 4;
+
+/// One legacy format's repacked unit (`repack.rs`).
+pub(crate) struct LegacyUnit {
+    /// Bytes of the unit.
+    pub bytes: usize,
+    /// Offset of the level vectors (after the scales and, with a minimum, the minimums).
+    pub levels: usize,
+    /// Subtracted from every level (`x = d·(q - zero_point)`).
+    pub zero_point: i32,
+    /// Fifth bits in one more vector after the four of nibbles.
+    pub five: bool,
+    /// `x = d·q + m` with per-row minimums after the scales.
+    pub with_min: bool,
+}
+
+/// The unit of legacy format `fmt`.
+pub(crate) const fn legacy_unit(fmt: u8) -> LegacyUnit {
+    let (bytes, levels, zero_point) = match fmt {
+        Q4_0 => (288, 32, 8),
+        Q8_0 => (544, 32, 128),
+        Q4_1 => (320, 64, 0),
+        Q5_1 => (384, 64, 0),
+        _ => (352, 32, 16),
+    };
+    LegacyUnit {
+        bytes,
+        levels,
+        zero_point,
+        five: fmt == Q5_0 || fmt == Q5_1,
+        with_min: fmt == Q4_1 || fmt == Q5_1,
+    }
+}
 
 /// Q4_0 (zero point 8), Q8_0 (128), Q5_0 (16), Q4_1 and Q5_1 (`x = d·q + m`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
@@ -141,14 +173,13 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     out: &mut Out,
 ) {
     let nb = a.k / 32;
-    let (ub, levels, zero_point) = match FMT {
-        Q4_0 => (288, 32, 8),
-        Q8_0 => (544, 32, 128),
-        Q4_1 => (320, 64, 0),
-        Q5_1 => (384, 64, 0),
-        _ => (352, 32, 16),
-    };
-    let (five, with_min) = (FMT == Q5_0 || FMT == Q5_1, FMT == Q4_1 || FMT == Q5_1);
+    let LegacyUnit {
+        bytes: ub,
+        levels,
+        zero_point,
+        five,
+        with_min,
+    } = legacy_unit(FMT);
     assert!(g.len() >= nb * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);

@@ -185,12 +185,9 @@ fn repacked(
             unsafe { crate::gemm::gemm_float(pool, tile, w, row_bytes, n, a, k, y) };
             return Done::Products;
         }
-        let Some(kern) = crate::gemm::kernel(w_t.dtype(), set) else {
+        let Some(kern) = crate::gemm::kernel_for(w_t.dtype(), set, act, m) else {
             return Done::No;
         };
-        if crate::gemm_avx2::rows_first(w_t.dtype(), set, act, m) {
-            return Done::No;
-        }
         let Some((block, _)) = crate::repack::unit(w_t.dtype()) else {
             return Done::No;
         };
