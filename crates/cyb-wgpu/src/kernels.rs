@@ -11,17 +11,6 @@ const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
 const MATVEC_FAST: &str = include_str!("shaders/matvec_fast.wgsl");
 const MATVEC_FAST_COMMON: &str = include_str!("shaders/matvec_fast_common.wgsl");
-const MATVEC_MULTI_BODY: &str = include_str!("shaders/matvec_multi_body.wgsl");
-
-/// Decode matvec code as `family` reads its activation row: from the `A4` binding, or for
-/// `MatVecNorm` from the normalized row in workgroup memory (`XS`, matvec_norm.wgsl).
-fn activations(family: Family, src: &str) -> String {
-    if family == Family::MatVecNorm {
-        src.replace("A4[", "XS[")
-    } else {
-        src.to_string()
-    }
-}
 
 /// dequant.wgsl's readers for weight binding `W{i}`: every reader renamed with the suffix `i`
 /// (one kernel reads several weight buffers, and WGSL functions cannot take a buffer).
@@ -50,9 +39,6 @@ pub enum Family {
     AddNorm,
     /// Two or three matvecs of one activation (and optionally their gated unit) in one launch.
     MatVecMulti,
-    /// A decode RMS norm (with or without the residual add) and one to three matvecs of its
-    /// output (and optionally their gated unit) in one launch.
-    MatVecNorm,
     RopePair,
     CopyPair,
     /// Rope of q and k and the KV appends of k and v.
@@ -73,7 +59,6 @@ impl Family {
             Family::Rope => include_str!("shaders/rope_one.wgsl"),
             Family::Copy => include_str!("shaders/copy_one.wgsl"),
             Family::MatVecMulti => include_str!("shaders/matvec_multi.wgsl"),
-            Family::MatVecNorm => include_str!("shaders/matvec_norm.wgsl"),
             Family::RopePair => include_str!("shaders/rope_pair.wgsl"),
             Family::CopyPair => include_str!("shaders/copy_pair.wgsl"),
             Family::RopeAppend => include_str!("shaders/rope_append.wgsl"),
@@ -97,7 +82,6 @@ impl Family {
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
             Family::MatVecMulti => (4, 4),
-            Family::MatVecNorm => (6, 6),
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),
             Family::RopeAppend => (4, 4),
@@ -176,7 +160,7 @@ impl Kernels {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
             // `rows` is the decode matvec's lanes per weight row for its entry `mv`, the
             // activation rows per workgroup for the others.
-            let (mb, lpr) = if key.entry.starts_with("mv") {
+            let (mb, lpr) = if key.entry == "mv" {
                 (1, key.rows)
             } else {
                 (key.rows, 32)
@@ -187,22 +171,16 @@ impl Kernels {
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
-            if matches!(key.family, Family::MatVecMulti | Family::MatVecNorm) {
+            if key.family == Family::MatVecMulti {
                 for i in 0..3 {
                     src.push_str(&numbered_dequant(i));
                     src.push_str(&MATVEC_DOT.replace('@', &i.to_string()));
-                    src.push_str(&activations(
-                        key.family,
-                        &MATVEC_FAST.replace('@', &i.to_string()),
-                    ));
+                    src.push_str(&MATVEC_FAST.replace('@', &i.to_string()));
                 }
             } else {
                 src.push_str(DEQUANT);
             }
-            if matches!(
-                key.family,
-                Family::MatMul | Family::MatVecMulti | Family::MatVecNorm
-            ) {
+            if matches!(key.family, Family::MatMul | Family::MatVecMulti) {
                 src.push_str(MATVEC_FAST_COMMON);
                 if key.family == Family::MatMul {
                     src.push_str(&MATVEC_FAST.replace('@', ""));
@@ -210,10 +188,8 @@ impl Kernels {
             }
         }
         match key.family {
-            Family::Unary => src.push_str(include_str!("shaders/activation.wgsl")),
-            Family::MatVecMulti | Family::MatVecNorm => {
-                src.push_str(include_str!("shaders/activation.wgsl"));
-                src.push_str(&activations(key.family, MATVEC_MULTI_BODY));
+            Family::Unary | Family::MatVecMulti => {
+                src.push_str(include_str!("shaders/activation.wgsl"))
             }
             Family::Binary => {
                 src.push_str(include_str!("shaders/activation.wgsl"));

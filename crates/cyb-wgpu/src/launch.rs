@@ -14,7 +14,7 @@
 //!
 //! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
-use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES, SPARE};
+use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
 use crate::ops::matmul::mv_lanes;
@@ -94,62 +94,14 @@ fn pairable(l: &Launch) -> bool {
             .any(|e| l.is(Family::Binary, e))
 }
 
-/// A decode norm (`rms_norm` or `add_rms_norm` of one row) whose row the matvecs after it may
-/// normalize themselves (matvec_norm.wgsl): rows short enough for workgroup memory.
-fn decode_norm(l: &Launch) -> bool {
-    // norm params: 0 rows, 1 d.
-    let d = l.param(1);
-    (l.is(Family::Norm, "rms_norm") || l.is(Family::AddNorm, "add_rms_norm"))
-        && l.param(0) == 1
-        && d > 0
-        && d.is_multiple_of(4)
-        && d <= NORM_FUSE_MAX_D
-        && l.writes()
-            .iter()
-            .all(|w| l.reads().iter().all(|r| r.0 != w.0))
-}
-
-/// The normalized row a decode norm writes (`rms_norm`: X, Wt → O; `add_rms_norm`: A, B, Wt →
-/// S, Y).
-fn normed_id(norm: &Launch) -> u64 {
-    norm.id(norm.bufs.len().saturating_sub(1))
-}
-
-/// Whether matvec `l` may run in one launch with `norm` before it: `l` reads no buffer the norm
-/// writes except the normalized row (as its activation), writes none the norm touches, and the
-/// merged launch stays small (every workgroup normalizes the row again).
-fn takes_norm(norm: &Launch, l: &Launch, rows: u32) -> bool {
-    // matmul params: 0 m, 1 n, 2 k; bufs a, w, y.
-    l.is(Family::MatMul, "mv")
-        && l.param(0) == 1
-        && l.param(2) == norm.param(1)
-        && l.id(0) == normed_id(norm)
-        && !norm.writes().iter().any(|w| w.0 == l.id(1))
-        && l.writes()
-            .iter()
-            .all(|w| norm.bufs.iter().all(|b| b.0 != w.0))
-        && rows <= NORM_FUSE_MAX_ROWS
-}
-
-/// Longest row a merged norm normalizes (matvec_norm.wgsl's workgroup array `XS`).
-pub(crate) const NORM_FUSE_MAX_D: u32 = 4096;
-/// Workgroup memory the merged norm kernel takes: `XS` and the partial sums `red`.
-pub(crate) const NORM_FUSE_WORKGROUP_BYTES: u32 = 4 * NORM_FUSE_MAX_D + 4 * 512;
-/// Most weight rows of the matvecs merged with a norm, over all of them: every workgroup
-/// normalizes the row again, so the output projection over a vocabulary stays separate.
-const NORM_FUSE_MAX_ROWS: u32 = 32768;
-
 /// Launches held back while the next one may join them.
 pub(crate) enum Pending {
-    /// A decode `add_rms_norm` (`decode_norm`), which the matvecs of its output may take in.
-    Norm(Launch),
     /// `matmul.wgsl` `main` or `mv` launches (few activation rows) of one activation, weights of one
-    /// dtype and the same `k`: up to three; perhaps after the decode norm (`decode_norm`) whose
-    /// output they read, which the merged launch then computes too.
-    Matvec(Option<Launch>, Held),
+    /// dtype and the same `k`: up to three.
+    Matvec(Held),
     /// Two of them and the gated unit (`swiglu`/`geglu` of two inputs) reading exactly their
     /// outputs: gate, up, unit. Complete.
-    Glu(Option<Launch>, Held),
+    Glu(Held),
     /// Rope launches sharing one cos/sin table: up to two.
     Rope(Held),
     /// Strided copies: up to two.
@@ -163,25 +115,17 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
-    /// Whether a later launch could join `l` (then it is held: [`Pending::start`]); `norms`:
-    /// whether decode norms merge into the matvecs after them.
-    fn holds(l: &Launch, norms: bool) -> bool {
-        matvec(l)
-            || l.is(Family::Rope, "rope")
-            || l.is(Family::Copy, "copy")
-            || pairable(l)
-            || (norms && decode_norm(l))
+    /// Whether a later launch could join `l` (then it is held: [`Pending::start`]).
+    fn holds(l: &Launch) -> bool {
+        matvec(l) || l.is(Family::Rope, "rope") || l.is(Family::Copy, "copy") || pairable(l)
     }
 
     /// Holds `l`, which [`Pending::holds`] accepts.
     fn start(l: Launch) -> Pending {
-        if l.is(Family::AddNorm, "add_rms_norm") {
-            return Pending::Norm(l);
-        }
         let one = Held::from_iter([l]);
         let first = &one[0];
         if matvec(first) {
-            Pending::Matvec(None, one)
+            Pending::Matvec(one)
         } else if first.is(Family::Rope, "rope") {
             Pending::Rope(one)
         } else if first.is(Family::Copy, "copy") {
@@ -191,31 +135,10 @@ impl Pending {
         }
     }
 
-    /// Joins `l` to the held launches; gives it back when it cannot join. `norms` as in
-    /// [`Pending::holds`].
-    fn absorb(&mut self, l: Launch, norms: bool) -> Option<Launch> {
+    /// Joins `l` to the held launches; gives it back when it cannot join.
+    fn absorb(&mut self, l: Launch) -> Option<Launch> {
         match self {
-            Pending::Norm(n) => {
-                if !takes_norm(n, &l, l.param(1)) {
-                    return Some(l);
-                }
-                let Pending::Norm(n) = std::mem::replace(self, Pending::Copy(Held::new())) else {
-                    return Some(l);
-                };
-                *self = Pending::Matvec(Some(n), Held::from_iter([l]));
-                None
-            }
-            Pending::Pair(v)
-                if norms
-                    && v.len() == 1
-                    && decode_norm(&v[0])
-                    && takes_norm(&v[0], &l, l.param(1)) =>
-            {
-                let norm = v.pop();
-                *self = Pending::Matvec(norm, Held::from_iter([l]));
-                None
-            }
-            Pending::Matvec(norm, v) => {
+            Pending::Matvec(v) => {
                 let first = &v[0];
                 // matmul params: 0 m, 1 n, 2 k, 3 blocks, 4 row bytes, 5 groups; bufs a, w, y.
                 // Decode matvecs of different row counts join: the merged launch picks its
@@ -224,15 +147,13 @@ impl Pending {
                     || (l.is(Family::MatMul, "mv")
                         && first.is(Family::MatMul, "mv")
                         && l.key.weights == first.key.weights);
-                let rows: u32 = v.iter().map(|m| m.param(1)).sum::<u32>() + l.param(1);
                 let joins = matvec(&l)
                     && v.len() < 3
                     && same_kernel
                     && l.param(0) == first.param(0)
                     && l.param(2) == first.param(2)
                     && l.id(0) == first.id(0)
-                    && independent(v, &l)
-                    && norm.as_ref().is_none_or(|n| takes_norm(n, &l, rows));
+                    && independent(v, &l);
                 if joins {
                     v.push(l);
                     return None;
@@ -243,14 +164,11 @@ impl Pending {
                     && l.id(1) == v[1].id(2)
                     && v[0].param(1) == v[1].param(1)
                     && u64::from(l.param(0)) == u64::from(v[0].param(0)) * u64::from(v[0].param(1))
-                    && l.id(2) != v[0].id(0)
-                    && norm
-                        .as_ref()
-                        .is_none_or(|n| n.bufs.iter().all(|b| b.0 != l.id(2)));
+                    && l.id(2) != v[0].id(0);
                 if gate_up {
                     let mut parts = std::mem::take(v);
                     parts.push(l);
-                    *self = Pending::Glu(norm.take(), parts);
+                    *self = Pending::Glu(parts);
                     return None;
                 }
                 Some(l)
@@ -307,22 +225,21 @@ impl Pending {
                 v.push(l);
                 None
             }
-            Pending::Glu(..) => Some(l),
+            Pending::Glu(_) => Some(l),
         }
     }
 
     /// The one launch that does what the held launches do (a single one unchanged).
     /// `spare`: buffers for the write bindings a merged kernel leaves unused.
-    fn into_launch(self, spare: &[Arc<GpuBuf>; SPARE]) -> Option<Launch> {
+    fn into_launch(self, spare: &[Arc<GpuBuf>; 2]) -> Option<Launch> {
         let spare_ref = |i: usize| (spare[i].id, spare[i].buffer.clone());
         match self {
-            Pending::Norm(n) => Some(n),
-            Pending::Matvec(None, v) | Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v)
+            Pending::Matvec(v) | Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v)
                 if v.len() <= 1 =>
             {
                 v.into_iter().next()
             }
-            Pending::Matvec(norm, v) => {
+            Pending::Matvec(v) => {
                 let f = &v[0];
                 let n = |i: usize| v.get(i).map_or(0, |l| l.param(1));
                 let blocks = f.groups / f.param(1).max(1);
@@ -347,7 +264,7 @@ impl Pending {
                 let w = |i: usize| v.get(i).unwrap_or(f).bufs[1].clone();
                 let y = |i: usize| match v.get(i) {
                     Some(l) => l.bufs[2].clone(),
-                    None => spare_ref(if i == 1 { 3 } else { 0 }),
+                    None => spare_ref(0),
                 };
                 let bufs = Bufs::from_iter([
                     f.bufs[0].clone(),
@@ -359,10 +276,9 @@ impl Pending {
                     y(2),
                     spare_ref(1),
                 ]);
-                let l = multi_launch(f, lanes, params, bufs, groups);
-                Some(with_norm(l, norm, &spare_ref(2)))
+                Some(multi_launch(f, lanes, params, bufs, groups))
             }
-            Pending::Glu(norm, v) => {
+            Pending::Glu(v) => {
                 // Always three: `absorb` makes it from two matvecs and the unit.
                 let [g, u, glu] = &v[..] else {
                     return None;
@@ -402,8 +318,7 @@ impl Pending {
                     spare_ref(0),
                     glu.bufs[2].clone(),
                 ]);
-                let l = multi_launch(g, lanes, params, bufs, groups);
-                Some(with_norm(l, norm, &spare_ref(2)))
+                Some(multi_launch(g, lanes, params, bufs, groups))
             }
             Pending::Rope(v) => {
                 let (a, b) = (&v[0], &v[1]);
@@ -528,64 +443,11 @@ fn multi_launch(first: &Launch, rows: u32, params: Params, bufs: Bufs, groups: u
     }
 }
 
-/// `multi` (a merged `mv` launch, matvec_multi.wgsl's bindings) made to normalize its activation
-/// row first when `norm` is the decode norm that wrote it (matvec_norm.wgsl); `spare` is bound
-/// for the sum that an `rms_norm` does not write.
-fn with_norm(multi: Launch, norm: Option<Launch>, spare: &(u64, wgpu::Buffer)) -> Launch {
-    let Some(n) = norm else {
-        return multi;
-    };
-    // rms_norm: X, Wt, O (params 0 rows, 1 d, 2 eps, 3 offset); add_rms_norm: A, B, Wt, S, Y.
-    let residual = n.is(Family::AddNorm, "add_rms_norm");
-    let (b, wn, s) = if residual {
-        (n.bufs[1].clone(), n.bufs[2].clone(), n.bufs[3].clone())
-    } else {
-        (n.bufs[0].clone(), n.bufs[1].clone(), spare.clone())
-    };
-    let mut params = multi.params;
-    params.extend([n.param(2), n.param(3), u32::from(residual)]);
-    let m = &multi.bufs;
-    let bufs = Bufs::from_iter([
-        n.bufs[0].clone(),
-        m[1].clone(),
-        m[2].clone(),
-        m[3].clone(),
-        b,
-        wn,
-        m[4].clone(),
-        m[5].clone(),
-        m[6].clone(),
-        m[7].clone(),
-        s,
-        n.bufs[n.bufs.len() - 1].clone(),
-    ]);
-    Launch {
-        key: KernelKey {
-            family: Family::MatVecNorm,
-            entry: "mv_norm",
-            ..multi.key
-        },
-        params,
-        bufs,
-        groups: multi.groups,
-    }
-}
-
-/// Storage buffers the merged kernels other than `MatVecNorm` bind.
-const MERGED_BUFFERS: u32 = 8;
-
 /// Whether launches are merged: not with `CYB_WGPU_FUSE=0`, nor on an adapter that binds fewer
 /// storage buffers per kernel than the merged kernels use.
 pub(crate) fn merging_enabled(limits: &wgpu::Limits) -> bool {
     let off = std::env::var("CYB_WGPU_FUSE").is_ok_and(|v| v == "0");
-    !off && limits.max_storage_buffers_per_shader_stage >= MERGED_BUFFERS
-}
-
-/// Whether decode norms merge into the matvecs after them (matvec_norm.wgsl): the adapter binds
-/// its twelve buffers and gives it the workgroup memory for the row.
-pub(crate) fn norm_merging(limits: &wgpu::Limits) -> bool {
-    limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
-        && limits.max_compute_workgroup_storage_size >= NORM_FUSE_WORKGROUP_BYTES
+    !off && limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
 }
 
 impl WgpuBackend {
@@ -616,7 +478,7 @@ impl WgpuBackend {
             groups,
         };
         let launch = match st.pending.as_mut() {
-            Some(p) => match p.absorb(launch, self.norm_merge) {
+            Some(p) => match p.absorb(launch) {
                 None => return Ok(()),
                 Some(l) => {
                     if let Some(held) = st.pending.take() {
@@ -630,7 +492,7 @@ impl WgpuBackend {
         if !self.merge.load(std::sync::atomic::Ordering::Relaxed) {
             return self.record(st, launch);
         }
-        if !Pending::holds(&launch, self.norm_merge) {
+        if !Pending::holds(&launch) {
             return self.record(st, launch);
         }
         st.pending = Some(Pending::start(launch));
@@ -642,8 +504,6 @@ impl WgpuBackend {
             Some(s) => s.clone(),
             None => {
                 let s = [
-                    self.create(16, BufferUsage::Storage)?,
-                    self.create(16, BufferUsage::Storage)?,
                     self.create(16, BufferUsage::Storage)?,
                     self.create(16, BufferUsage::Storage)?,
                 ];
