@@ -165,9 +165,16 @@ impl Kernels {
             } else {
                 (key.rows, 32)
             };
+            // Units of eight values per block for the decode matvec (matvec_fast.wgsl's `udot`).
+            let upb = match kind {
+                0 | 1 => 1,
+                7..=9 => 32,
+                _ => 4,
+            };
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
-                 const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n"
+                 const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\
+                 const UPB: u32 = {upb}u;\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.

@@ -149,10 +149,12 @@ fn gate_up_and_gated_unit_are_one_launch() {
     ];
     for dt in WEIGHT_DTYPES {
         // Decode rows long enough for the paired loop's main part (one load of activations
-        // for the gate and the up row), with F16/F32 rows whole groups of four.
+        // for the gate and the up row) with the lanes `mv_lanes` gives 11 rows (256 of 8
+        // values for the quantized formats, whose blocks of units then take two steps), with
+        // F16/F32 rows whole groups of four.
         let long = match dt.block_elems() {
             1 => 1004,
-            b => 1280 / b * b,
+            b => 4096 / b * b,
         };
         for (m, glu, k) in [
             (1, &glus[0], k_for(dt)),

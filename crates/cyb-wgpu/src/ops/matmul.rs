@@ -26,18 +26,20 @@ fn whole_words(dtype: DType, k: usize) -> bool {
 
 /// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values of `dtype`:
 /// enough that the launch has about 2^18 threads (a large GPU full; with fewer, each lane
-/// waits on its loads alone), but no more than a row has groups of four values, and 32 .. 256
-/// — at least 64 for 256-value blocks, whose lanes must each stay in one place of the block
-/// from step to step (matvec_fast.wgsl).
+/// waits on its loads alone), but no more than a row has values for one step of every lane
+/// (four per lane for F32/F16, eight for the quantized formats), and 32 .. 256 — at least 64
+/// for 256-value blocks, whose 32 units of eight values must each have a lane
+/// (matvec_fast.wgsl).
 pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
-    let least = match weight_format(dtype) {
-        Some((_, 256, _)) => 64,
-        _ => 32,
+    let (least, per_lane) = match weight_format(dtype) {
+        Some((_, 256, _)) => (64, 8),
+        Some((_, 1, _)) => (32, 4),
+        _ => (32, 8),
     };
     let mut lanes = ((1usize << 18) / n.max(1))
         .next_power_of_two()
         .clamp(least, 256);
-    while lanes > least && lanes * 4 > k {
+    while lanes > least && lanes * per_lane > k {
         lanes /= 2;
     }
     lanes as u32
@@ -184,8 +186,10 @@ mod tests {
                         l.is_power_of_two() && (least..=256).contains(&l),
                         "{dt} {n} {k}: {l}"
                     );
-                    assert!(l == least || l * 4 <= k, "{dt} {n} {k}: {l} lanes idle");
-                    if l * 4 <= k / 2 && l < 256 {
+                    // Values one step of a lane takes (matvec_fast.wgsl).
+                    let per = if dt.block_elems() == 1 { 4 } else { 8 };
+                    assert!(l == least || l * per <= k, "{dt} {n} {k}: {l} lanes idle");
+                    if l * per <= k / 2 && l < 256 {
                         assert!(n * l * 2 > 1 << 18, "{dt} {n} {k}: {l} lanes too few");
                     }
                 }

@@ -1,11 +1,21 @@
 // Decode matvec (one activation row): lane `l` of the LPR that share weight row `j` returns its
 // part of Σ_p a[p] · w[j, p]. LPR is a power of two from 32 to 256, at least 64 for 256-value
-// blocks, so that a step holds whole blocks. The lanes walk the row in steps of 4·LPR values,
-// lane `l` taking the four values 4l .. 4l + 3 of each step: the activations of one step are
-// neighbouring bytes (read as `A4`, four values per load, one cache line per eight lanes), and
-// so are the weights' packed words. Each lane dequantizes its four weights (`w4`). The loop
-// is unrolled four times so that every lane has several loads in flight; the host picks LPR
-// so that short rows still give every lane work and few rows still fill the GPU.
+// blocks. The host picks LPR so that short rows still give every lane work and few rows still
+// fill the GPU.
+//
+// F32 and F16: the lanes walk the row in steps of 4·LPR values, lane `l` taking the four values
+// 4l .. 4l + 3 of each step (`w4`): neighbouring lanes read neighbouring activations (`A4`,
+// four values per load) and weights.
+//
+// Quantized formats: a block is cut into UPB units of 8 values, each held by one 32-bit word of
+// its packed levels (Q8_0: two words), and lane `l` takes unit l % UPB of blocks l / UPB,
+// l / UPB + LPR / UPB, ... (`udot`). A unit's 8 values are two runs of four (`ucols`: the low
+// and high nibbles of one word of levels are values 32 or 64 apart, 16 apart within Q4_0's
+// 32), so a lane reads one word of levels and two `vec4`s of activations per step; the lanes of
+// one block read neighbouring words. Two units per lane-step would need wider loads than the
+// blocks' 2-byte alignment allows.
+//
+// Loops are unrolled four times so that every lane has several loads in flight.
 // A template: `@` is replaced by the weight binding's number (or by nothing for matmul.wgsl's
 // `W`); the scale readers `rh`, `rsb` and `kscale_min` are dequant.wgsl's, numbered the same
 // way. Blocks of 18, 22, 34 and 210 bytes start at even, not always 4-aligned, byte offsets:
@@ -79,9 +89,111 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
     }
 }
 
-// k: values per row (a multiple of 4); rb: bytes per row. Lane l's values 4l + step·i sit at
-// block offset o0 + ostep·i, in-block index g.
+// Unit w (< UPB) of the block at byte `o` times its activations x0 (values ucols(w).x · 4 ..)
+// and x1 (ucols(w).y · 4 ..), for the quantized formats.
+fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
+    switch KIND {
+        // Q8_0: d, 32 signed bytes; unit w is values 8w .. 8w + 7.
+        case 2u: {
+            let d = rh@(o);
+            return dot(d * sbytes(u32w@(o + 2u + 8u * w)), x0)
+                + dot(d * sbytes(u32w@(o + 6u + 8u * w)), x1);
+        }
+        // Q4_0 / Q4_1 / Q5_0 / Q5_1: word w of the 16 bytes of nibbles that end the block holds
+        // values 4w .. 4w + 3 (low nibbles) and 16 + 4w .. (high); Q5 fifth bits after the
+        // scale(s).
+        case 3u, 4u, 5u, 6u: {
+            let q = u32w@(o + BYTES - 16u + 4u * w);
+            var lo = q & 0x0f0f0f0fu;
+            var hi = (q >> 4u) & 0x0f0f0f0fu;
+            if (KIND == 5u || KIND == 6u) {
+                var hb = 0u;
+                if (KIND == 5u) { hb = u32w@(o + 2u); } else { hb = u32w@(o + 4u); }
+                lo |= spread4(hb >> (4u * w)) << 4u;
+                hi |= spread4(hb >> (16u + 4u * w)) << 4u;
+            }
+            let d = rh@(o);
+            if (KIND == 3u) { return dot(d * (ubytes(lo) - 8.0), x0) + dot(d * (ubytes(hi) - 8.0), x1); }
+            if (KIND == 5u) { return dot(d * (ubytes(lo) - 16.0), x0) + dot(d * (ubytes(hi) - 16.0), x1); }
+            let m = rh@(o + 2u);
+            return dot(d * ubytes(lo) + m, x0) + dot(d * ubytes(hi) + m, x1);
+        }
+        // Q4_K / Q5_K: word w = 8i + e/4 of the 128 bytes that end the block holds values
+        // 64i + e .. (low nibbles, scale and minimum 2i) and 64i + 32 + e .. (high, 2i + 1); Q5_K's
+        // fifth bits are bits 2i, 2i + 1 of bytes e .. of the 32 after the scales.
+        case 7u, 8u: {
+            let i = w / 8u;
+            let e = (w % 8u) * 4u;
+            let q = W@[(o + BYTES - 128u + 4u * w) >> 2u];
+            var lo = q & 0x0f0f0f0fu;
+            var hi = (q >> 4u) & 0x0f0f0f0fu;
+            if (KIND == 8u) {
+                let qh = W@[(o + 16u + e) >> 2u];
+                lo |= ((qh >> (2u * i)) & 0x01010101u) << 4u;
+                hi |= ((qh >> (2u * i + 1u)) & 0x01010101u) << 4u;
+            }
+            let d = rh@(o);
+            let dm = rh@(o + 2u);
+            let s0 = kscale_min@(o + 4u, 2u * i);
+            let s1 = kscale_min@(o + 4u, 2u * i + 1u);
+            return dot((d * s0.x) * ubytes(lo) - dm * s0.y, x0)
+                + dot((d * s1.x) * ubytes(hi) - dm * s1.y, x1);
+        }
+        // Q6_K: w = 16h + 8s + e/4 (s < 2): the word of low bits at byte 64h + 32s + e holds
+        // values 128h + 32s + e .. (low nibbles) and 128h + 32(s + 2) + e .. (high); their top
+        // two bits are bits 2s and 2(s + 2) of the word at byte 128 + 32h + e; signed scale bytes
+        // 192 + 8h + 2s + e/16 and 4 further; d at 208.
+        default: {
+            let h = w / 16u;
+            let s = (w / 8u) % 2u;
+            let e = (w % 8u) * 4u;
+            let ql = u32w@(o + 64u * h + 32u * s + e);
+            let qh = u32w@(o + 128u + 32u * h + e);
+            let lo = (ql & 0x0f0f0f0fu) | (((qh >> (2u * s)) & 0x03030303u) << 4u);
+            let hi = ((ql >> 4u) & 0x0f0f0f0fu) | (((qh >> (2u * s + 4u)) & 0x03030303u) << 4u);
+            let d = rh@(o + 208u);
+            let sc = o + 192u + 8u * h + 2u * s + e / 16u;
+            return dot((d * rsb@(sc)) * (ubytes(lo) - 32.0), x0)
+                + dot((d * rsb@(sc + 4u)) * (ubytes(hi) - 32.0), x1);
+        }
+    }
+}
+
+// k: values per row (a multiple of 4; of BLOCK for the quantized formats); rb: bytes per row.
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
+    if (KIND <= 1u) { return vdot4@(j, l, k, rb); }
+    // Lane l: unit w of blocks b, b + bstep, ...; the block's activations start at A4[b · BLOCK/4].
+    let w = l % UPB;
+    let cols = ucols(w);
+    let bstep = LPR / UPB;
+    let ostep = bstep * BYTES;
+    let xstep = bstep * (BLOCK / 4u);
+    let nb = k / BLOCK;
+    var b = l / UPB;
+    var o = j * rb + b * BYTES;
+    var x = b * (BLOCK / 4u);
+    var a0 = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    var a3 = 0.0;
+    for (; b + 3u * bstep < nb; b += 4u * bstep) {
+        a0 += udot@(o, w, A4[x + cols.x], A4[x + cols.y]);
+        a1 += udot@(o + ostep, w, A4[x + xstep + cols.x], A4[x + xstep + cols.y]);
+        a2 += udot@(o + 2u * ostep, w, A4[x + 2u * xstep + cols.x], A4[x + 2u * xstep + cols.y]);
+        a3 += udot@(o + 3u * ostep, w, A4[x + 3u * xstep + cols.x], A4[x + 3u * xstep + cols.y]);
+        o += 4u * ostep;
+        x += 4u * xstep;
+    }
+    for (; b < nb; b += bstep) {
+        a0 += udot@(o, w, A4[x + cols.x], A4[x + cols.y]);
+        o += ostep;
+        x += xstep;
+    }
+    return (a0 + a1) + (a2 + a3);
+}
+
+// F32 / F16: lane l's values 4l + step·i sit at block offset o0 + ostep·i, in-block index g.
+fn vdot4@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     let step = 4u * LPR;
     let g = (l * 4u) % BLOCK;
     let ostep = (step / BLOCK) * BYTES;

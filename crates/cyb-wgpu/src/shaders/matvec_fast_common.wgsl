@@ -14,3 +14,20 @@ fn sbytes(x: u32) -> vec4<f32> {
 fn spread4(b: u32) -> u32 {
     return (b & 1u) | ((b & 2u) << 7u) | ((b & 4u) << 14u) | ((b & 8u) << 21u);
 }
+
+// Where unit w of a quantized block (matvec_fast.wgsl's `udot`) finds its two runs of four
+// activations: `vec4` indices from the block's first value.
+fn ucols(w: u32) -> vec2<u32> {
+    switch KIND {
+        case 2u: { return vec2<u32>(2u * w, 2u * w + 1u); }
+        case 7u, 8u: {
+            let c = 16u * (w / 8u) + w % 8u;
+            return vec2<u32>(c, c + 8u);
+        }
+        case 9u: {
+            let c = 32u * (w / 16u) + 8u * ((w / 8u) % 2u) + w % 8u;
+            return vec2<u32>(c, c + 16u);
+        }
+        default: { return vec2<u32>(w, w + 4u); }
+    }
+}

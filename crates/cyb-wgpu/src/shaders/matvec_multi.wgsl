@@ -173,6 +173,40 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
 // Row j of the gate (W0) and the up (W1) product at once, as matvec_fast.wgsl's `vdot`: one
 // loop, each activation load serving both rows.
 fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
+    if (KIND <= 1u) { return vdot_pair4(j, l, k, rb); }
+    let w = l % UPB;
+    let cols = ucols(w);
+    let bstep = LPR / UPB;
+    let ostep = bstep * BYTES;
+    let xstep = bstep * (BLOCK / 4u);
+    let nb = k / BLOCK;
+    var b = l / UPB;
+    var o = j * rb + b * BYTES;
+    var x = b * (BLOCK / 4u);
+    var a0 = vec2<f32>(0.0);
+    var a1 = vec2<f32>(0.0);
+    for (; b + bstep < nb; b += 2u * bstep) {
+        let x0 = A4[x + cols.x];
+        let x1 = A4[x + cols.y];
+        let y0 = A4[x + xstep + cols.x];
+        let y1 = A4[x + xstep + cols.y];
+        a0 += vec2<f32>(udot0(o, w, x0, x1), udot1(o, w, x0, x1));
+        a1 += vec2<f32>(udot0(o + ostep, w, y0, y1), udot1(o + ostep, w, y0, y1));
+        o += 2u * ostep;
+        x += 2u * xstep;
+    }
+    for (; b < nb; b += bstep) {
+        let x0 = A4[x + cols.x];
+        let x1 = A4[x + cols.y];
+        a0 += vec2<f32>(udot0(o, w, x0, x1), udot1(o, w, x0, x1));
+        o += ostep;
+        x += xstep;
+    }
+    return a0 + a1;
+}
+
+// vdot_pair for F32 and F16 weights (matvec_fast.wgsl's `vdot4`).
+fn vdot_pair4(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
     let step = 4u * LPR;
     let g = (l * 4u) % BLOCK;
     let ostep = (step / BLOCK) * BYTES;
