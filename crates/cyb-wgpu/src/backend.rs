@@ -29,6 +29,9 @@ pub struct WgpuBackend {
     pub(crate) launches: std::sync::atomic::AtomicU64,
     /// Adjacent independent launches are merged (`launch.rs`).
     pub(crate) merge: std::sync::atomic::AtomicBool,
+    /// A decode matvec, the residual add + norm of its output and the matvecs of that are
+    /// recorded as two launches when merging is on (`launch.rs`, `ResNorm`).
+    pub(crate) norm_merge: bool,
     /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
     /// first part of a step while the rest is being recorded (0: once per step).
     pub(crate) submit_every: usize,
@@ -84,7 +87,7 @@ pub(crate) struct State {
     /// launch (see `launch.rs`); recorded before anything else is.
     pub(crate) pending: Option<crate::launch::Pending>,
     /// Small buffers bound where a merged kernel has fewer outputs than bindings.
-    pub(crate) spare: Option<[Arc<GpuBuf>; 2]>,
+    pub(crate) spare: Option<[Arc<GpuBuf>; SPARE]>,
     /// Lazy slices whose copy is not recorded yet (`memory::LazySlice`).
     pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
     /// Launches recorded since the last submission.
@@ -116,7 +119,9 @@ struct Resident {
 /// buffer id and offset, then the ids of the kernel's buffers.
 pub(crate) type BindKey = (usize, u64, u64, [u64; MAX_BUFFERS]);
 /// Most storage buffers one kernel binds.
-pub(crate) const MAX_BUFFERS: usize = 8;
+pub(crate) const MAX_BUFFERS: usize = 10;
+/// Small buffers bound where a merged kernel writes nothing (launch.rs).
+pub(crate) const SPARE: usize = 3;
 pub(crate) const BIND_CACHE_MAX: usize = 8192;
 
 /// Bytes of one parameter block (32 u32 words).
@@ -139,6 +144,7 @@ impl WgpuBackend {
         let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
         Ok(WgpuBackend {
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
+            norm_merge: crate::launch::norm_merging(&ctx.limits),
             ctx,
             kernels: Kernels::default(),
             state: Mutex::new(State {

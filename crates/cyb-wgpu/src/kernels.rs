@@ -11,6 +11,29 @@ const DEQUANT: &str = include_str!("shaders/dequant.wgsl");
 const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
 const MATVEC_FAST: &str = include_str!("shaders/matvec_fast.wgsl");
 const MATVEC_FAST_COMMON: &str = include_str!("shaders/matvec_fast_common.wgsl");
+const MATVEC_MULTI_BODY: &str = include_str!("shaders/matvec_multi_body.wgsl");
+
+/// Decode matvec code as `family` reads its activation row: `A4[i]` from the binding, or for
+/// `MatVecNorm` `xn(i)`, the row times the norm's weights (matvec_norm.wgsl).
+fn activations(family: Family, src: &str) -> String {
+    if family != Family::MatVecNorm {
+        return src.to_string();
+    }
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(at) = rest.find("A4[") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 3..];
+        // Index expressions hold no brackets.
+        let end = rest.find(']').unwrap_or(rest.len());
+        out.push_str("xn(");
+        out.push_str(&rest[..end]);
+        out.push(')');
+        rest = rest.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
+}
 
 /// dequant.wgsl's readers for weight binding `W{i}`: every reader renamed with the suffix `i`
 /// (one kernel reads several weight buffers, and WGSL functions cannot take a buffer).
@@ -39,6 +62,11 @@ pub enum Family {
     AddNorm,
     /// Two or three matvecs of one activation (and optionally their gated unit) in one launch.
     MatVecMulti,
+    /// A decode matvec that also adds the residual (matvec_res.wgsl).
+    MatVecRes,
+    /// The RMS norm of a decode row and one to three matvecs of its output (and optionally their
+    /// gated unit) in one launch (matvec_norm.wgsl).
+    MatVecNorm,
     RopePair,
     CopyPair,
     /// Rope of q and k and the KV appends of k and v.
@@ -59,6 +87,8 @@ impl Family {
             Family::Rope => include_str!("shaders/rope_one.wgsl"),
             Family::Copy => include_str!("shaders/copy_one.wgsl"),
             Family::MatVecMulti => include_str!("shaders/matvec_multi.wgsl"),
+            Family::MatVecRes => include_str!("shaders/matvec_res.wgsl"),
+            Family::MatVecNorm => include_str!("shaders/matvec_norm.wgsl"),
             Family::RopePair => include_str!("shaders/rope_pair.wgsl"),
             Family::CopyPair => include_str!("shaders/copy_pair.wgsl"),
             Family::RopeAppend => include_str!("shaders/rope_append.wgsl"),
@@ -82,6 +112,8 @@ impl Family {
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
             Family::MatVecMulti => (4, 4),
+            Family::MatVecRes => (3, 2),
+            Family::MatVecNorm => (5, 5),
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),
             Family::RopeAppend => (4, 4),
@@ -160,7 +192,7 @@ impl Kernels {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
             // `rows` is the decode matvec's lanes per weight row for its entry `mv`, the
             // activation rows per workgroup for the others.
-            let (mb, lpr) = if key.entry == "mv" {
+            let (mb, lpr) = if key.entry.starts_with("mv") {
                 (1, key.rows)
             } else {
                 (key.rows, 32)
@@ -178,26 +210,33 @@ impl Kernels {
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
-            if key.family == Family::MatVecMulti {
+            let multi = matches!(key.family, Family::MatVecMulti | Family::MatVecNorm);
+            if multi {
                 for i in 0..3 {
                     src.push_str(&numbered_dequant(i));
                     src.push_str(&MATVEC_DOT.replace('@', &i.to_string()));
-                    src.push_str(&MATVEC_FAST.replace('@', &i.to_string()));
+                    src.push_str(&activations(
+                        key.family,
+                        &MATVEC_FAST.replace('@', &i.to_string()),
+                    ));
                 }
             } else {
                 src.push_str(DEQUANT);
             }
-            if matches!(key.family, Family::MatMul | Family::MatVecMulti) {
+            if multi || matches!(key.family, Family::MatMul | Family::MatVecRes) {
                 src.push_str(MATVEC_FAST_COMMON);
-                if key.family == Family::MatMul {
-                    src.push_str(&MATVEC_FAST.replace('@', ""));
-                }
+            }
+            if matches!(key.family, Family::MatMul | Family::MatVecRes) {
+                src.push_str(&MATVEC_FAST.replace('@', ""));
             }
         }
         match key.family {
-            Family::Unary | Family::MatVecMulti => {
-                src.push_str(include_str!("shaders/activation.wgsl"))
+            Family::Unary => src.push_str(include_str!("shaders/activation.wgsl")),
+            Family::MatVecMulti | Family::MatVecNorm => {
+                src.push_str(include_str!("shaders/activation.wgsl"));
+                src.push_str(&activations(key.family, MATVEC_MULTI_BODY));
             }
+            Family::MatVecRes => src.push_str(Family::MatMul.source()),
             Family::Binary => {
                 src.push_str(include_str!("shaders/activation.wgsl"));
                 src.push_str(include_str!("shaders/broadcast.wgsl"));

@@ -14,10 +14,10 @@
 //!
 //! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
-use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES};
+use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES, SPARE};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
-use crate::ops::matmul::mv_lanes;
+use crate::ops::matmul::{mv_lanes, mv_least_lanes};
 use arrayvec::ArrayVec;
 use cyb_backend::BufferUsage;
 use cyb_tensor::{Error, Result};
@@ -29,6 +29,8 @@ type Params = ArrayVec<u32, 32>;
 type Bufs = ArrayVec<(u64, wgpu::Buffer), MAX_BUFFERS>;
 /// Launches held back: at most four (`Pending::RopeAppend`).
 type Held = ArrayVec<Launch, 4>;
+/// What held launches become: one, or two for a `ResNorm`.
+type Launches = ArrayVec<Launch, 2>;
 
 /// One kernel launch as recorded: the buffers as (id, handle), reads first.
 pub(crate) struct Launch {
@@ -94,14 +96,81 @@ fn pairable(l: &Launch) -> bool {
             .any(|e| l.is(Family::Binary, e))
 }
 
+/// A decode matvec (`prod`) and the residual add + RMS norm of its output (`norm`), held until
+/// the matvecs of the norm's output come: then `prod` also writes the sum (matvec_res.wgsl) and
+/// they compute the norm themselves (matvec_norm.wgsl), one launch fewer.
+pub(crate) struct ResNorm {
+    prod: Launch,
+    norm: Launch,
+}
+
+/// Longest row a merged norm normalizes (one `vec4` per thread and 1024 values).
+const NORM_FUSE_MAX_D: u32 = 4096;
+/// Most weight rows of the matvecs merged with a norm, over all of them: every workgroup sums
+/// the row's squares again, so the output projection over a vocabulary stays separate.
+const NORM_FUSE_MAX_ROWS: u32 = 32768;
+
+/// Whether `norm` is the residual add + RMS norm of decode matvec `prod`'s output that
+/// matvec_res.wgsl and matvec_norm.wgsl can take over (no buffer of one written where the
+/// merged kernels read or write it).
+fn res_norm(prod: &Launch, norm: &Launch) -> bool {
+    // matmul params: 0 m, 1 n, 2 k; bufs a, w, y. add_rms_norm params: 0 rows, 1 d; bufs a, b,
+    // wt, s, y.
+    let d = norm.param(1);
+    let y = prod.id(2);
+    let r = if norm.id(0) == y {
+        norm.id(1)
+    } else if norm.id(1) == y {
+        norm.id(0)
+    } else {
+        return false;
+    };
+    let (s, yn) = (norm.id(3), norm.id(4));
+    prod.is(Family::MatMul, "mv")
+        && prod.param(0) == 1
+        && prod.param(1) == d
+        && norm.is(Family::AddNorm, "add_rms_norm")
+        && norm.param(0) == 1
+        && d > 0
+        && d.is_multiple_of(4)
+        && d <= NORM_FUSE_MAX_D
+        && r != y
+        && norm.id(2) != y
+        && s != yn
+        && [prod.id(0), prod.id(1), y, r, norm.id(2)]
+            .iter()
+            .all(|b| *b != s && *b != yn)
+}
+
+/// Whether matvec `l` reads the normalized row of `rn` (then it may compute the norm itself):
+/// `l` writes none of their buffers, reads none they write but that row, and the merged
+/// launch stays small.
+fn takes_norm(rn: &ResNorm, l: &Launch, rows: u32) -> bool {
+    let (p, n) = (&rn.prod, &rn.norm);
+    let written = [p.id(2), n.id(3), n.id(4)];
+    // matmul params: 0 m, 1 n, 2 k; bufs a, w, y.
+    l.is(Family::MatMul, "mv")
+        && l.param(0) == 1
+        && l.param(2) == n.param(1)
+        && l.id(0) == n.id(4)
+        && !written.contains(&l.id(1))
+        && l.writes()
+            .iter()
+            .all(|w| p.bufs.iter().chain(&n.bufs).all(|b| b.0 != w.0))
+        && rows <= NORM_FUSE_MAX_ROWS
+}
+
 /// Launches held back while the next one may join them.
 pub(crate) enum Pending {
     /// `matmul.wgsl` `main` or `mv` launches (few activation rows) of one activation, weights of one
-    /// dtype and the same `k`: up to three.
-    Matvec(Held),
+    /// dtype and the same `k`: up to three; perhaps reading the output of a held `ResNorm`,
+    /// whose norm they then compute.
+    Matvec(Option<ResNorm>, Held),
     /// Two of them and the gated unit (`swiglu`/`geglu` of two inputs) reading exactly their
     /// outputs: gate, up, unit. Complete.
-    Glu(Held),
+    Glu(Option<ResNorm>, Held),
+    /// A decode matvec and the add + norm of its output.
+    ResNorm(ResNorm),
     /// Rope launches sharing one cos/sin table: up to two.
     Rope(Held),
     /// Strided copies: up to two.
@@ -125,7 +194,7 @@ impl Pending {
         let one = Held::from_iter([l]);
         let first = &one[0];
         if matvec(first) {
-            Pending::Matvec(one)
+            Pending::Matvec(None, one)
         } else if first.is(Family::Rope, "rope") {
             Pending::Rope(one)
         } else if first.is(Family::Copy, "copy") {
@@ -135,10 +204,27 @@ impl Pending {
         }
     }
 
-    /// Joins `l` to the held launches; gives it back when it cannot join.
-    fn absorb(&mut self, l: Launch) -> Option<Launch> {
+    /// Joins `l` to the held launches; gives it back when it cannot join. `norms`: whether
+    /// norms merge with the matvecs around them (`ResNorm`).
+    fn absorb(&mut self, l: Launch, norms: bool) -> Option<Launch> {
         match self {
-            Pending::Matvec(v) => {
+            Pending::Matvec(None, v) if norms && v.len() == 1 && res_norm(&v[0], &l) => {
+                let prod = v.pop()?;
+                *self = Pending::ResNorm(ResNorm { prod, norm: l });
+                None
+            }
+            Pending::ResNorm(rn) => {
+                if !takes_norm(rn, &l, l.param(1)) {
+                    return Some(l);
+                }
+                let Pending::ResNorm(rn) = std::mem::replace(self, Pending::Copy(Held::new()))
+                else {
+                    return Some(l);
+                };
+                *self = Pending::Matvec(Some(rn), Held::from_iter([l]));
+                None
+            }
+            Pending::Matvec(norm, v) => {
                 let first = &v[0];
                 // matmul params: 0 m, 1 n, 2 k, 3 blocks, 4 row bytes, 5 groups; bufs a, w, y.
                 // Decode matvecs of different row counts join: the merged launch picks its
@@ -147,13 +233,15 @@ impl Pending {
                     || (l.is(Family::MatMul, "mv")
                         && first.is(Family::MatMul, "mv")
                         && l.key.weights == first.key.weights);
+                let rows: u32 = v.iter().map(|m| m.param(1)).sum::<u32>() + l.param(1);
                 let joins = matvec(&l)
                     && v.len() < 3
                     && same_kernel
                     && l.param(0) == first.param(0)
                     && l.param(2) == first.param(2)
                     && l.id(0) == first.id(0)
-                    && independent(v, &l);
+                    && independent(v, &l)
+                    && norm.as_ref().is_none_or(|rn| takes_norm(rn, &l, rows));
                 if joins {
                     v.push(l);
                     return None;
@@ -164,11 +252,18 @@ impl Pending {
                     && l.id(1) == v[1].id(2)
                     && v[0].param(1) == v[1].param(1)
                     && u64::from(l.param(0)) == u64::from(v[0].param(0)) * u64::from(v[0].param(1))
-                    && l.id(2) != v[0].id(0);
+                    && l.id(2) != v[0].id(0)
+                    && norm.as_ref().is_none_or(|rn| {
+                        rn.prod
+                            .bufs
+                            .iter()
+                            .chain(&rn.norm.bufs)
+                            .all(|b| b.0 != l.id(2))
+                    });
                 if gate_up {
                     let mut parts = std::mem::take(v);
                     parts.push(l);
-                    *self = Pending::Glu(parts);
+                    *self = Pending::Glu(norm.take(), parts);
                     return None;
                 }
                 Some(l)
@@ -225,21 +320,50 @@ impl Pending {
                 v.push(l);
                 None
             }
-            Pending::Glu(_) => Some(l),
+            Pending::Glu(..) => Some(l),
         }
     }
 
     /// The one launch that does what the held launches do (a single one unchanged).
     /// `spare`: buffers for the write bindings a merged kernel leaves unused.
-    fn into_launch(self, spare: &[Arc<GpuBuf>; 2]) -> Option<Launch> {
+    fn into_launches(self, spare: &[Arc<GpuBuf>; SPARE]) -> Launches {
+        match self {
+            Pending::ResNorm(rn) => Launches::from_iter([rn.prod, rn.norm]),
+            Pending::Matvec(Some(rn), v) => {
+                let (prod, norm) = res_norm_launches(rn);
+                let l = Pending::Matvec(None, v).into_launch(spare, true);
+                Launches::from_iter(
+                    [Some(prod), l.map(|l| with_norm(l, &norm))]
+                        .into_iter()
+                        .flatten(),
+                )
+            }
+            Pending::Glu(Some(rn), v) => {
+                let (prod, norm) = res_norm_launches(rn);
+                let l = Pending::Glu(None, v).into_launch(spare, true);
+                Launches::from_iter(
+                    [Some(prod), l.map(|l| with_norm(l, &norm))]
+                        .into_iter()
+                        .flatten(),
+                )
+            }
+            other => Launches::from_iter(other.into_launch(spare, false)),
+        }
+    }
+
+    /// The one launch that does what the held launches (without a `ResNorm`) do; `norm`: a
+    /// decode matvec launch to become a `MatVecNorm` one (`with_norm`), in the merged kernel's
+    /// form even for one matvec, with the fewest lanes per row (each workgroup sums the row's
+    /// squares once for all its rows).
+    fn into_launch(self, spare: &[Arc<GpuBuf>; SPARE], norm: bool) -> Option<Launch> {
         let spare_ref = |i: usize| (spare[i].id, spare[i].buffer.clone());
         match self {
-            Pending::Matvec(v) | Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v)
-                if v.len() <= 1 =>
-            {
+            Pending::ResNorm(_) | Pending::Matvec(Some(_), _) | Pending::Glu(Some(_), _) => None,
+            Pending::Matvec(None, v) if v.len() <= 1 && !norm => v.into_iter().next(),
+            Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v) if v.len() <= 1 => {
                 v.into_iter().next()
             }
-            Pending::Matvec(v) => {
+            Pending::Matvec(None, v) => {
                 let f = &v[0];
                 let n = |i: usize| v.get(i).map_or(0, |l| l.param(1));
                 let blocks = f.groups / f.param(1).max(1);
@@ -247,7 +371,11 @@ impl Pending {
                 let mut groups: u32 = v.iter().map(|l| l.groups).sum();
                 if let (true, Some(dtype)) = (f.is(Family::MatMul, "mv"), f.key.weights) {
                     let all = (n(0) + n(1) + n(2)) as usize;
-                    lanes = mv_lanes(all, f.param(2) as usize, dtype);
+                    lanes = if norm {
+                        mv_least_lanes(dtype)
+                    } else {
+                        mv_lanes(all, f.param(2) as usize, dtype)
+                    };
                     groups = (0..3).map(|i| n(i).div_ceil(256 / lanes)).sum();
                 }
                 let params = Params::from_iter([
@@ -264,7 +392,7 @@ impl Pending {
                 let w = |i: usize| v.get(i).unwrap_or(f).bufs[1].clone();
                 let y = |i: usize| match v.get(i) {
                     Some(l) => l.bufs[2].clone(),
-                    None => spare_ref(0),
+                    None => spare_ref(if i == 1 { 2 } else { 0 }),
                 };
                 let bufs = Bufs::from_iter([
                     f.bufs[0].clone(),
@@ -278,7 +406,7 @@ impl Pending {
                 ]);
                 Some(multi_launch(f, lanes, params, bufs, groups))
             }
-            Pending::Glu(v) => {
+            Pending::Glu(None, v) => {
                 // Always three: `absorb` makes it from two matvecs and the unit.
                 let [g, u, glu] = &v[..] else {
                     return None;
@@ -294,7 +422,11 @@ impl Pending {
                 let (mut lanes, mut groups) = (g.key.rows, g.groups);
                 if let (true, Some(dtype)) = (g.is(Family::MatMul, "mv"), g.key.weights) {
                     // Each lane computes a gate and an up row.
-                    lanes = mv_lanes(2 * g.param(1) as usize, g.param(2) as usize, dtype);
+                    lanes = if norm {
+                        mv_least_lanes(dtype)
+                    } else {
+                        mv_lanes(2 * g.param(1) as usize, g.param(2) as usize, dtype)
+                    };
                     groups = g.param(1).div_ceil(256 / lanes);
                 }
                 let params = Params::from_iter([
@@ -443,11 +575,82 @@ fn multi_launch(first: &Launch, rows: u32, params: Params, bufs: Bufs, groups: u
     }
 }
 
+/// The matvec of a `ResNorm` as matvec_res.wgsl's `mv_res` (also writing the residual sum the
+/// norm would have), and the norm launch, whose buffers and parameters `with_norm` takes.
+fn res_norm_launches(rn: ResNorm) -> (Launch, Launch) {
+    let (p, n) = (rn.prod, rn.norm);
+    // add_rms_norm bufs: a, b, wt, s, y; one of a and b is the matvec's output y.
+    let r = if n.id(0) == p.id(2) {
+        &n.bufs[1]
+    } else {
+        &n.bufs[0]
+    };
+    let bufs = Bufs::from_iter([
+        p.bufs[0].clone(),
+        p.bufs[1].clone(),
+        r.clone(),
+        p.bufs[2].clone(),
+        n.bufs[3].clone(),
+    ]);
+    let prod = Launch {
+        key: KernelKey {
+            family: Family::MatVecRes,
+            entry: "mv_res",
+            ..p.key
+        },
+        params: p.params,
+        bufs,
+        groups: p.groups,
+    };
+    (prod, n)
+}
+
+/// `multi` (a merged `mv` launch, matvec_multi.wgsl's bindings) as matvec_norm.wgsl's
+/// `mv_norm`: it reads the residual sum `norm` normalizes instead of the normalized row, and
+/// writes that row too.
+fn with_norm(multi: Launch, norm: &Launch) -> Launch {
+    // add_rms_norm params: 0 rows, 1 d, 2 eps, 3 offset; bufs a, b, wt, s, y.
+    let mut params = multi.params;
+    params.extend([norm.param(2), norm.param(3)]);
+    let m = &multi.bufs;
+    let bufs = Bufs::from_iter([
+        norm.bufs[3].clone(),
+        m[1].clone(),
+        m[2].clone(),
+        m[3].clone(),
+        norm.bufs[2].clone(),
+        m[4].clone(),
+        m[5].clone(),
+        m[6].clone(),
+        m[7].clone(),
+        norm.bufs[4].clone(),
+    ]);
+    Launch {
+        key: KernelKey {
+            family: Family::MatVecNorm,
+            entry: "mv_norm",
+            ..multi.key
+        },
+        params,
+        bufs,
+        groups: multi.groups,
+    }
+}
+
+/// Storage buffers the merged kernels other than `MatVecNorm` bind.
+const MERGED_BUFFERS: u32 = 8;
+
 /// Whether launches are merged: not with `CYB_WGPU_FUSE=0`, nor on an adapter that binds fewer
 /// storage buffers per kernel than the merged kernels use.
 pub(crate) fn merging_enabled(limits: &wgpu::Limits) -> bool {
     let off = std::env::var("CYB_WGPU_FUSE").is_ok_and(|v| v == "0");
-    !off && limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
+    !off && limits.max_storage_buffers_per_shader_stage >= MERGED_BUFFERS
+}
+
+/// Whether norms merge with the matvecs around them (`ResNorm`): the adapter binds
+/// matvec_norm.wgsl's ten buffers.
+pub(crate) fn norm_merging(limits: &wgpu::Limits) -> bool {
+    limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
 }
 
 impl WgpuBackend {
@@ -478,7 +681,7 @@ impl WgpuBackend {
             groups,
         };
         let launch = match st.pending.as_mut() {
-            Some(p) => match p.absorb(launch) {
+            Some(p) => match p.absorb(launch, self.norm_merge) {
                 None => return Ok(()),
                 Some(l) => {
                     if let Some(held) = st.pending.take() {
@@ -506,15 +709,16 @@ impl WgpuBackend {
                 let s = [
                     self.create(16, BufferUsage::Storage)?,
                     self.create(16, BufferUsage::Storage)?,
+                    self.create(16, BufferUsage::Storage)?,
                 ];
                 st.spare = Some(s.clone());
                 s
             }
         };
-        match held.into_launch(&spare) {
-            Some(l) => self.record(st, l),
-            None => Ok(()),
+        for l in held.into_launches(&spare) {
+            self.record(st, l)?;
         }
+        Ok(())
     }
 
     /// Records the held launches, if any (before other work is recorded or submitted). An

@@ -24,6 +24,14 @@ fn whole_words(dtype: DType, k: usize) -> bool {
     }
 }
 
+/// The fewest lanes per weight row the decode matvec takes for `dtype` (see `mv_lanes`).
+pub(crate) fn mv_least_lanes(dtype: DType) -> u32 {
+    match weight_format(dtype) {
+        Some((_, 256, _)) => 64,
+        _ => 32,
+    }
+}
+
 /// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values of `dtype`:
 /// enough that the launch has about 2^18 threads (a large GPU full; with fewer, each lane
 /// waits on its loads alone), but no more than a row has values for one step of every lane
@@ -31,10 +39,10 @@ fn whole_words(dtype: DType, k: usize) -> bool {
 /// for 256-value blocks, whose 32 units of eight values must each have a lane
 /// (matvec_fast.wgsl).
 pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
-    let (least, per_lane) = match weight_format(dtype) {
-        Some((_, 256, _)) => (64, 8),
-        Some((_, 1, _)) => (32, 4),
-        _ => (32, 8),
+    let least = mv_least_lanes(dtype) as usize;
+    let per_lane = match weight_format(dtype) {
+        Some((_, 1, _)) => 4,
+        _ => 8,
     };
     let mut lanes = ((1usize << 18) / n.max(1))
         .next_power_of_two()

@@ -151,8 +151,16 @@ fn store_row(i: u32, j: u32, m: u32, n: u32, v: vec4<f32>) {
 @compute @workgroup_size(256)
 fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
       @builtin(local_invocation_index) t: u32) {
-    let n = pu(1u);
     let id = flat_wg(wg, nw);
+    let y = mv_sum(id, t);
+    let j = id * (256u / LPR) + t / LPR;
+    if (t % LPR == 0u && id < pu(5u) && j < pu(1u)) { Y[j] = y; }
+}
+
+// Workgroup `id`'s rows of `mv`: thread t gets its row's dot product where it is the row's
+// first lane (every thread of the workgroup calls it).
+fn mv_sum(id: u32, t: u32) -> f32 {
+    let n = pu(1u);
     let j = id * (256u / LPR) + t / LPR;
     let l = t % LPR;
     let ok = id < pu(5u) && j < n;
@@ -164,5 +172,5 @@ fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u3
         if (l < h) { red[t] += red[t + h]; }
         workgroupBarrier();
     }
-    if (l == 0u && ok) { Y[j] = red[t]; }
+    return red[t];
 }

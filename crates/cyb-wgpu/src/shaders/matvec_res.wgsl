@@ -1,0 +1,19 @@
+// matmul.wgsl's decode `mv` that also adds the residual: Y = W · a as `mv` writes it and
+// S = Y + R, the sum the next RMS norm reads (launch.rs merges that norm into the matvecs
+// after it, matvec_norm.wgsl). Params as `mv`.
+
+@group(0) @binding(3) var<storage, read> R: array<f32>;
+@group(0) @binding(4) var<storage, read_write> YR: array<f32>;
+@group(0) @binding(5) var<storage, read_write> S: array<f32>;
+
+@compute @workgroup_size(256)
+fn mv_res(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+          @builtin(local_invocation_index) t: u32) {
+    let id = flat_wg(wg, nw);
+    let y = mv_sum(id, t);
+    let j = id * (256u / LPR) + t / LPR;
+    if (t % LPR == 0u && id < pu(5u) && j < pu(1u)) {
+        YR[j] = y;
+        S[j] = y + R[j];
+    }
+}
