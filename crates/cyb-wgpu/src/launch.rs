@@ -6,11 +6,16 @@
 //! gate and up too, together with the gated unit that consumes exactly their two outputs), the
 //! rope of q and of k (with the KV cache appends of the rotated k and of v that follow them),
 //! two copies, two RMS norms (Qwen3's q and k norms) and two broadcasting binary ops (bias
-//! adds). The last launch is held back in `State::pending` until the next one shows
-//! whether it joins; anything else that records work (another launch, a copy, a submission)
-//! records the held one first, so the order of effects never changes. Every merged kernel
-//! computes each output exactly as the separate kernels do, and still writes every output they
-//! would have written (a later reader of the gate's or the rotated k's output sees it).
+//! adds). One merge spans a dependency: a decode matvec, the residual add + RMS norm of its
+//! output and the matvecs of the normalized row become two launches (`ResNorm`: the first
+//! matvec also writes the sum, the later ones compute the norm themselves). The last launch is
+//! held back in `State::pending` until the next one shows whether it joins; anything else that
+//! records work (another launch, a copy, a submission) records the held one first, so the order
+//! of effects never changes. Every merged kernel computes each output as the separate kernels
+//! do (exactly, except that `ResNorm`'s norm sums the squares in another order and scales the
+//! dot products by the inverse RMS after summing them), and still writes every output they
+//! would have written (a later reader of the gate's, the rotated k's or the norm's output sees
+//! it).
 //!
 //! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
