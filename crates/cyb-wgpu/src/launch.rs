@@ -109,6 +109,19 @@ pub(crate) struct ResNorm {
     norm: Launch,
 }
 
+impl ResNorm {
+    /// The two launches of this matvec, its add + norm and the held matvecs `after` of it.
+    fn around(self, after: Pending, spare: &[Arc<GpuBuf>; SPARE]) -> Launches {
+        let (prod, norm) = res_norm_launches(self);
+        let l = after.into_launch(spare, true);
+        Launches::from_iter(
+            [Some(prod), l.map(|l| with_norm(l, &norm))]
+                .into_iter()
+                .flatten(),
+        )
+    }
+}
+
 /// Longest row a merged norm normalizes (one `vec4` per thread and 1024 values).
 const NORM_FUSE_MAX_D: u32 = 4096;
 /// Most weight rows of the matvecs merged with a norm, over all of them: every workgroup sums
@@ -334,24 +347,8 @@ impl Pending {
     fn into_launches(self, spare: &[Arc<GpuBuf>; SPARE]) -> Launches {
         match self {
             Pending::ResNorm(rn) => Launches::from_iter([rn.prod, rn.norm]),
-            Pending::Matvec(Some(rn), v) => {
-                let (prod, norm) = res_norm_launches(rn);
-                let l = Pending::Matvec(None, v).into_launch(spare, true);
-                Launches::from_iter(
-                    [Some(prod), l.map(|l| with_norm(l, &norm))]
-                        .into_iter()
-                        .flatten(),
-                )
-            }
-            Pending::Glu(Some(rn), v) => {
-                let (prod, norm) = res_norm_launches(rn);
-                let l = Pending::Glu(None, v).into_launch(spare, true);
-                Launches::from_iter(
-                    [Some(prod), l.map(|l| with_norm(l, &norm))]
-                        .into_iter()
-                        .flatten(),
-                )
-            }
+            Pending::Matvec(Some(rn), v) => rn.around(Pending::Matvec(None, v), spare),
+            Pending::Glu(Some(rn), v) => rn.around(Pending::Glu(None, v), spare),
             other => Launches::from_iter(other.into_launch(spare, false)),
         }
     }

@@ -162,32 +162,26 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
 // k: values per row (a multiple of 4; of BLOCK for the quantized formats); rb: bytes per row.
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     if (KIND <= 1u) { return vdot4@(j, l, k, rb); }
-    // Lane l: unit w of blocks b, b + bstep, ...; the block's activations start at A4[b · BLOCK/4].
-    let w = l % UPB;
-    let cols = ucols(w);
-    let bstep = LPR / UPB;
-    let ostep = bstep * BYTES;
-    let xstep = bstep * (BLOCK / 4u);
-    let nb = k / BLOCK;
-    var b = l / UPB;
-    var o = j * rb + b * BYTES;
-    var x = b * (BLOCK / 4u);
+    let u = unit_walk(j, l, k, rb);
+    var b = u.b;
+    var o = u.o;
+    var x = u.x;
     var a0 = 0.0;
     var a1 = 0.0;
     var a2 = 0.0;
     var a3 = 0.0;
-    for (; b + 3u * bstep < nb; b += 4u * bstep) {
-        a0 += udot@(o, w, A4[x + cols.x], A4[x + cols.y]);
-        a1 += udot@(o + ostep, w, A4[x + xstep + cols.x], A4[x + xstep + cols.y]);
-        a2 += udot@(o + 2u * ostep, w, A4[x + 2u * xstep + cols.x], A4[x + 2u * xstep + cols.y]);
-        a3 += udot@(o + 3u * ostep, w, A4[x + 3u * xstep + cols.x], A4[x + 3u * xstep + cols.y]);
-        o += 4u * ostep;
-        x += 4u * xstep;
+    for (; b + 3u * u.bstep < u.nb; b += 4u * u.bstep) {
+        a0 += udot@(o, u.w, A4[x + u.cols.x], A4[x + u.cols.y]);
+        a1 += udot@(o + u.ostep, u.w, A4[x + u.xstep + u.cols.x], A4[x + u.xstep + u.cols.y]);
+        a2 += udot@(o + 2u * u.ostep, u.w, A4[x + 2u * u.xstep + u.cols.x], A4[x + 2u * u.xstep + u.cols.y]);
+        a3 += udot@(o + 3u * u.ostep, u.w, A4[x + 3u * u.xstep + u.cols.x], A4[x + 3u * u.xstep + u.cols.y]);
+        o += 4u * u.ostep;
+        x += 4u * u.xstep;
     }
-    for (; b < nb; b += bstep) {
-        a0 += udot@(o, w, A4[x + cols.x], A4[x + cols.y]);
-        o += ostep;
-        x += xstep;
+    for (; b < u.nb; b += u.bstep) {
+        a0 += udot@(o, u.w, A4[x + u.cols.x], A4[x + u.cols.y]);
+        o += u.ostep;
+        x += u.xstep;
     }
     return (a0 + a1) + (a2 + a3);
 }

@@ -31,3 +31,18 @@ fn ucols(w: u32) -> vec2<u32> {
         default: { return vec2<u32>(w, w + 4u); }
     }
 }
+
+// How lane l walks weight row j (k values, rb bytes) of a quantized format in `udot` units: unit
+// w of blocks b, b + bstep, ... (< nb), the first at byte o with its activations from A4[x];
+// each step moves ostep bytes and xstep vec4s on.
+struct UnitWalk {
+    w: u32, cols: vec2<u32>, bstep: u32, ostep: u32, xstep: u32, nb: u32, b: u32, o: u32, x: u32,
+}
+
+fn unit_walk(j: u32, l: u32, k: u32, rb: u32) -> UnitWalk {
+    let w = l % UPB;
+    let bstep = LPR / UPB;
+    let b = l / UPB;
+    return UnitWalk(w, ucols(w), bstep, bstep * BYTES, bstep * (BLOCK / 4u), k / BLOCK, b,
+                    j * rb + b * BYTES, b * (BLOCK / 4u));
+}

@@ -164,33 +164,28 @@ fn mv_rows(id: u32, t: u32) {
 // loop, each activation load serving both rows.
 fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
     if (KIND <= 1u) { return vdot_pair4(j, l, k, rb); }
-    let w = l % UPB;
-    let cols = ucols(w);
-    let bstep = LPR / UPB;
-    let ostep = bstep * BYTES;
-    let xstep = bstep * (BLOCK / 4u);
-    let nb = k / BLOCK;
-    var b = l / UPB;
-    var o = j * rb + b * BYTES;
-    var x = b * (BLOCK / 4u);
+    let u = unit_walk(j, l, k, rb);
+    var b = u.b;
+    var o = u.o;
+    var x = u.x;
     var a0 = vec2<f32>(0.0);
     var a1 = vec2<f32>(0.0);
-    for (; b + bstep < nb; b += 2u * bstep) {
-        let x0 = A4[x + cols.x];
-        let x1 = A4[x + cols.y];
-        let y0 = A4[x + xstep + cols.x];
-        let y1 = A4[x + xstep + cols.y];
-        a0 += vec2<f32>(udot0(o, w, x0, x1), udot1(o, w, x0, x1));
-        a1 += vec2<f32>(udot0(o + ostep, w, y0, y1), udot1(o + ostep, w, y0, y1));
-        o += 2u * ostep;
-        x += 2u * xstep;
+    for (; b + u.bstep < u.nb; b += 2u * u.bstep) {
+        let x0 = A4[x + u.cols.x];
+        let x1 = A4[x + u.cols.y];
+        let y0 = A4[x + u.xstep + u.cols.x];
+        let y1 = A4[x + u.xstep + u.cols.y];
+        a0 += vec2<f32>(udot0(o, u.w, x0, x1), udot1(o, u.w, x0, x1));
+        a1 += vec2<f32>(udot0(o + u.ostep, u.w, y0, y1), udot1(o + u.ostep, u.w, y0, y1));
+        o += 2u * u.ostep;
+        x += 2u * u.xstep;
     }
-    for (; b < nb; b += bstep) {
-        let x0 = A4[x + cols.x];
-        let x1 = A4[x + cols.y];
-        a0 += vec2<f32>(udot0(o, w, x0, x1), udot1(o, w, x0, x1));
-        o += ostep;
-        x += xstep;
+    for (; b < u.nb; b += u.bstep) {
+        let x0 = A4[x + u.cols.x];
+        let x1 = A4[x + u.cols.y];
+        a0 += vec2<f32>(udot0(o, u.w, x0, x1), udot1(o, u.w, x0, x1));
+        o += u.ostep;
+        x += u.xstep;
     }
     return a0 + a1;
 }
