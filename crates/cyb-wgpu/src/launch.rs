@@ -122,7 +122,7 @@ impl ResNorm {
     }
 }
 
-/// Longest row a merged norm normalizes (one `vec4` per thread and 1024 values).
+/// Longest row a merged norm normalizes (matvec_norm.wgsl: 256 threads, four `vec4`s each).
 const NORM_FUSE_MAX_D: u32 = 4096;
 /// Most weight rows of the matvecs merged with a norm, over all of them: every workgroup sums
 /// the row's squares again, so the output projection over a vocabulary stays separate.
@@ -360,6 +360,7 @@ impl Pending {
     fn into_launch(self, spare: &[Arc<GpuBuf>; SPARE], norm: bool) -> Option<Launch> {
         let spare_ref = |i: usize| (spare[i].id, spare[i].buffer.clone());
         match self {
+            // Two launches: only `into_launches` takes these (and never passes them here).
             Pending::ResNorm(_) | Pending::Matvec(Some(_), _) | Pending::Glu(Some(_), _) => None,
             Pending::Matvec(None, v) if v.len() <= 1 && !norm => v.into_iter().next(),
             Pending::Rope(v) | Pending::Copy(v) | Pending::Pair(v) if v.len() <= 1 => {

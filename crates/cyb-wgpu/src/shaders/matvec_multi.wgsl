@@ -5,6 +5,7 @@
 // G = act(gate) · up, the unit's output.
 // Params: 0 m, 1 k, 2 bytes per weight row, 3 row blocks (⌈m / MB⌉), 4 n0, 5 n1, 6 n2 (0: two
 // products), 7 glu (0 none, 1 swiglu, 2 geglu erf, 3 geglu tanh), 8 workgroups in the grid.
+// This file declares the bindings; the kernels are in matvec_multi_body.wgsl.
 
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 // The same activations four at a time, for `mv` (matvec_fast.wgsl; k is a multiple of 4 there).
