@@ -71,6 +71,8 @@ pub enum Family {
     CopyPair,
     /// Rope of q and k and the KV appends of k and v.
     RopeAppend,
+    /// Decode attention with the rope of q and k and the KV appends before it.
+    SdpaRope,
     BinaryPair,
     NormPair,
 }
@@ -95,6 +97,7 @@ impl Family {
             Family::BinaryPair => include_str!("shaders/binary_pair.wgsl"),
             Family::NormPair => include_str!("shaders/norm_pair.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
+            Family::SdpaRope => include_str!("shaders/sdpa_rope.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
             Family::AddNorm => include_str!("shaders/add_norm.wgsl"),
@@ -117,6 +120,7 @@ impl Family {
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),
             Family::RopeAppend => (4, 4),
+            Family::SdpaRope => (4, 6),
             Family::BinaryPair | Family::NormPair => (4, 2),
         }
     }
@@ -243,8 +247,8 @@ impl Kernels {
             }
             Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
             // `rows`: values per load of q and k (sdpa.wgsl), plus 8 when v is read four
-            // values at a time.
-            Family::Sdpa => {
+            // values at a time (sdpa_rope.wgsl: always both).
+            Family::Sdpa | Family::SdpaRope => {
                 src.push_str(if key.rows & 4 != 0 {
                     "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
                      fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
@@ -260,6 +264,13 @@ impl Kernels {
                     "alias VV = f32;\nconst VW: u32 = 1u;\n\
                      fn store_o(at: u32, o: VV) { O[at] = o; }\n"
                 });
+                if key.family == Family::SdpaRope {
+                    src.push_str("const SP: u32 = 16u;\n");
+                    src.push_str(include_str!("shaders/rope.wgsl"));
+                } else {
+                    src.push_str("const SP: u32 = 0u;\n");
+                }
+                src.push_str(include_str!("shaders/sdpa_body.wgsl"));
             }
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),

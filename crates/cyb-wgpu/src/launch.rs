@@ -32,8 +32,8 @@ use std::sync::Arc;
 /// a launch allocates nothing.
 type Params = ArrayVec<u32, 32>;
 type Bufs = ArrayVec<(u64, wgpu::Buffer), MAX_BUFFERS>;
-/// Launches held back: at most four (`Pending::RopeAppend`).
-type Held = ArrayVec<Launch, 4>;
+/// Launches held back: at most five (`Pending::Attend`).
+type Held = ArrayVec<Launch, 5>;
 /// What held launches become: one, or two for a `ResNorm`.
 type Launches = ArrayVec<Launch, 2>;
 
@@ -86,6 +86,62 @@ fn plain_copy(l: &Launch) -> bool {
         expect *= dim;
     }
     l.is(Family::Copy, "copy") && contiguous && l.param(13) == 0
+}
+
+/// Whether copy `c` (a `plain_copy`) writes a `[heads, d]` row block to row `row` of a KV cache
+/// laid out `[heads, cap, d]`: what `Op::KvAppend` records for one token.
+fn appends_row(c: &Launch, heads: u32, d: u32, cap: u32, row: u32) -> bool {
+    // copy params: 0 n, 1-4 dims, 9-12 destination strides, 14 destination base.
+    let mut steps = (0..4)
+        .filter(|&i| c.param(1 + i) != 1)
+        .map(|i| (c.param(1 + i), c.param(9 + i)));
+    let head_step = if heads == 1 { None } else { steps.next() };
+    let row_step = steps.next();
+    u64::from(c.param(0)) == u64::from(heads) * u64::from(d)
+        && steps.next().is_none()
+        && (heads == 1
+            || head_step
+                .is_some_and(|(n, s)| n == heads && u64::from(s) == u64::from(cap) * u64::from(d)))
+        && row_step == Some((d, 1))
+        && u64::from(c.param(14)) == u64::from(row) * u64::from(d)
+}
+
+/// Whether `l` is the decode attention of one token (one query row per head, `d` and `dv`
+/// multiples of four) that reads what a complete `RopeAppend` `held` writes: its rotated q as
+/// the queries, and the two KV caches its appends wrote the token's row into, as the last key.
+/// Then one launch does both (sdpa_rope.wgsl).
+fn attends(held: &[Launch], l: &Launch) -> bool {
+    let [q, k, kc, vc] = held else {
+        return false;
+    };
+    // sdpa params: 0 rows, 1 hq, 2 lq, 3 d, 4 hkv, 5 lk, 6 dv, 11 and 12 the caches' rows per
+    // head; bufs q, k, v, o, s. rope params: 0 n, 1 heads, 2 seq, 3 head_dim.
+    let (hq, d, hkv, lk, dv) = (l.param(1), l.param(3), l.param(4), l.param(5), l.param(6));
+    let n = |h: u32, d: u32| u64::from(h) * u64::from(d);
+    let written = |id: u64| held.iter().any(|h| h.writes().iter().any(|b| b.0 == id));
+    l.is(Family::Sdpa, "sdpa")
+        && l.key.rows == 12
+        && l.param(0) == hq
+        && l.param(2) == 1
+        && hkv > 0
+        && hq.is_multiple_of(hkv)
+        && lk > 0
+        && u64::from(q.param(0)) == n(hq, d)
+        && q.param(1) == hq
+        && q.param(2) == 1
+        && q.param(3) == d
+        && u64::from(k.param(0)) == n(hkv, d)
+        && k.param(1) == hkv
+        && l.id(0) == q.id(2)
+        && l.id(1) == kc.id(1)
+        && l.id(2) == vc.id(1)
+        && kc.id(1) != vc.id(1)
+        && appends_row(kc, hkv, d, l.param(11), lk - 1)
+        && appends_row(vc, hkv, dv, l.param(12), lk - 1)
+        && !written(vc.id(0))
+        && l.writes()
+            .iter()
+            .all(|w| held.iter().all(|h| h.bufs.iter().all(|b| b.0 != w.0)))
 }
 
 /// A matmul launch of few activation rows: `main`, or `mv` for one.
@@ -196,6 +252,9 @@ pub(crate) enum Pending {
     /// The two ropes, the copy of the second one's output (k) from its first element on (its
     /// KV cache append), and perhaps one more copy from a contiguous source (v's append).
     RopeAppend(Held),
+    /// A `RopeAppend` of both appends and the decode attention reading its rotated q and the
+    /// two caches (`attends`). Complete.
+    Attend(Held),
     /// Two `rms_norm` launches with one eps and offset, or two broadcasting binary launches of
     /// one kind (`add`, `sub`, `mul`, `div`).
     Pair(Held),
@@ -314,6 +373,12 @@ impl Pending {
                 None
             }
             Pending::RopeAppend(v) => {
+                if norms && attends(v, &l) {
+                    let mut parts = std::mem::take(v);
+                    parts.push(l);
+                    *self = Pending::Attend(parts);
+                    return None;
+                }
                 if !(v.len() == 3 && plain_copy(&l) && independent(v, &l)) {
                     return Some(l);
                 }
@@ -338,7 +403,7 @@ impl Pending {
                 v.push(l);
                 None
             }
-            Pending::Glu(..) => Some(l),
+            Pending::Glu(..) | Pending::Attend(..) => Some(l),
         }
     }
 
@@ -500,6 +565,38 @@ impl Pending {
                     params,
                     bufs,
                     groups: q.groups + k.groups + vc.map_or(0, |c| c.groups),
+                })
+            }
+            Pending::Attend(v) => {
+                // Always five: `absorb` makes it from a complete `RopeAppend` and attention.
+                let [q, k, kc, vc, at] = &v[..] else {
+                    return None;
+                };
+                let mut params: Params = (0..6).map(|i| q.param(i)).collect();
+                params.extend([k.param(0), k.param(1)]);
+                params.extend([0; 8]);
+                params.extend((0..13).map(|i| at.param(i)));
+                let bufs = Bufs::from_iter([
+                    q.bufs[0].clone(),
+                    k.bufs[0].clone(),
+                    q.bufs[1].clone(),
+                    vc.bufs[0].clone(),
+                    q.bufs[2].clone(),
+                    k.bufs[2].clone(),
+                    kc.bufs[1].clone(),
+                    vc.bufs[1].clone(),
+                    at.bufs[3].clone(),
+                    at.bufs[4].clone(),
+                ]);
+                Some(Launch {
+                    key: KernelKey {
+                        family: Family::SdpaRope,
+                        entry: "sdpa_rope",
+                        ..at.key.clone()
+                    },
+                    params,
+                    bufs,
+                    groups: at.groups,
                 })
             }
             Pending::Pair(v) => {
@@ -818,12 +915,18 @@ impl WgpuBackend {
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.since_submit += 1;
-        if self.submit_every > 0 && st.since_submit >= self.submit_every {
+        let every = if st.step_submits == 0 {
+            self.submit_first
+        } else {
+            self.submit_every
+        };
+        if every > 0 && st.since_submit >= every {
             self.flush(st);
         }
         if let Some(p) = &self.profile {
             let t0 = std::time::Instant::now();
             self.flush(st);
+            self.submitter.idle();
             self.ctx
                 .device
                 .poll(wgpu::PollType::wait_indefinitely())

@@ -402,9 +402,10 @@ fn llama_decode_step_launches() {
     // cache's prefix in place); merged: qkv, rope q+k with both appends, sdpa, o, add+norm,
     // gate/up/swiglu, down, add+norm. Plus embedding, first norm, final norm, output
     // projection. Merged further, each add+norm but the last (2 · layers - 1 of them) runs
-    // inside the o or down matvec before it (which adds the residual) and the matvecs after it.
+    // inside the o or down matvec before it (which adds the residual) and the matvecs after it,
+    // and each layer's rope + appends run inside its attention.
     assert_eq!(unmerged, 15 * layers + 4);
-    assert_eq!(merged, 8 * layers + 4 - (2 * layers - 1));
+    assert_eq!(merged, 8 * layers + 4 - (2 * layers - 1) - layers);
 }
 
 /// The other fixtures' layouts (biases, q/k norms, fused projections, extra norms) merge with
@@ -495,6 +496,85 @@ fn rope_and_kv_appends_are_one_launch() {
     steps.push((Op::Transpose { a: 0, b: 1 }, vec![Err(1)]));
     if let Some(l) = run_sequence(&host, &steps, 1e-4) {
         assert_eq!(l, 2);
+    }
+}
+
+/// One token's rope of q and k, both KV appends, the cache prefixes and attention over them:
+/// one launch (sdpa_rope.wgsl) where d and dv are multiples of four, every output (rotated q
+/// and k, both caches, attention) equal to the reference's.
+#[test]
+fn rope_appends_and_attention_are_one_launch() {
+    let _turn = serial();
+    // (hq, hkv, d, dv, rot_dims, layout, window, softcap, keys past the appended row,
+    // launches). Two launches beyond the step's own: the prefix slices' copies, made when they
+    // are read back to be compared.
+    let cases = [
+        (4, 2, 8, 8, 8, RopeLayout::Normal, None, None, 0, 1 + 2),
+        (
+            6,
+            2,
+            12,
+            4,
+            8,
+            RopeLayout::Neox,
+            Some(3),
+            Some(20.0),
+            0,
+            1 + 2,
+        ),
+        (3, 3, 4, 16, 4, RopeLayout::Neox, None, None, 0, 1 + 2),
+        (2, 1, 260, 8, 260, RopeLayout::Normal, None, None, 0, 1 + 2),
+        // d not a multiple of four: the rope and appends, then attention.
+        (4, 2, 6, 8, 6, RopeLayout::Normal, None, None, 0, 2 + 2),
+        // Attention over keys past the appended row: it is not the last key, so no merge.
+        (4, 2, 8, 8, 8, RopeLayout::Normal, None, None, 2, 2 + 2),
+    ];
+    for (hq, hkv, d, dv, rot_dims, layout, window, softcap, past, launches) in cases {
+        let (cap, start) = (9, 5usize);
+        let rope = Op::Rope {
+            layout,
+            rot_dims,
+            base: 1000.0,
+            scaling: RopeScaling::None,
+        };
+        let prefix = Op::Slice {
+            axis: 1,
+            start: 0,
+            end: (start + past) as isize + 1,
+            step: 1,
+        };
+        let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
+            scale: 0.3,
+            causal: true,
+            sliding_window: window,
+            softcap,
+            alibi_max_bias: None,
+        };
+        let host = vec![
+            f32t(&[1, hq, d], 1),
+            f32t(&[1, hkv, d], 2),
+            f32t(&[1, hkv, dv], 3),
+            Tensor::from_i64(&[1], &[start as i64]).unwrap(),
+            f32t(&[hkv, cap, d], 4),
+            f32t(&[hkv, cap, dv], 5),
+        ];
+        let append = Op::KvAppend { start };
+        let steps: Vec<Step> = vec![
+            (rope.clone(), vec![Ok(0), Ok(3)]),
+            (rope, vec![Ok(1), Ok(3)]),
+            (append.clone(), vec![Ok(4), Err(1)]),
+            (append, vec![Ok(5), Ok(2)]),
+            (prefix.clone(), vec![Err(2)]),
+            (prefix, vec![Err(3)]),
+            (Op::Transpose { a: 0, b: 1 }, vec![Err(0)]),
+            (sdpa, vec![Err(6), Err(4), Err(5)]),
+        ];
+        let l = run_sequence(&host, &steps, 1e-4);
+        let case = format!("hq {hq} hkv {hkv} d {d} dv {dv} {layout:?}");
+        if let Some(l) = l {
+            assert_eq!(l, launches, "{case}");
+        }
     }
 }
 
