@@ -169,16 +169,28 @@ impl Dispatcher {
         if t.host_bytes().is_some() {
             return Ok(t.clone());
         }
+        self.owner(t)?.download(t)
+    }
+
+    /// The values of `t` as f32 on the host (as `to_host(t)?.to_f32_vec()`, without the
+    /// intermediate host tensor where the owning backend can convert as it reads).
+    pub fn to_host_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
+        if t.host_bytes().is_some() {
+            return t.to_f32_vec();
+        }
+        self.owner(t)?.download_f32(t)
+    }
+
+    /// The backend of this chain that holds `t`.
+    fn owner(&self, t: &Tensor) -> Result<&Arc<dyn Backend>> {
         let owner = t.storage().location();
-        let backend = self
-            .chain
+        self.chain
             .iter()
             .find(|b| b.name() == owner)
             .ok_or_else(|| Error::BackendInit {
                 backend: owner.to_string(),
                 reason: "tensor belongs to a backend that is not in this dispatcher's chain".into(),
-            })?;
-        backend.download(t)
+            })
     }
 
     fn move_inputs(&self, backend: &dyn Backend, inputs: &[Tensor]) -> Result<Vec<Tensor>> {

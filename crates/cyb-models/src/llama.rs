@@ -213,14 +213,14 @@ impl LlamaModel {
     /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, true, |_, l| d.to_host(&l)?.to_f32_vec())
+        self.run_forward(tokens, cache, true, |_, l| d.to_host_f32(&l))
     }
 
     /// As [`forward`](LlamaModel::forward), returning the logits of every token,
     /// `[tokens.len(), vocab]` row-major (for perplexity).
     pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, false, |_, l| d.to_host(&l)?.to_f32_vec())
+        self.run_forward(tokens, cache, false, |_, l| d.to_host_f32(&l))
     }
 
     /// As [`forward`](LlamaModel::forward), returning only the index of the largest logit

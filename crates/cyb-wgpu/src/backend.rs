@@ -1,7 +1,8 @@
 //! `WgpuBackend`: device memory, per-step command recording and the `Backend` contract.
 //!
-//! Ops are recorded into one command encoder; it is submitted at `end_step`, or earlier when a
-//! download needs results. Activations come from the `FrameAllocator`, whose buffers return to
+//! Ops are recorded into one command encoder; it is submitted at `end_step`, every
+//! `CYB_WGPU_SUBMIT_EVERY` launches, or earlier when a download needs results — finished and
+//! submitted on the submission thread (submit.rs), which also runs the queue writes in order. Activations come from the `FrameAllocator`, whose buffers return to
 //! the pool at the next `begin_step` (a buffer still held by a live tensor is skipped).
 
 use crate::context::GpuContext;
@@ -24,7 +25,9 @@ pub struct WgpuBackend {
     /// Per-kernel timing (`CYB_WGPU_PROFILE`).
     pub(crate) profile: Option<crate::profile::Profile>,
     /// Host time spent recording (`CYB_WGPU_HOST_TIME`).
-    host_time: Option<crate::host_time::HostTime>,
+    host_time: Option<Arc<crate::host_time::HostTime>>,
+    /// Finishes encoders and runs the queue's work on a thread of its own (submit.rs).
+    pub(crate) submitter: crate::submit::Submitter,
     /// Kernel launches recorded so far (after merging; see `launch.rs`).
     pub(crate) launches: std::sync::atomic::AtomicU64,
     /// Adjacent independent launches are merged (`launch.rs`).
@@ -35,18 +38,28 @@ pub struct WgpuBackend {
     /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
     /// first part of a step while the rest is being recorded (0: once per step).
     pub(crate) submit_every: usize,
+    /// Launches before a step's first submission (the GPU idles until it comes).
+    pub(crate) submit_first: usize,
 }
 
 /// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
 fn submit_every() -> usize {
-    std::env::var("CYB_WGPU_SUBMIT_EVERY")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(16)
+    env_count("CYB_WGPU_SUBMIT_EVERY").unwrap_or(16)
+}
+
+/// `CYB_WGPU_SUBMIT_FIRST`: launches before a step's first submission (default: as many as
+/// between the later ones).
+fn submit_first(every: usize) -> usize {
+    env_count("CYB_WGPU_SUBMIT_FIRST").unwrap_or(every)
+}
+
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
+        self.submitter.idle();
         if let Some(p) = &self.profile {
             eprint!("{}", p.report());
         }
@@ -92,6 +105,8 @@ pub(crate) struct State {
     pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
     /// Launches recorded since the last submission.
     pub(crate) since_submit: usize,
+    /// Submissions in the current step.
+    pub(crate) step_submits: usize,
     /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
     pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
     /// Small integer host tensors (ids, positions) uploaded since the frame was reset, by dtype
@@ -101,6 +116,9 @@ pub(crate) struct State {
     /// (`Op::KvAppend`, in place) writes F32 caches, which must never be shared.
     small_uploads: FxHashMap<(DType, Vec<u8>), Arc<GpuBuf>>,
 }
+
+/// Writes larger than this run on the recording thread (`WgpuBackend::write`).
+const DIRECT_WRITE: usize = 1 << 16;
 
 /// Uploads up to this many bytes are shared within a frame (`State::small_uploads`).
 const SMALL_UPLOAD: usize = 256;
@@ -142,7 +160,9 @@ impl WgpuBackend {
     pub fn new() -> Result<WgpuBackend> {
         let ctx = GpuContext::open()?;
         let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
+        let host_time = crate::host_time::HostTime::from_env().map(Arc::new);
         Ok(WgpuBackend {
+            submitter: crate::submit::Submitter::new(&ctx.queue, host_time.clone()),
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
             ctx,
@@ -160,14 +180,16 @@ impl WgpuBackend {
                 spare: None,
                 lazy: Vec::new(),
                 since_submit: 0,
+                step_submits: 0,
                 gpu_time,
                 small_uploads: FxHashMap::default(),
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
-            host_time: crate::host_time::HostTime::from_env(),
+            host_time,
             launches: std::sync::atomic::AtomicU64::new(0),
             submit_every: submit_every(),
+            submit_first: submit_first(submit_every()),
         })
     }
 
@@ -184,7 +206,7 @@ impl WgpuBackend {
     /// Times the caller's scope when `CYB_WGPU_HOST_TIME` is set.
     fn host_span(&self) -> Option<crate::host_time::Span<'_>> {
         self.host_time
-            .as_ref()
+            .as_deref()
             .map(crate::host_time::HostTime::span)
     }
 
@@ -192,7 +214,7 @@ impl WgpuBackend {
     /// (recording, inside `queue.submit`, calls timed).
     pub fn host_time(&self) -> Option<(u64, u64, u64)> {
         self.host_time
-            .as_ref()
+            .as_deref()
             .map(crate::host_time::HostTime::totals)
     }
 
@@ -286,13 +308,23 @@ impl WgpuBackend {
         Ok(buf)
     }
 
+    /// Writes `data` to the start of `buf`, ordered with the submissions (submit.rs): small
+    /// writes go to the submission thread as a copy; large ones (weights) wait for it to be
+    /// idle and write from here, without the copy.
     fn write(&self, buf: &GpuBuf, data: &[u8]) {
-        if data.len().is_multiple_of(4) {
-            self.ctx.queue.write_buffer(&buf.buffer, 0, data);
+        let mut v;
+        let bytes = if data.len().is_multiple_of(4) {
+            data
         } else {
-            let mut v = data.to_vec();
+            v = data.to_vec();
             v.resize(padded(data.len()) as usize, 0);
-            self.ctx.queue.write_buffer(&buf.buffer, 0, &v);
+            &v[..]
+        };
+        if bytes.len() <= DIRECT_WRITE {
+            self.submitter.write(&buf.buffer, bytes.to_vec());
+        } else {
+            self.submitter.idle();
+            self.ctx.queue.write_buffer(&buf.buffer, 0, bytes);
         }
     }
 
@@ -329,7 +361,7 @@ impl WgpuBackend {
     fn write_params(&self, st: &mut State) {
         if let Some(a) = st.params.take() {
             if !a.data.is_empty() {
-                self.ctx.queue.write_buffer(&a.buf.buffer, 0, &a.data);
+                self.submitter.write(&a.buf.buffer, a.data);
             }
         }
     }
@@ -341,20 +373,17 @@ impl WgpuBackend {
         st.since_submit = 0;
         self.write_params(st);
         if let Some(enc) = st.encoder.take() {
-            let cmd = enc.finish();
-            let t0 = std::time::Instant::now();
-            self.ctx.queue.submit([cmd]);
-            if let Some(h) = &self.host_time {
-                h.add_submit(t0);
-            }
+            self.submitter.submit(enc);
+            st.step_submits += 1;
         }
     }
 
-    /// The bytes of a tensor of this backend (one submission and one wait).
-    fn read_bytes(&self, t: &Tensor) -> Result<Vec<u8>> {
+    /// `read` applied to the bytes of a tensor of this backend (one submission and one wait;
+    /// the bytes are those of the mapped staging buffer, copied only by `read`).
+    fn read_mapped<R>(&self, t: &Tensor, read: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let view = device_view(t)?;
         if let Some(h) = &view.host {
-            return Ok(h.to_vec());
+            return Ok(read(h));
         }
         let mut st = self.lock();
         ops::materialize_input(self, &mut st, t)?;
@@ -371,6 +400,7 @@ impl WgpuBackend {
         enc.copy_buffer_to_buffer(&view.buffer()?.buffer, 0, &staging.buffer, 0, size);
         self.flush(&mut st);
         drop(st);
+        self.submitter.idle();
         let slice = staging.buffer.slice(0..size);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -390,14 +420,14 @@ impl WgpuBackend {
                 ))
             }
         }
-        let bytes = {
+        let out = {
             let range = slice
                 .get_mapped_range()
                 .map_err(|e| Error::invalid("download", format!("wgpu: {e}")))?;
-            range.get(..view.len).map(<[u8]>::to_vec)
+            range.get(..view.len).map(read)
         };
         staging.buffer.unmap();
-        bytes.ok_or_else(|| Error::invalid("download", "staging buffer smaller than the tensor"))
+        out.ok_or_else(|| Error::invalid("download", "staging buffer smaller than the tensor"))
     }
 
     /// Waits until every submitted command has run (tests and benchmarks).
@@ -405,6 +435,7 @@ impl WgpuBackend {
         let mut st = self.lock();
         self.flush(&mut st);
         drop(st);
+        self.submitter.idle();
         self.ctx
             .device
             .poll(wgpu::PollType::wait_indefinitely())
@@ -569,15 +600,22 @@ impl Backend for WgpuBackend {
     }
 
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
-        self.download(t)?.to_f32_vec()
+        if t.dtype() != DType::F32 || t.host_bytes().is_some() {
+            return self.download(t)?.to_f32_vec();
+        }
+        // Straight from the mapped bytes (decode reads a vocabulary of logits per token).
+        self.read_mapped(t, |b| {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
     }
 
     fn download(&self, t: &Tensor) -> Result<Tensor> {
         if t.host_bytes().is_some() {
             return Ok(t.clone());
         }
-        let bytes = self.read_bytes(t)?;
-        Tensor::from_bytes(t.dims(), t.dtype(), &bytes)
+        self.read_mapped(t, |b| Tensor::from_bytes(t.dims(), t.dtype(), b))?
     }
 
     fn begin_step(&self, _ctx: &mut ExecContext) -> Result<()> {
@@ -594,6 +632,7 @@ impl Backend for WgpuBackend {
         }
         let _timed = self.host_span();
         self.flush(&mut st);
+        st.step_submits = 0;
         st.rope_table = None;
         st.frame.reset();
         st.small_uploads.clear();
@@ -605,6 +644,7 @@ impl Backend for WgpuBackend {
         let mut st = self.lock();
         self.flush(&mut st);
         if let Some(g) = st.gpu_time.as_mut() {
+            self.submitter.idle();
             g.end_step(&self.ctx.device, &self.ctx.queue);
         }
         st.in_step = false;

@@ -10,11 +10,9 @@ use std::time::Instant;
 pub(crate) struct HostTime {
     nanos: AtomicU64,
     calls: AtomicU64,
-    /// Of `nanos`, the time inside `queue.submit`: on a software adapter (lavapipe) the
-    /// submission runs the kernels before it returns, so it is reported apart.
-    submit_nanos: AtomicU64,
-    /// Of `submit_nanos`, what fell inside spans.
-    span_submit: AtomicU64,
+    /// Time the submission thread (submit.rs) spent finishing encoders and submitting them,
+    /// since the counted steps began.
+    async_nanos: AtomicU64,
     /// Steps begun, and the launch count when the counted steps began.
     steps: AtomicU64,
     launch_base: AtomicU64,
@@ -36,19 +34,12 @@ const WARM_STEPS: u64 = 2;
 pub(crate) struct Span<'a> {
     into: &'a HostTime,
     t0: Instant,
-    /// `submit_nanos` when the span began.
-    submit0: u64,
 }
 
 impl Drop for Span<'_> {
     fn drop(&mut self) {
         let ns = self.t0.elapsed().as_nanos() as u64;
-        // Submissions inside the span are left out (one thread records at a time).
-        let submit = self.into.submit_nanos.load(Ordering::Relaxed) - self.submit0;
-        self.into
-            .nanos
-            .fetch_add(ns.saturating_sub(submit), Ordering::Relaxed);
-        self.into.span_submit.fetch_add(submit, Ordering::Relaxed);
+        self.into.nanos.fetch_add(ns, Ordering::Relaxed);
         self.into.calls.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -66,7 +57,6 @@ impl HostTime {
         Span {
             into: self,
             t0: Instant::now(),
-            submit0: self.submit_nanos.load(Ordering::Relaxed),
         }
     }
 
@@ -75,25 +65,25 @@ impl HostTime {
         if self.steps.fetch_add(1, Ordering::Relaxed) == WARM_STEPS {
             self.nanos.store(0, Ordering::Relaxed);
             self.calls.store(0, Ordering::Relaxed);
-            self.span_submit.store(0, Ordering::Relaxed);
+            self.async_nanos.store(0, Ordering::Relaxed);
             self.launch_base.store(launches, Ordering::Relaxed);
             self.cpu_base
                 .store(thread_cpu_ns().unwrap_or(0), Ordering::Relaxed);
         }
     }
 
-    /// Adds time spent inside `queue.submit`.
-    pub(crate) fn add_submit(&self, t0: Instant) {
+    /// Adds time the submission thread spent finishing and submitting an encoder.
+    pub(crate) fn add_async_submit(&self, t0: Instant) {
         let ns = t0.elapsed().as_nanos() as u64;
-        self.submit_nanos.fetch_add(ns, Ordering::Relaxed);
+        self.async_nanos.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// Since the warm-up steps: host nanoseconds spent recording (submissions excluded),
-    /// nanoseconds inside `queue.submit` during the timed calls, and the number of timed calls.
+    /// Since the warm-up steps: host nanoseconds spent recording, nanoseconds the submission
+    /// thread spent finishing and submitting, and the number of timed calls.
     pub(crate) fn totals(&self) -> (u64, u64, u64) {
         (
             self.nanos.load(Ordering::Relaxed),
-            self.span_submit.load(Ordering::Relaxed),
+            self.async_nanos.load(Ordering::Relaxed),
             self.calls.load(Ordering::Relaxed),
         )
     }
@@ -116,7 +106,8 @@ impl HostTime {
             _ => String::new(),
         };
         format!(
-            "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms more in queue.submit) in {calls} calls, \
+            "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms finishing and \
+             submitting on the submission thread) in {calls} calls, \
              {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n",
             ns as f64 / 1e6,
             submit as f64 / 1e6,
