@@ -56,11 +56,7 @@ fn make(dims: &[usize], fill: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<T
     let n: usize = dims.iter().product();
     let mut buf = AlignedBuf::for_overwrite(n * 4);
     fill(bytemuck::cast_slice_mut(buf.as_bytes_mut()))?;
-    Tensor::new(
-        Shape::new(dims.to_vec())?,
-        DType::F32,
-        Storage::Host(Arc::new(buf)),
-    )
+    Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)))
 }
 
 pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor> {

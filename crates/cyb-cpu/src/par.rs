@@ -87,9 +87,5 @@ impl Par<'_> {
 }
 
 pub(crate) fn f32_tensor(dims: &[usize], buf: AlignedBuf) -> Result<Tensor> {
-    Tensor::new(
-        Shape::new(dims.to_vec())?,
-        DType::F32,
-        Storage::Host(Arc::new(buf)),
-    )
+    Tensor::new(Shape::new(dims)?, DType::F32, Storage::Host(Arc::new(buf)))
 }

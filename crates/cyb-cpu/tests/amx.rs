@@ -18,7 +18,7 @@ fn shared(w: &Tensor) -> Tensor {
         offset: 0,
         len,
     };
-    Tensor::new(Shape::new(w.dims().to_vec()).unwrap(), w.dtype(), storage).unwrap()
+    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
 }
 
 fn run(b: &CpuBackend, inputs: &[Tensor]) -> Vec<f32> {

@@ -55,7 +55,7 @@ fn shared(w: &Tensor) -> Tensor {
         offset: 0,
         len,
     };
-    Tensor::new(Shape::new(w.dims().to_vec()).unwrap(), w.dtype(), storage).unwrap()
+    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
 }
 
 /// The 16-bit activations' largest level (`quant_act::Q16_MAX`).

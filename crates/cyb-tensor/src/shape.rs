@@ -3,21 +3,24 @@
 //! GGUF lists dimensions fastest-first (`ne[0]` is the row length); readers reverse them.
 
 use crate::{Error, Result};
+use smallvec::SmallVec;
 use std::fmt;
 
-/// Row-major dimensions. A rank-0 shape is a scalar with one element.
+/// Row-major dimensions. A rank-0 shape is a scalar with one element. Up to four dimensions
+/// are held inline: shapes are made and cloned for every op a model runs (output shapes,
+/// the dispatcher's tensor infos), and most have rank four or less.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Shape(Vec<usize>);
+pub struct Shape(SmallVec<[usize; 4]>);
 
 impl Shape {
     /// A shape from dimensions, checking that the element count fits in `usize`.
-    pub fn new(dims: impl Into<Vec<usize>>) -> Result<Shape> {
-        let dims = dims.into();
-        checked_numel(&dims).ok_or_else(|| Error::InvalidArgument {
+    pub fn new(dims: impl AsRef<[usize]>) -> Result<Shape> {
+        let dims = dims.as_ref();
+        checked_numel(dims).ok_or_else(|| Error::InvalidArgument {
             op: "shape".into(),
             reason: format!("element count of {dims:?} overflows"),
         })?;
-        Ok(Shape(dims))
+        Ok(Shape(SmallVec::from_slice(dims)))
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -88,7 +91,7 @@ impl fmt::Display for Shape {
 
 impl From<&Shape> for Vec<usize> {
     fn from(s: &Shape) -> Vec<usize> {
-        s.0.clone()
+        s.0.to_vec()
     }
 }
 

@@ -146,6 +146,8 @@ pub(crate) const BIND_CACHE_MAX: usize = 8192;
 pub(crate) const PARAM_BYTES: u64 = 128;
 /// Parameter blocks per arena buffer.
 const ARENA_SLOTS: u64 = 512;
+/// Parameter blocks an arena's host bytes have room for at first.
+const ARENA_START_SLOTS: u64 = 32;
 
 /// A uniform buffer of parameter blocks, filled on the host as launches are recorded.
 pub(crate) struct ParamArena {
@@ -340,9 +342,12 @@ impl WgpuBackend {
             let stride =
                 u64::from(self.ctx.limits.min_uniform_buffer_offset_alignment).max(PARAM_BYTES);
             let buf = self.frame_buf(st, (stride * ARENA_SLOTS) as usize, BufferUsage::Uniform)?;
+            // Sized for the blocks one submission usually holds, not for the whole arena: the
+            // bytes go to the submission thread and are freed there, so a full-size buffer
+            // per submission would be fresh memory (page faults) every time.
             st.params = Some(ParamArena {
                 buf,
-                data: Vec::with_capacity((stride * ARENA_SLOTS) as usize),
+                data: Vec::with_capacity((stride * ARENA_START_SLOTS) as usize),
                 stride,
             });
         }

@@ -154,7 +154,7 @@ fn typed_len(t: &TensorProto) -> usize {
 /// A tensor over `data`: shared in place when the address suits the element size, copied into
 /// an aligned buffer otherwise.
 fn raw(data: Bytes, dims: &[usize], dtype: DType) -> Result<Tensor> {
-    let shape = Shape::new(dims.to_vec())?;
+    let shape = Shape::new(dims)?;
     let align = dtype.block_bytes().clamp(1, 8);
     if (data.as_ptr() as usize).is_multiple_of(align) {
         let len = data.len();
