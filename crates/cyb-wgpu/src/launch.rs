@@ -8,7 +8,9 @@
 //! two copies, two RMS norms (Qwen3's q and k norms) and two broadcasting binary ops (bias
 //! adds). One merge spans a dependency: a decode matvec, the residual add + RMS norm of its
 //! output and the matvecs of the normalized row become two launches (`ResNorm`: the first
-//! matvec also writes the sum, the later ones compute the norm themselves). The last launch is
+//! matvec also writes the sum, the later ones compute the norm themselves), and one token's
+//! attention joins the rope + appends before it (`Attend`: each workgroup writes its head's
+//! rotated q and its KV head's new cache rows, then attends). The last launch is
 //! held back in `State::pending` until the next one shows whether it joins; anything else that
 //! records work (another launch, a copy, a submission) records the held one first, so the order
 //! of effects never changes. Every merged kernel computes each output as the separate kernels
