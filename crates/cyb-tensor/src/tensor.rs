@@ -319,7 +319,7 @@ impl Tensor {
 }
 
 /// Decodes `bytes` of `dtype` into `out` (one f32 per value).
-pub(crate) fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let need = dtype.bytes_for(out.len());
     if need != Some(bytes.len()) {
         return Err(Error::WeightFormatMismatch {

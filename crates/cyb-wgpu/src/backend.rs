@@ -2,8 +2,9 @@
 //!
 //! Ops are recorded into one command encoder; it is submitted at `end_step`, every
 //! `CYB_WGPU_SUBMIT_EVERY` launches, or earlier when a download needs results — finished and
-//! submitted on the submission thread (submit.rs), which also runs the queue writes in order. Activations come from the `FrameAllocator`, whose buffers return to
-//! the pool at the next `begin_step` (a buffer still held by a live tensor is skipped).
+//! submitted on the submission thread (submit.rs), which also runs the queue writes in order.
+//! Activations come from the `FrameAllocator`, whose buffers return to the pool at the next
+//! `begin_step` (a buffer still held by a live tensor is skipped).
 
 use crate::context::GpuContext;
 use crate::kernels::Kernels;
@@ -38,23 +39,14 @@ pub struct WgpuBackend {
     /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
     /// first part of a step while the rest is being recorded (0: once per step).
     pub(crate) submit_every: usize,
-    /// Launches before a step's first submission (the GPU idles until it comes).
-    pub(crate) submit_first: usize,
 }
 
 /// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
 fn submit_every() -> usize {
-    env_count("CYB_WGPU_SUBMIT_EVERY").unwrap_or(16)
-}
-
-/// `CYB_WGPU_SUBMIT_FIRST`: launches before a step's first submission (default: as many as
-/// between the later ones).
-fn submit_first(every: usize) -> usize {
-    env_count("CYB_WGPU_SUBMIT_FIRST").unwrap_or(every)
-}
-
-fn env_count(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    std::env::var("CYB_WGPU_SUBMIT_EVERY")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(16)
 }
 
 impl Drop for WgpuBackend {
@@ -105,8 +97,6 @@ pub(crate) struct State {
     pub(crate) lazy: Vec<std::sync::Weak<crate::memory::LazySlice>>,
     /// Launches recorded since the last submission.
     pub(crate) since_submit: usize,
-    /// Submissions in the current step.
-    pub(crate) step_submits: usize,
     /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
     pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
     /// Small integer host tensors (ids, positions) uploaded since the frame was reset, by dtype
@@ -182,7 +172,6 @@ impl WgpuBackend {
                 spare: None,
                 lazy: Vec::new(),
                 since_submit: 0,
-                step_submits: 0,
                 gpu_time,
                 small_uploads: FxHashMap::default(),
             }),
@@ -191,7 +180,6 @@ impl WgpuBackend {
             host_time,
             launches: std::sync::atomic::AtomicU64::new(0),
             submit_every: submit_every(),
-            submit_first: submit_first(submit_every()),
         })
     }
 
@@ -213,7 +201,7 @@ impl WgpuBackend {
     }
 
     /// Host nanoseconds spent recording, when `CYB_WGPU_HOST_TIME` is set:
-    /// (recording, inside `queue.submit`, calls timed).
+    /// (recording, finishing and submitting on the submission thread, calls timed).
     pub fn host_time(&self) -> Option<(u64, u64, u64)> {
         self.host_time
             .as_deref()
@@ -314,19 +302,19 @@ impl WgpuBackend {
     /// writes go to the submission thread as a copy; large ones (weights) wait for it to be
     /// idle and write from here, without the copy.
     fn write(&self, buf: &GpuBuf, data: &[u8]) {
-        let mut v;
-        let bytes = if data.len().is_multiple_of(4) {
-            data
-        } else {
-            v = data.to_vec();
-            v.resize(padded(data.len()) as usize, 0);
-            &v[..]
-        };
-        if bytes.len() <= DIRECT_WRITE {
-            self.submitter.write(&buf.buffer, bytes.to_vec());
-        } else {
+        let len = padded(data.len()) as usize;
+        if len <= DIRECT_WRITE {
+            let mut v = data.to_vec();
+            v.resize(len, 0);
+            self.submitter.write(&buf.buffer, v);
+        } else if len == data.len() {
             self.submitter.idle();
-            self.ctx.queue.write_buffer(&buf.buffer, 0, bytes);
+            self.ctx.queue.write_buffer(&buf.buffer, 0, data);
+        } else {
+            let mut v = data.to_vec();
+            v.resize(len, 0);
+            self.submitter.idle();
+            self.ctx.queue.write_buffer(&buf.buffer, 0, &v);
         }
     }
 
@@ -379,7 +367,6 @@ impl WgpuBackend {
         self.write_params(st);
         if let Some(enc) = st.encoder.take() {
             self.submitter.submit(enc);
-            st.step_submits += 1;
         }
     }
 
@@ -605,15 +592,15 @@ impl Backend for WgpuBackend {
     }
 
     fn download_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
-        if t.dtype() != DType::F32 || t.host_bytes().is_some() {
-            return self.download(t)?.to_f32_vec();
+        if t.host_bytes().is_some() {
+            return t.to_f32_vec();
         }
-        // Straight from the mapped bytes (decode reads a vocabulary of logits per token).
+        // Converted straight from the mapped bytes (decode reads a vocabulary of logits per
+        // token), with no host tensor in between.
         self.read_mapped(t, |b| {
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()
-        })
+            let mut out = vec![0f32; t.numel()];
+            cyb_tensor::decode_f32(t.dtype(), b, &mut out).map(|()| out)
+        })?
     }
 
     fn download(&self, t: &Tensor) -> Result<Tensor> {
@@ -637,7 +624,6 @@ impl Backend for WgpuBackend {
         }
         let _timed = self.host_span();
         self.flush(&mut st);
-        st.step_submits = 0;
         st.rope_table = None;
         st.frame.reset();
         st.small_uploads.clear();

@@ -917,12 +917,7 @@ impl WgpuBackend {
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.since_submit += 1;
-        let every = if st.step_submits == 0 {
-            self.submit_first
-        } else {
-            self.submit_every
-        };
-        if every > 0 && st.since_submit >= every {
+        if self.submit_every > 0 && st.since_submit >= self.submit_every {
             self.flush(st);
         }
         if let Some(p) = &self.profile {
