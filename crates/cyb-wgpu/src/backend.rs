@@ -158,7 +158,7 @@ impl WgpuBackend {
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
             ctx,
-            kernels: Kernels::default(),
+            kernels: Kernels::new(std::env::var("CYB_WGPU_CHECKS").is_ok_and(|v| v == "1")),
             state: Mutex::new(State {
                 encoder: None,
                 pass: None,
@@ -181,6 +181,13 @@ impl WgpuBackend {
             launches: std::sync::atomic::AtomicU64::new(0),
             submit_every: submit_every(),
         })
+    }
+
+    /// This backend with its kernels compiled with (`true`) or without wgpu's shader runtime
+    /// checks (`kernels::Kernels::new`; `CYB_WGPU_CHECKS=1` turns them on at creation).
+    pub fn with_shader_checks(mut self, on: bool) -> WgpuBackend {
+        self.kernels = Kernels::new(on);
+        self
     }
 
     /// The adapter in use.
@@ -598,6 +605,13 @@ impl Backend for WgpuBackend {
         // Converted straight from the mapped bytes (decode reads a vocabulary of logits per
         // token), with no host tensor in between.
         self.read_mapped(t, |b| {
+            // F32 (logits): one copy into a vector that is not zeroed first.
+            if cfg!(target_endian = "little") && t.dtype() == DType::F32 && b.len() == 4 * t.numel()
+            {
+                if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(b) {
+                    return Ok(v.to_vec());
+                }
+            }
             let mut out = vec![0f32; t.numel()];
             cyb_tensor::decode_f32(t.dtype(), b, &mut out).map(|()| out)
         })?

@@ -179,9 +179,32 @@ pub struct Kernel {
 #[derive(Default)]
 pub struct Kernels {
     pipelines: Mutex<FxHashMap<KernelKey, Arc<Kernel>>>,
+    /// Compile with wgpu's runtime checks (see [`Kernels::new`]).
+    checked: bool,
 }
 
 impl Kernels {
+    /// Kernels compiled without wgpu's shader runtime checks, unless `checked`
+    /// (`CYB_WGPU_CHECKS=1`, for debugging a kernel).
+    ///
+    /// The checks are naga's clamping of every index into a workgroup or private array, a
+    /// counter in every loop that ends it after 2^64 iterations, and a guard around every
+    /// integer division; on the H200 they cost 40% of prefill and 8% of decode
+    /// (docs/performance.md). What they guard against is established here instead: every
+    /// loop of these kernels steps by a positive constant or doubles a bounded counter, every
+    /// workgroup or private array index is bounded by the workgroup size or a constant, and
+    /// every divisor is a constant or a dimension of the launch's shapes (a launch over an
+    /// empty tensor has no workgroups and is never recorded; where a zero reaches a division
+    /// anyway, the quotient is an unspecified value, not a fault). Storage buffer accesses stay
+    /// bounds-checked where the driver does it (Vulkan's robust buffer access, which wgpu
+    /// enables); on Metal and DX12 they rely on the host's shape checks alone.
+    pub fn new(checked: bool) -> Kernels {
+        Kernels {
+            pipelines: Mutex::default(),
+            checked,
+        }
+    }
+
     /// The pipeline for `key`, compiled on first use.
     pub fn get(&self, device: &wgpu::Device, key: &KernelKey) -> Arc<Kernel> {
         let mut map = self
@@ -281,10 +304,19 @@ impl Kernels {
             _ => {}
         }
         src.push_str(key.family.source());
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(key.entry),
             source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        };
+        let module = if self.checked {
+            device.create_shader_module(desc)
+        } else {
+            // SAFETY: `Kernels::new` gives why these kernels need none of the checks: no loop
+            // runs forever, no index leaves its array, no divisor is zero.
+            unsafe {
+                device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
         let (n_in, n_out) = key.family.bindings();
         let mut entries = vec![wgpu::BindGroupLayoutEntry {
             binding: 0,

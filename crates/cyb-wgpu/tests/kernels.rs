@@ -105,6 +105,54 @@ fn matmul_every_weight_format() {
     }
 }
 
+/// Kernels compiled without wgpu's runtime checks (the default) give bit-identical results to
+/// kernels compiled with them: the checks only guard, they never change arithmetic.
+#[test]
+fn unchecked_kernels_match_checked_ones() {
+    let Some(fast) = gpu() else { return };
+    let checked = cyb_wgpu::WgpuBackend::new()
+        .expect("a second device on the same adapter")
+        .with_shader_checks(true);
+    let run = |b: &cyb_wgpu::WgpuBackend, op: &Op, inputs: &[Tensor]| -> Vec<f32> {
+        let dev: Vec<Tensor> = inputs.iter().map(|t| b.upload_tensor(t).unwrap()).collect();
+        let out = b.execute(op, &dev, &mut ExecContext::default()).unwrap();
+        b.download_f32(&out[0]).unwrap()
+    };
+    let matmul = Op::MatMul {
+        rhs_transposed: true,
+    };
+    let k = 9 * 256;
+    for (m, n, dt) in [
+        (1, 13, DType::Q4_K),
+        (70, 67, DType::Q6_K),
+        (1, 4100, DType::Q4_0),
+    ] {
+        let w = Tensor::from_f32_as(&[n, k], &random(n * k, 21), dt).unwrap();
+        let a = f32t(&[m, k], 22);
+        let inputs = [a, w];
+        assert_eq!(
+            run(&fast, &matmul, &inputs),
+            run(&checked, &matmul, &inputs),
+            "{dt} {m}x{n}"
+        );
+    }
+    let sdpa = Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
+        scale: 0.3,
+        causal: true,
+        sliding_window: None,
+        softcap: Some(20.0),
+        alibi_max_bias: None,
+    };
+    // GQA: 4 query heads on 2 kv heads, 3 new rows after 34 cached ones.
+    let inputs = [
+        f32t(&[4, 3, 8], 23),
+        f32t(&[2, 37, 8], 24),
+        f32t(&[2, 37, 8], 25),
+    ];
+    assert_eq!(run(&fast, &sdpa, &inputs), run(&checked, &sdpa, &inputs));
+}
+
 #[test]
 fn embedding_tables() {
     for dt in [
