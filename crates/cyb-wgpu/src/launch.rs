@@ -749,15 +749,10 @@ pub(crate) fn merging_enabled(limits: &wgpu::Limits) -> bool {
     !off && limits.max_storage_buffers_per_shader_stage >= MERGED_BUFFERS
 }
 
-/// Workgroup memory matvec_norm.wgsl declares: the reduction's 512 values and the normalized
-/// row of up to `NORM_FUSE_MAX_D` values.
-const NORM_FUSE_WORKGROUP_BYTES: u32 = 4 * (512 + NORM_FUSE_MAX_D);
-
 /// Whether norms merge with the matvecs around them (`ResNorm`): the adapter binds
-/// matvec_norm.wgsl's ten buffers and gives a workgroup the memory it declares.
+/// matvec_norm.wgsl's ten buffers.
 pub(crate) fn norm_merging(limits: &wgpu::Limits) -> bool {
     limits.max_storage_buffers_per_shader_stage as usize >= MAX_BUFFERS
-        && limits.max_compute_workgroup_storage_size >= NORM_FUSE_WORKGROUP_BYTES
 }
 
 impl WgpuBackend {

@@ -1,10 +1,9 @@
 // The RMS norm of a decode row and the matvecs of its output in one launch (launch.rs): the
 // launch before it (matvec_res.wgsl) wrote the residual sum S = A; every workgroup here sums
-// A's squares itself (one vec4 load per 1024 values per thread) and keeps A · (w + offset) in
-// workgroup memory (XS), which its dot products read; they are scaled by the inverse RMS at
-// the end (matvec_multi_body.wgsl's `mv_rows`, its activation reads renamed to `xn`). One
-// workgroup-memory load per four values, where reading A and w from the buffers took two
-// loads and a product. Workgroup 0 also writes the normalized row Yn, the norm's own output.
+// A's squares itself (one vec4 load per 1024 values per thread), and its dot products read
+// A · (w + offset) and are scaled by the inverse RMS at the end (matvec_multi_body.wgsl's
+// `mv_rows`, its activation reads renamed to `xn`). Workgroup 0 also writes the normalized
+// row Yn, the norm's own output.
 // Params: 0-8 as matvec_multi.wgsl (m = 1; k = d, the row's length: a multiple of 4, at most
 // 4096), 9 eps, 10 weight offset.
 
@@ -20,12 +19,11 @@
 @group(0) @binding(9) var<storage, read_write> G: array<f32>;
 @group(0) @binding(10) var<storage, read_write> Yn4: array<vec4<f32>>;
 
-// The row times the norm's weights (the inverse RMS comes later), four values per entry.
-var<workgroup> XS: array<vec4<f32>, 1024>;
+var<private> NORM_OFF: f32;
 
-// Values 4i .. 4i + 3 of the row times the norm's weights.
+// Values 4i .. 4i + 3 of the row times the norm's weights (the inverse RMS comes later).
 fn xn(i: u32) -> vec4<f32> {
-    return XS[i];
+    return A4[i] * (Wn4[i] + NORM_OFF);
 }
 
 // Values 4i .. 4i + 3 of the row, 0 past its end (n4 vec4s).
@@ -44,11 +42,6 @@ fn mv_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     let v1 = row4(t + 256u, n4);
     let v2 = row4(t + 512u, n4);
     let v3 = row4(t + 768u, n4);
-    let off = pf(10u);
-    if (t < n4) { XS[t] = v0 * (Wn4[t] + off); }
-    if (t + 256u < n4) { XS[t + 256u] = v1 * (Wn4[t + 256u] + off); }
-    if (t + 512u < n4) { XS[t + 512u] = v2 * (Wn4[t + 512u] + off); }
-    if (t + 768u < n4) { XS[t + 768u] = v3 * (Wn4[t + 768u] + off); }
     red[t] = (dot(v0, v0) + dot(v1, v1)) + (dot(v2, v2) + dot(v3, v3));
     workgroupBarrier();
     for (var s = 128u; s > 0u; s >>= 1u) {
@@ -56,15 +49,15 @@ fn mv_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
         workgroupBarrier();
     }
     let inv = 1.0 / sqrt(red[0] / f32(d) + pf(9u));
+    NORM_OFF = pf(10u);
     ROW_SCALE = inv;
     if (id == 0u) {
-        if (t < n4) { Yn4[t] = XS[t] * inv; }
-        if (t + 256u < n4) { Yn4[t + 256u] = XS[t + 256u] * inv; }
-        if (t + 512u < n4) { Yn4[t + 512u] = XS[t + 512u] * inv; }
-        if (t + 768u < n4) { Yn4[t + 768u] = XS[t + 768u] * inv; }
+        if (t < n4) { Yn4[t] = v0 * inv * (Wn4[t] + NORM_OFF); }
+        if (t + 256u < n4) { Yn4[t + 256u] = v1 * inv * (Wn4[t + 256u] + NORM_OFF); }
+        if (t + 512u < n4) { Yn4[t + 512u] = v2 * inv * (Wn4[t + 512u] + NORM_OFF); }
+        if (t + 768u < n4) { Yn4[t + 768u] = v3 * inv * (Wn4[t + 768u] + NORM_OFF); }
     }
-    // Every thread has read red[0] (and the reduction's barriers made XS visible) before
-    // `mv_rows` reuses red.
+    // Every thread has read red[0] before `mv_rows` reuses it.
     workgroupBarrier();
     mv_rows(id, t);
 }
