@@ -19,4 +19,4 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use shape::Shape;
 pub use storage::{AlignedBuf, DeviceBuffer, Storage};
-pub use tensor::{decode_f32, Tensor, TensorInfo};
+pub use tensor::{decode_f32_vec, Tensor, TensorInfo};

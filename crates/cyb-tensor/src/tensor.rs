@@ -194,9 +194,7 @@ impl Tensor {
     /// reference dequantizer.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         let b = self.bytes_or_err("to_f32")?;
-        let mut out = vec![0f32; self.numel()];
-        decode_f32(self.dtype, b, &mut out)?;
-        Ok(out)
+        decode_f32_vec(self.dtype, b, self.numel())
     }
 
     /// Every value of an integer or boolean tensor as i64.
@@ -318,8 +316,24 @@ impl Tensor {
     }
 }
 
+/// The `n` values that `bytes` of `dtype` hold, as f32. F32 bytes are copied once, into a
+/// vector that is not zeroed first (a decode step reads a vocabulary of logits this way).
+pub fn decode_f32_vec(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    if cfg!(target_endian = "little")
+        && dtype == DType::F32
+        && Some(bytes.len()) == n.checked_mul(4)
+    {
+        if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(bytes) {
+            return Ok(v.to_vec());
+        }
+    }
+    let mut out = vec![0f32; n];
+    decode_f32(dtype, bytes, &mut out)?;
+    Ok(out)
+}
+
 /// Decodes `bytes` of `dtype` into `out` (one f32 per value).
-pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+pub(crate) fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let need = dtype.bytes_for(out.len());
     if need != Some(bytes.len()) {
         return Err(Error::WeightFormatMismatch {
@@ -481,6 +495,25 @@ pub(crate) fn encode_f32(dtype: DType, src: &[f32], out: &mut [u8]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// F32 bytes come back whole whether or not they sit 4-aligned, other dtypes decode, and
+    /// a byte count that does not match the value count is an error.
+    #[test]
+    fn decode_f32_vec_copies_or_decodes() {
+        let vals = [1.5f32, -2.0, 3.25];
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(decode_f32_vec(DType::F32, &bytes, 3).unwrap(), vals);
+        let mut shifted = vec![0u8];
+        shifted.extend_from_slice(&bytes);
+        assert_eq!(decode_f32_vec(DType::F32, &shifted[1..], 3).unwrap(), vals);
+        let h: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        assert_eq!(decode_f32_vec(DType::F16, &h, 3).unwrap(), vals);
+        assert!(decode_f32_vec(DType::F32, &bytes, 2).is_err());
+        assert!(decode_f32_vec(DType::F32, &bytes[..11], 3).is_err());
+    }
 
     #[test]
     fn new_checks_sizes() {

@@ -310,18 +310,20 @@ impl WgpuBackend {
     /// idle and write from here, without the copy.
     fn write(&self, buf: &GpuBuf, data: &[u8]) {
         let len = padded(data.len()) as usize;
-        if len <= DIRECT_WRITE {
+        let padded_copy = || {
             let mut v = data.to_vec();
             v.resize(len, 0);
-            self.submitter.write(&buf.buffer, v);
-        } else if len == data.len() {
-            self.submitter.idle();
+            v
+        };
+        if len <= DIRECT_WRITE {
+            self.submitter.write(&buf.buffer, padded_copy());
+            return;
+        }
+        self.submitter.idle();
+        if len == data.len() {
             self.ctx.queue.write_buffer(&buf.buffer, 0, data);
         } else {
-            let mut v = data.to_vec();
-            v.resize(len, 0);
-            self.submitter.idle();
-            self.ctx.queue.write_buffer(&buf.buffer, 0, &v);
+            self.ctx.queue.write_buffer(&buf.buffer, 0, &padded_copy());
         }
     }
 
@@ -604,17 +606,7 @@ impl Backend for WgpuBackend {
         }
         // Converted straight from the mapped bytes (decode reads a vocabulary of logits per
         // token), with no host tensor in between.
-        self.read_mapped(t, |b| {
-            // F32 (logits): one copy into a vector that is not zeroed first.
-            if cfg!(target_endian = "little") && t.dtype() == DType::F32 && b.len() == 4 * t.numel()
-            {
-                if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(b) {
-                    return Ok(v.to_vec());
-                }
-            }
-            let mut out = vec![0f32; t.numel()];
-            cyb_tensor::decode_f32(t.dtype(), b, &mut out).map(|()| out)
-        })?
+        self.read_mapped(t, |b| cyb_tensor::decode_f32_vec(t.dtype(), b, t.numel()))?
     }
 
     fn download(&self, t: &Tensor) -> Result<Tensor> {

@@ -176,7 +176,6 @@ pub struct Kernel {
     pub layout: wgpu::BindGroupLayout,
 }
 
-#[derive(Default)]
 pub struct Kernels {
     pipelines: Mutex<FxHashMap<KernelKey, Arc<Kernel>>>,
     /// Compile with wgpu's runtime checks (see [`Kernels::new`]).
