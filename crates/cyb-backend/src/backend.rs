@@ -68,4 +68,45 @@ pub trait Backend: Send + Sync {
     fn end_step(&self, _ctx: &mut ExecContext) -> Result<()> {
         Ok(())
     }
+
+    /// Starts recording the work the current step gives this backend, so that the step can
+    /// later run again without the model, the dispatcher or the op code (`plan_replay`). Call
+    /// after `begin_step`. False when this backend does not replay steps.
+    fn begin_capture(&self) -> bool {
+        false
+    }
+
+    /// Ends the recording `begin_capture` started; `output` is the step's result (still on
+    /// this backend). `None` when the step did something a replay could not repeat (read a
+    /// result back to the host, uploaded a weight).
+    fn end_capture(&self, _output: &Tensor) -> Option<Recording> {
+        None
+    }
+
+    /// A replay plan from the recordings of consecutive steps of one session, each with the
+    /// host inputs the step was given (the same inputs, in the same order, as `replay` gets);
+    /// `output` is the last step's result. `None` when the recordings do not show one step
+    /// that only its host inputs and its position change (then the caller runs steps as
+    /// usual).
+    fn plan_replay(
+        &self,
+        _steps: Vec<(Recording, Vec<Vec<u8>>)>,
+        _output: &Tensor,
+    ) -> Result<Option<Recording>> {
+        Ok(None)
+    }
+
+    /// Runs a planned step again, `steps` steps after the first recorded one (negative:
+    /// before it), with new host `inputs`; returns the step's output. Call between
+    /// `begin_step` and `end_step`.
+    fn replay(&self, _plan: &Recording, _steps: i64, _inputs: &[&[u8]]) -> Result<Tensor> {
+        Err(cyb_tensor::Error::invalid(
+            self.name(),
+            "this backend does not replay steps",
+        ))
+    }
 }
+
+/// What a backend recorded of a step, or a plan made of such recordings: opaque to the caller,
+/// given back to the backend that made it.
+pub type Recording = Box<dyn std::any::Any + Send + Sync>;

@@ -86,6 +86,11 @@ impl<B: Clone> FrameAllocator<B> {
     pub fn stats(&self) -> FrameStats {
         self.stats
     }
+
+    /// The buffers handed out since the last reset.
+    pub fn in_use(&self) -> impl Iterator<Item = &B> {
+        self.in_use.iter().map(|(_, _, b)| b)
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,9 @@ pub struct KvCache {
     head_dim: usize,
     capacity: usize,
     len: usize,
+    /// Decode steps this session may replay on a device backend (replay.rs): plans are bound
+    /// to this cache's buffers.
+    pub(crate) replays: crate::replay::ReplayBook,
 }
 
 /// A context of 0 tokens is refused (it could hold nothing).
@@ -100,6 +103,7 @@ impl KvCache {
             head_dim,
             capacity,
             len: 0,
+            replays: Default::default(),
         })
     }
 
@@ -127,6 +131,7 @@ impl KvCache {
             head_dim,
             capacity,
             len: 0,
+            replays: Default::default(),
         })
     }
 

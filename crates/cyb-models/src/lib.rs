@@ -23,6 +23,7 @@ mod llama;
 mod llama_config;
 mod llama_graph;
 mod llama_weights;
+mod replay;
 
 pub use bert::BertModel;
 pub use bert_batch::BatchLayout;

@@ -15,6 +15,7 @@ use crate::kv_cache::KvCache;
 use crate::llama_config::{Activation, LayerAttention, LlamaConfig};
 use crate::llama_graph::llama_graph;
 use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
+use crate::replay::StepKind;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_graph::{Executor, Graph};
@@ -213,14 +214,14 @@ impl LlamaModel {
     /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, true, |_, l| d.to_host_f32(&l))
+        self.run_forward(tokens, cache, StepKind::LastLogits, |l| d.to_host_f32(l))
     }
 
     /// As [`forward`](LlamaModel::forward), returning the logits of every token,
     /// `[tokens.len(), vocab]` row-major (for perplexity).
     pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, false, |_, l| d.to_host_f32(&l))
+        self.run_forward(tokens, cache, StepKind::AllLogits, |l| d.to_host_f32(l))
     }
 
     /// As [`forward`](LlamaModel::forward), returning only the index of the largest logit
@@ -228,22 +229,25 @@ impl LlamaModel {
     /// largest). On a device backend the logits stay there and one index is read back.
     pub fn forward_argmax(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, true, |step, logits| {
-            let i = step.run(Op::ArgMax { axis: -1 }, &[&logits])?;
-            let i = d.to_host(&i)?.to_i64_vec()?;
+        self.run_forward(tokens, cache, StepKind::ArgMax, |i| {
+            let i = d.to_host(i)?.to_i64_vec()?;
             let first = i.first().copied().unwrap_or(0);
             u32::try_from(first).map_err(|_| Error::invalid("argmax", format!("index {first}")))
         })
     }
 
-    /// One forward step; `finish` turns the logits tensor (still on the backend) into the
-    /// result before the step ends.
+    /// One forward step: the step's result (`kind`) is made on the backend, then `read`
+    /// brings it to the host before the step ends.
+    ///
+    /// A decode step (one token) on a device backend with the cache in its memory may instead
+    /// run from the backend's recording of earlier steps (`Backend::replay`, replay.rs): the
+    /// same launches with this token's id and position, without the model's op-by-op path.
     fn run_forward<T>(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
-        last_only: bool,
-        finish: impl FnOnce(&mut Step<'_>, Tensor) -> Result<T>,
+        kind: StepKind,
+        read: impl FnOnce(&Tensor) -> Result<T>,
     ) -> Result<T> {
         self.check_cache(cache)?;
         let n = tokens.len();
@@ -267,6 +271,7 @@ impl LlamaModel {
         let ids = Tensor::from_i64(&[n], &ids)?;
         let positions: Vec<i64> = (start..start + n).map(|p| p as i64).collect();
         let positions = Tensor::from_i64(&[n], &positions)?;
+        let last_only = kind != StepKind::AllLogits;
 
         let mut step = Step {
             dispatcher: &self.dispatcher,
@@ -276,22 +281,89 @@ impl LlamaModel {
             let graph = if last_only { &graphs.last } else { &graphs.all };
             let logits = self.graph_step(graph, cache, ids, positions, n)?;
             let begun = self.dispatcher.begin_step(&mut step.ctx);
-            let result = begun.and_then(|()| finish(&mut step, logits));
+            let result = begun
+                .and_then(|()| Self::finish(&mut step, kind, logits))
+                .and_then(|out| read(&out));
             let ended = self.dispatcher.end_step(&mut step.ctx);
             let out = result?;
             ended?;
             return Ok(out);
         }
-        // The step is always ended, also after an error, and only once the logits are on the
+        // Host inputs of a replayed step, in the order its plan was made with.
+        let inputs = |ids: &Tensor, positions: &Tensor| -> Option<Vec<Vec<u8>>> {
+            Some(vec![
+                ids.host_bytes()?.to_vec(),
+                positions.host_bytes()?.to_vec(),
+            ])
+        };
+        let replayable = n == 1 && cache.on_device();
+        let primary = self.dispatcher.primary();
+        let len = start + n;
+        // The step is always ended, also after an error, and only once the result is on the
         // host: a backend may recycle the step's buffers when the next step begins.
         let begun = self.dispatcher.begin_step(&mut step.ctx);
+        if begun.is_ok() && replayable {
+            if let Some((plan, steps)) = cache.replays.plan(kind, len) {
+                let result = self.check_ids(tokens).and_then(|()| {
+                    let (i, p) = (ids.host_bytes(), positions.host_bytes());
+                    let i = i.ok_or_else(|| Error::invalid("replay", "ids not on the host"))?;
+                    let p =
+                        p.ok_or_else(|| Error::invalid("replay", "positions not on the host"))?;
+                    primary.replay(plan, steps, &[i, p])
+                });
+                let result = result.and_then(|out| {
+                    cache.commit(n)?;
+                    read(&out)
+                });
+                let ended = self.dispatcher.end_step(&mut step.ctx);
+                let out = result?;
+                ended?;
+                return Ok(out);
+            }
+        }
+        let capturing = begun.is_ok()
+            && replayable
+            && cache.replays.wants(kind, len)
+            && primary.begin_capture();
         let result = begun
             .and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only))
-            .and_then(|logits| finish(&mut step, logits));
+            .and_then(|logits| Self::finish(&mut step, kind, logits));
+        let result = result.and_then(|out| {
+            if capturing {
+                let rec = primary.end_capture(&out);
+                let rec = rec.and_then(|r| Some((r, inputs(&ids, &positions)?)));
+                // A plan that cannot be made (its buffers cannot be allocated) only means the
+                // steps go on through the model.
+                cache.replays.add(kind, len, rec, |steps| {
+                    primary.plan_replay(steps, &out).ok().flatten()
+                });
+            }
+            read(&out)
+        });
         let ended = self.dispatcher.end_step(&mut step.ctx);
         let out = result?;
         ended?;
         Ok(out)
+    }
+
+    /// The step's result on the backend from its logits: the logits, or their argmax.
+    fn finish(step: &mut Step<'_>, kind: StepKind, logits: Tensor) -> Result<Tensor> {
+        match kind {
+            StepKind::ArgMax => step.run(Op::ArgMax { axis: -1 }, &[&logits]),
+            StepKind::LastLogits | StepKind::AllLogits => Ok(logits),
+        }
+    }
+
+    /// The embedding op's check of token ids, for a step that does not run the op.
+    fn check_ids(&self, tokens: &[u32]) -> Result<()> {
+        let rows = self.weights.embed.dims().first().copied().unwrap_or(0);
+        match tokens.iter().find(|&&t| t as usize >= rows) {
+            Some(bad) => Err(Error::invalid(
+                "embedding",
+                format!("id {bad} is outside the table of {rows} rows"),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The body of one forward step: embedding, the blocks, the final norm and the output

@@ -39,6 +39,10 @@ pub struct WgpuBackend {
     /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
     /// first part of a step while the rest is being recorded (0: once per step).
     pub(crate) submit_every: usize,
+    /// Decode steps may be recorded and replayed (replay.rs); `CYB_WGPU_REPLAY=0` turns it off.
+    replay: std::sync::atomic::AtomicBool,
+    /// Steps replayed so far (replay.rs).
+    pub(crate) replayed: std::sync::atomic::AtomicU64,
 }
 
 /// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
@@ -80,7 +84,7 @@ pub(crate) struct State {
     /// The last rope cos/sin table staged this step and what it was made from, reused while
     /// the next rope's inputs are equal (q and k of every layer share them).
     pub(crate) rope_table: Option<(crate::ops::RopeSource, Arc<GpuBuf>)>,
-    frame: FrameAllocator<Arc<GpuBuf>>,
+    pub(crate) frame: FrameAllocator<Arc<GpuBuf>>,
     /// Weights kept on the device across steps, keyed by the address of their bytes inside a
     /// shared owner (a file mapping). The entry holds the owner, so the memory stays mapped and
     /// its address cannot be reused for other bytes while the entry exists.
@@ -105,6 +109,8 @@ pub(crate) struct State {
     /// frame buffer. Only integer tensors: the one kernel that writes into an input buffer
     /// (`Op::KvAppend`, in place) writes F32 caches, which must never be shared.
     small_uploads: FxHashMap<(DType, Vec<u8>), Arc<GpuBuf>>,
+    /// The step being recorded for a replay (replay.rs).
+    pub(crate) capture: Option<crate::replay::Capture>,
 }
 
 /// Writes larger than this run on the recording thread (`WgpuBackend::write`).
@@ -174,12 +180,17 @@ impl WgpuBackend {
                 since_submit: 0,
                 gpu_time,
                 small_uploads: FxHashMap::default(),
+                capture: None,
             }),
             step_done: Condvar::new(),
             profile: crate::profile::Profile::from_env(),
             host_time,
             launches: std::sync::atomic::AtomicU64::new(0),
             submit_every: submit_every(),
+            replay: std::sync::atomic::AtomicBool::new(
+                std::env::var("CYB_WGPU_REPLAY").map_or(true, |v| v != "0"),
+            ),
+            replayed: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -215,7 +226,22 @@ impl WgpuBackend {
             .map(crate::host_time::HostTime::totals)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// Turns the recording and replaying of decode steps (replay.rs) on or off (for
+    /// comparisons; plans made before stay usable).
+    pub fn set_step_replay(&self, on: bool) {
+        self.replay.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn replay_on(&self) -> bool {
+        self.replay.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Decode steps replayed since the backend was made (replay.rs).
+    pub fn replayed_steps(&self) -> u64 {
+        self.replayed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -298,11 +324,33 @@ impl WgpuBackend {
         Ok((view.into_tensor(shape, dtype)?, buf))
     }
 
-    /// A frame buffer holding `data` (a host table for one op, such as rope's cos/sin).
-    pub(crate) fn stage(&self, st: &mut State, data: &[u8]) -> Result<Arc<GpuBuf>> {
-        let buf = self.frame_buf(st, data.len(), BufferUsage::Storage)?;
-        self.write(&buf, data);
+    /// A frame buffer holding a rope's cos/sin `table`, made by `recipe` from the positions
+    /// `positions` (recorded as such for a replay).
+    pub(crate) fn stage_rope(
+        &self,
+        st: &mut State,
+        table: &[u8],
+        recipe: crate::ops::RopeRecipe,
+        positions: &[u8],
+    ) -> Result<Arc<GpuBuf>> {
+        let buf = self.frame_buf(st, table.len(), BufferUsage::Storage)?;
+        self.write(&buf, table);
+        if let Some(c) = st.capture.as_mut() {
+            c.events.push(crate::replay::Event::Rope {
+                id: buf.id,
+                buffer: buf.buffer.clone(),
+                recipe,
+                positions: positions.to_vec(),
+            });
+        }
         Ok(buf)
+    }
+
+    /// `write` for a bare wgpu buffer (a replay's inputs and parameters).
+    pub(crate) fn write_raw(&self, buf: &wgpu::Buffer, data: &[u8]) {
+        let mut v = data.to_vec();
+        v.resize(padded(data.len()) as usize, 0);
+        self.submitter.write(buf, v);
     }
 
     /// Writes `data` to the start of `buf`, ordered with the submissions (submit.rs): small
@@ -387,6 +435,9 @@ impl WgpuBackend {
             return Ok(read(h));
         }
         let mut st = self.lock();
+        if let Some(c) = st.capture.as_mut() {
+            c.spoil("a result was read back");
+        }
         ops::materialize_input(self, &mut st, t)?;
         let staging = self.frame_buf(&mut st, view.len, BufferUsage::Staging)?;
         let size = padded(view.len);
@@ -459,6 +510,9 @@ impl WgpuBackend {
         };
         if let Some(r) = st.resident.get(&key) {
             return Ok((r.buf.clone(), r.host.clone()));
+        }
+        if let Some(c) = st.capture.as_mut() {
+            c.spoil("a weight was uploaded");
         }
         let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
         self.write(&buf, data);
@@ -561,6 +615,13 @@ impl Backend for WgpuBackend {
             None => {
                 let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
                 self.write(&b, data);
+                if let Some(c) = st.capture.as_mut() {
+                    c.events.push(crate::replay::Event::Write {
+                        id: b.id,
+                        buffer: b.buffer.clone(),
+                        bytes: data.to_vec(),
+                    });
+                }
                 if small {
                     st.small_uploads.insert((dtype, data.to_vec()), b.clone());
                 }
@@ -633,12 +694,14 @@ impl Backend for WgpuBackend {
         st.rope_table = None;
         st.frame.reset();
         st.small_uploads.clear();
+        st.capture = None;
         Ok(())
     }
 
     fn end_step(&self, _ctx: &mut ExecContext) -> Result<()> {
         let _timed = self.host_span();
         let mut st = self.lock();
+        st.capture = None;
         self.flush(&mut st);
         if let Some(g) = st.gpu_time.as_mut() {
             self.submitter.idle();
@@ -648,5 +711,32 @@ impl Backend for WgpuBackend {
         drop(st);
         self.step_done.notify_one();
         self.ctx.take_error("end_step")
+    }
+
+    fn begin_capture(&self) -> bool {
+        self.capture_begin()
+    }
+
+    fn end_capture(&self, output: &Tensor) -> Option<cyb_backend::Recording> {
+        self.capture_end(output)
+    }
+
+    fn plan_replay(
+        &self,
+        steps: Vec<(cyb_backend::Recording, Vec<Vec<u8>>)>,
+        output: &Tensor,
+    ) -> Result<Option<cyb_backend::Recording>> {
+        let _timed = self.host_span();
+        self.make_plan(steps, output)
+    }
+
+    fn replay(
+        &self,
+        plan: &cyb_backend::Recording,
+        steps: i64,
+        inputs: &[&[u8]],
+    ) -> Result<Tensor> {
+        let _timed = self.host_span();
+        self.run_plan(plan, steps, inputs)
     }
 }

@@ -22,7 +22,7 @@
 //! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
 use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES, SPARE};
-use crate::kernels::{Family, KernelKey};
+use crate::kernels::{Family, Kernel, KernelKey};
 use crate::memory::GpuBuf;
 use crate::ops::matmul::{mv_lanes, mv_least_lanes};
 use arrayvec::ArrayVec;
@@ -33,7 +33,7 @@ use std::sync::Arc;
 /// A launch's parameter words (at most one 32-word block) and buffers, held inline: recording
 /// a launch allocates nothing.
 type Params = ArrayVec<u32, 32>;
-type Bufs = ArrayVec<(u64, wgpu::Buffer), MAX_BUFFERS>;
+pub(crate) type Bufs = ArrayVec<(u64, wgpu::Buffer), MAX_BUFFERS>;
 /// Launches held back: at most five (`Pending::Attend`).
 type Held = ArrayVec<Launch, 5>;
 /// What held launches become: one, or two for a `ResNorm`.
@@ -853,37 +853,69 @@ impl WgpuBackend {
                 if st.bind_groups.len() >= BIND_CACHE_MAX {
                     st.bind_groups.clear();
                 }
-                let mut entries: ArrayVec<wgpu::BindGroupEntry, { MAX_BUFFERS + 1 }> =
-                    ArrayVec::new();
-                entries.push(wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &ubuf.buffer,
-                        offset,
-                        size: std::num::NonZeroU64::new(PARAM_BYTES),
-                    }),
-                });
-                for (i, b) in l.bufs.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: (i + 1) as u32,
-                        resource: b.1.as_entire_binding(),
-                    });
-                }
-                let bind = self
-                    .ctx
-                    .device
-                    .create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: None,
-                        layout: &kernel.layout,
-                        entries: &entries,
-                    });
+                let bind = self.bind_group(&kernel, &ubuf, offset, &l.bufs);
                 st.bind_groups.insert(bind_key, bind.clone());
                 bind
             }
         };
+        if let Some(c) = st.capture.as_mut() {
+            c.events.push(crate::replay::Event::Launch {
+                key: key.clone(),
+                kernel: kernel.clone(),
+                words,
+                bufs: l.bufs.clone(),
+                groups: l.groups,
+            });
+        }
+        self.encode(st, key, &kernel, &bind, l.groups)
+    }
+
+    /// The bind group of a launch of `kernel`: its parameter block at `offset` in `ubuf`, then
+    /// `bufs` in order.
+    pub(crate) fn bind_group(
+        &self,
+        kernel: &Kernel,
+        ubuf: &GpuBuf,
+        offset: u64,
+        bufs: &Bufs,
+    ) -> wgpu::BindGroup {
+        let mut entries: ArrayVec<wgpu::BindGroupEntry, { MAX_BUFFERS + 1 }> = ArrayVec::new();
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &ubuf.buffer,
+                offset,
+                size: std::num::NonZeroU64::new(PARAM_BYTES),
+            }),
+        });
+        for (i, b) in bufs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: (i + 1) as u32,
+                resource: b.1.as_entire_binding(),
+            });
+        }
+        self.ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &kernel.layout,
+                entries: &entries,
+            })
+    }
+
+    /// Records a launch of `kernel` with `bind` over `groups` workgroups into the step's one
+    /// compute pass (submitting every `submit_every` launches).
+    pub(crate) fn encode(
+        &self,
+        st: &mut State,
+        key: &KernelKey,
+        kernel: &Kernel,
+        bind: &wgpu::BindGroup,
+        groups: u32,
+    ) -> Result<()> {
         let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
-        let x = l.groups.min(max);
-        let y = l.groups.div_ceil(x);
+        let x = groups.min(max);
+        let y = groups.div_ceil(x);
         let device = &self.ctx.device;
         let State {
             encoder,
@@ -912,7 +944,7 @@ impl WgpuBackend {
             }
         };
         pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, &bind, &[]);
+        pass.set_bind_group(0, bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -13,6 +13,7 @@ mod launch;
 mod memory;
 mod ops;
 mod profile;
+mod replay;
 mod submit;
 
 pub use backend::WgpuBackend;

@@ -39,37 +39,43 @@ pub(crate) struct RopeSource {
     factors: Option<Arc<[u8]>>,
 }
 
-/// The cos/sin table of a rope (`[positions, rot_dims/2, 2]`) with the reference's frequencies.
-fn rope_table(op: &Op, inputs: &[Tensor]) -> Result<Vec<f32>> {
-    let Op::Rope {
-        rot_dims,
-        base,
-        scaling,
-        ..
-    } = op
-    else {
-        return Ok(Vec::new());
-    };
-    let missing = || cyb_tensor::Error::invalid("rope", "positions not on the host");
-    let positions = host_values(&inputs[1])?.ok_or_else(missing)?.to_i64_vec()?;
-    let (mut inv, attn_factor) =
-        cyb_ops::reference::rope_frequencies(*rot_dims, *base as f64, scaling);
-    if let Some(f) = inputs.get(2) {
-        let f = host_values(f)?.ok_or_else(missing)?;
-        for (i, d) in inv.iter_mut().zip(f.to_f32_vec()?) {
-            *i /= d as f64;
+/// What a rope's cos/sin table is computed from besides the positions: a replayed step
+/// (replay.rs) makes its table again from its own positions.
+#[derive(Clone, PartialEq)]
+pub(crate) struct RopeRecipe {
+    rot_dims: usize,
+    base: f32,
+    scaling: cyb_ops::RopeScaling,
+    /// Per-frequency divisors (a model's rope_freqs weight).
+    factors: Option<Vec<f32>>,
+    pos_dtype: DType,
+}
+
+impl RopeRecipe {
+    /// The cos/sin table (`[positions, rot_dims/2, 2]`, the reference's frequencies) for the
+    /// positions in `pos` (bytes of `pos_dtype`).
+    pub(crate) fn table(&self, pos: &[u8]) -> Result<Vec<f32>> {
+        let width = self.pos_dtype.bytes_for(1).unwrap_or(8).max(1);
+        let positions = Tensor::from_bytes(&[pos.len() / width], self.pos_dtype, pos)?;
+        let positions = positions.to_i64_vec()?;
+        let (mut inv, attn_factor) =
+            cyb_ops::reference::rope_frequencies(self.rot_dims, self.base as f64, &self.scaling);
+        if let Some(f) = &self.factors {
+            for (i, d) in inv.iter_mut().zip(f) {
+                *i /= *d as f64;
+            }
         }
-    }
-    let half = rot_dims / 2;
-    let mut table = Vec::with_capacity(positions.len() * half * 2);
-    for &p in &positions {
-        for f in inv.iter().take(half) {
-            let theta = p as f64 * f;
-            table.push((theta.cos() * attn_factor) as f32);
-            table.push((theta.sin() * attn_factor) as f32);
+        let half = self.rot_dims / 2;
+        let mut table = Vec::with_capacity(positions.len() * half * 2);
+        for &p in &positions {
+            for f in inv.iter().take(half) {
+                let theta = p as f64 * f;
+                table.push((theta.cos() * attn_factor) as f32);
+                table.push((theta.sin() * attn_factor) as f32);
+            }
         }
+        Ok(table)
     }
-    Ok(table)
 }
 
 pub(crate) fn rope(
@@ -113,8 +119,22 @@ pub(crate) fn rope(
     let tbuf = match &st.rope_table {
         Some((src, b)) if *src == source => b.clone(),
         _ => {
-            let table = rope_table(op, inputs)?;
-            let b = gpu.stage(st, bytemuck::cast_slice(&table))?;
+            let factors = match inputs.get(2) {
+                Some(f) => {
+                    let missing = || cyb_tensor::Error::invalid("rope", "factors not on the host");
+                    Some(host_values(f)?.ok_or_else(missing)?.to_f32_vec()?)
+                }
+                None => None,
+            };
+            let recipe = RopeRecipe {
+                rot_dims: *rot_dims,
+                base: *base,
+                scaling: *scaling,
+                factors,
+                pos_dtype: inputs[1].dtype(),
+            };
+            let table = recipe.table(&source.positions)?;
+            let b = gpu.stage_rope(st, bytemuck::cast_slice(&table), recipe, &source.positions)?;
             st.rope_table = Some((source, b.clone()));
             b
         }

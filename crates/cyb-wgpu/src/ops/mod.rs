@@ -6,7 +6,7 @@ mod layout;
 pub(crate) mod matmul;
 mod pointwise;
 
-pub(crate) use attention::RopeSource;
+pub(crate) use attention::{RopeRecipe, RopeSource};
 pub(crate) use layout::materialize_input;
 
 use crate::backend::{State, WgpuBackend};
