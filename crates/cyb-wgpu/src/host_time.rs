@@ -18,6 +18,14 @@ pub(crate) struct HostTime {
     launch_base: AtomicU64,
     /// On-CPU nanoseconds of the recording thread when the counted steps began (Linux).
     cpu_base: AtomicU64,
+    /// Readbacks: count, then nanoseconds waiting for the submission thread, for the GPU, and
+    /// copying out of the mapped buffer.
+    reads: [AtomicU64; 4],
+    /// Nanoseconds from each step's end to the next step's beginning (the caller's time), and
+    /// when the last step ended (nanoseconds since `epoch`).
+    between: AtomicU64,
+    ended_at: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
 }
 
 /// On-CPU nanoseconds of the calling thread, where the OS tells them (Linux schedstat): unlike
@@ -60,9 +68,36 @@ impl HostTime {
         }
     }
 
+    fn now_ns(&self) -> u64 {
+        self.epoch.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+
+    /// A step ends.
+    pub(crate) fn end_step(&self) {
+        self.ended_at.store(self.now_ns(), Ordering::Relaxed);
+    }
+
+    /// Adds one readback's phases (each from the last mark to the next).
+    pub(crate) fn add_read(&self, marks: [Instant; 4]) {
+        self.reads[0].fetch_add(1, Ordering::Relaxed);
+        for i in 0..3 {
+            let ns = marks[i + 1].duration_since(marks[i]).as_nanos() as u64;
+            self.reads[i + 1].fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
     /// A step begins; after the warm-up steps the totals restart from zero.
     pub(crate) fn begin_step(&self, launches: u64) {
+        let ended = self.ended_at.load(Ordering::Relaxed);
+        if ended > 0 {
+            let gap = self.now_ns().saturating_sub(ended);
+            self.between.fetch_add(gap, Ordering::Relaxed);
+        }
         if self.steps.fetch_add(1, Ordering::Relaxed) == WARM_STEPS {
+            self.between.store(0, Ordering::Relaxed);
+            for r in &self.reads {
+                r.store(0, Ordering::Relaxed);
+            }
             self.nanos.store(0, Ordering::Relaxed);
             self.calls.store(0, Ordering::Relaxed);
             self.async_nanos.store(0, Ordering::Relaxed);
@@ -105,14 +140,27 @@ impl HostTime {
             ),
             _ => String::new(),
         };
+        let r: Vec<u64> = self
+            .reads
+            .iter()
+            .map(|r| r.load(Ordering::Relaxed))
+            .collect();
+        let per_read = |i: usize| r[i] as f64 / 1e3 / r[0].max(1) as f64;
         format!(
             "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms finishing and \
              submitting on the submission thread) in {calls} calls, \
-             {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n",
+             {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n\
+             wgpu readbacks: {} reads: {:.1} us waiting for the submission thread, {:.1} us for \
+             the GPU, {:.1} us copying per read; {:.1} us per step between steps\n",
             ns as f64 / 1e6,
             submit as f64 / 1e6,
             ns as f64 / 1e3 / launches.max(1) as f64,
             ns as f64 / 1e3 / calls.max(1) as f64,
+            r[0],
+            per_read(1),
+            per_read(2),
+            per_read(3),
+            self.between.load(Ordering::Relaxed) as f64 / 1e3 / steps.max(1) as f64,
         )
     }
 }

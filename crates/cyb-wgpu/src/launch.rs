@@ -859,13 +859,15 @@ impl WgpuBackend {
             }
         };
         if let Some(c) = st.capture.as_mut() {
-            c.events.push(crate::replay::Event::Launch {
-                key: key.clone(),
-                kernel: kernel.clone(),
-                words,
-                bufs: l.bufs.clone(),
-                groups: l.groups,
-            });
+            c.events.push(crate::replay::Event::Launch(Box::new(
+                crate::replay::Launched {
+                    key: key.clone(),
+                    kernel: kernel.clone(),
+                    words,
+                    bufs: l.bufs.clone(),
+                    groups: l.groups,
+                },
+            )));
         }
         self.encode(st, key, &kernel, &bind, l.groups)
     }
@@ -949,7 +951,12 @@ impl WgpuBackend {
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.since_submit += 1;
-        if self.submit_every > 0 && st.since_submit >= self.submit_every {
+        let every = if st.submitted_in_step {
+            self.submit_every
+        } else {
+            self.first_submit
+        };
+        if every > 0 && st.since_submit >= every {
             self.flush(st);
         }
         if let Some(p) = &self.profile {

@@ -31,14 +31,8 @@ use std::sync::Arc;
 
 /// One thing a recorded step did that a replay repeats.
 pub(crate) enum Event {
-    /// A kernel launch (after merging) with its parameter words, buffers and workgroups.
-    Launch {
-        key: KernelKey,
-        kernel: Arc<Kernel>,
-        words: [u32; 32],
-        bufs: crate::launch::Bufs,
-        groups: u32,
-    },
+    /// A kernel launch (after merging).
+    Launch(Box<Launched>),
     /// Host bytes written to a frame buffer (an uploaded host tensor).
     Write {
         id: u64,
@@ -52,6 +46,15 @@ pub(crate) enum Event {
         recipe: RopeRecipe,
         positions: Vec<u8>,
     },
+}
+
+/// A recorded launch: its kernel, parameter words, buffers and workgroups.
+pub(crate) struct Launched {
+    pub(crate) key: KernelKey,
+    pub(crate) kernel: Arc<Kernel>,
+    pub(crate) words: [u32; 32],
+    pub(crate) bufs: crate::launch::Bufs,
+    pub(crate) groups: u32,
 }
 
 /// A step being recorded (`State::capture`).
@@ -209,25 +212,20 @@ impl WgpuBackend {
         for (e, ev) in first.events.iter().enumerate() {
             let others: Vec<&Event> = recs.iter().map(|r| &r.events[e]).collect();
             match ev {
-                Event::Launch {
-                    key,
-                    kernel,
-                    words: w0,
-                    bufs,
-                    groups,
-                } => {
+                Event::Launch(l) => {
+                    let Launched {
+                        key,
+                        kernel,
+                        words: w0,
+                        bufs,
+                        groups,
+                    } = &**l;
                     let mut per_step = Vec::with_capacity(others.len());
                     for o in &others {
-                        let Event::Launch {
-                            kernel: k,
-                            words: w,
-                            bufs: b,
-                            groups: g,
-                            ..
-                        } = o
-                        else {
+                        let Event::Launch(o) = o else {
                             return no("events differ");
                         };
+                        let (k, w, b, g) = (&o.kernel, &o.words, &o.bufs, &o.groups);
                         let same_bufs =
                             b.len() == bufs.len() && b.iter().zip(bufs).all(|(x, y)| x.0 == y.0);
                         if !Arc::ptr_eq(k, kernel) || g != groups || !same_bufs {
