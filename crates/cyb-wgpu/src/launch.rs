@@ -24,7 +24,7 @@
 use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES, SPARE};
 use crate::kernels::{Family, Kernel, KernelKey};
 use crate::memory::GpuBuf;
-use crate::ops::matmul::{mv_lanes, mv_least_lanes};
+use crate::ops::matmul::{mv_lanes, MV_LEAST_LANES};
 use arrayvec::ArrayVec;
 use cyb_backend::BufferUsage;
 use cyb_tensor::{Error, Result};
@@ -442,7 +442,7 @@ impl Pending {
                 if let (true, Some(dtype)) = (f.is(Family::MatMul, "mv"), f.key.weights) {
                     let all = (n(0) + n(1) + n(2)) as usize;
                     lanes = if norm {
-                        mv_least_lanes(dtype)
+                        MV_LEAST_LANES
                     } else {
                         mv_lanes(all, f.param(2) as usize, dtype)
                     };
@@ -493,7 +493,7 @@ impl Pending {
                 if let (true, Some(dtype)) = (g.is(Family::MatMul, "mv"), g.key.weights) {
                     // Each lane computes a gate and an up row.
                     lanes = if norm {
-                        mv_least_lanes(dtype)
+                        MV_LEAST_LANES
                     } else {
                         mv_lanes(2 * g.param(1) as usize, g.param(2) as usize, dtype)
                     };

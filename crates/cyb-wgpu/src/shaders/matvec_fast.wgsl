@@ -1,6 +1,6 @@
 // Decode matvec (one activation row): lane `l` of the LPR that share weight row `j` returns its
-// part of Σ_p a[p] · w[j, p]. LPR is a power of two from 32 to 256, at least 64 for 256-value
-// blocks. The host picks LPR so that short rows still give every lane work and few rows still
+// part of Σ_p a[p] · w[j, p]. LPR is a power of two from 32 to 256 (a 256-value block's 32
+// units then have a lane each). The host picks LPR so that short rows still give every lane work and few rows still
 // fill the GPU.
 //
 // F32 and F16: the lanes walk the row in steps of 4·LPR values, lane `l` taking the four values
