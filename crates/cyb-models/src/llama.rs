@@ -32,6 +32,9 @@ pub struct LlamaModel {
     dispatcher: Arc<Dispatcher>,
     /// Set by [`LlamaModel::use_graph_path`]: steps run the graph template instead.
     graphs: Option<Box<GraphTemplates>>,
+    /// Unique per loaded model: a cache's replay plans (replay.rs) hold this model's weights,
+    /// so they are dropped when the cache is used with another model.
+    id: u64,
 }
 
 /// The graph template twice: logits of the last token only, and of every token.
@@ -138,11 +141,13 @@ impl LlamaModel {
         // The cpu backend pays per op: it gets small projections of one input stacked.
         let stack = dispatcher.primary().name() == "cpu";
         let weights = LlamaWeights::load(file, &config, stack)?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(LlamaModel {
             config,
             weights,
             dispatcher,
             graphs: None,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -297,6 +302,7 @@ impl LlamaModel {
             ])
         };
         let replayable = n == 1 && cache.on_device();
+        cache.replays.bind(self.id);
         let primary = self.dispatcher.primary();
         let len = start + n;
         // The step is always ended, also after an error, and only once the result is on the

@@ -38,6 +38,8 @@ enum Slot {
 
 #[derive(Default)]
 pub(crate) struct ReplayBook {
+    /// The model whose steps the plans replay (0: none yet).
+    model: u64,
     slots: HashMap<(StepKind, usize), Slot>,
 }
 
@@ -62,6 +64,14 @@ fn range(len: usize) -> usize {
 }
 
 impl ReplayBook {
+    /// Steps of model `model` come next: another model's plans (its weights) are dropped.
+    pub(crate) fn bind(&mut self, model: u64) {
+        if self.model != model {
+            self.slots.clear();
+            self.model = model;
+        }
+    }
+
     /// The plan for a step of `kind` ending at KV length `len`, with the number of steps it
     /// comes after the plan's first recorded one.
     pub(crate) fn plan(&self, kind: StepKind, len: usize) -> Option<(&Recording, i64)> {
@@ -160,6 +170,11 @@ mod tests {
         // Another range, another kind: nothing yet.
         assert!(b.plan(k, 17).is_none());
         assert!(b.plan(StepKind::ArgMax, 12).is_none());
+        // The same model again keeps the plans; another drops them.
+        b.bind(0);
+        assert!(b.plan(k, 12).is_some());
+        b.bind(7);
+        assert!(b.plan(k, 12).is_none() && b.wants(k, 12));
     }
 
     #[test]

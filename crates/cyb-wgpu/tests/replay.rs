@@ -126,3 +126,22 @@ fn replay_checks_token_ids() {
     assert!(err.contains("outside the table"), "{err}");
     assert_eq!(c.len(), len, "a refused token must not enter the cache");
 }
+
+#[test]
+fn a_cache_used_with_another_model_drops_its_plans() {
+    let (Some(on), Some(off)) = (backend(true), backend(false)) else {
+        return;
+    };
+    // The same dimensions, other weights: plans made for the first must not run the second.
+    let (first, second) = (model(&on, "model-f32.gguf"), model(&on, "model-q8_0.gguf"));
+    let reference = model(&off, "model-q8_0.gguf");
+    let prompt = [1, 17, 42, 99, 5, 63, 120, 8, 77, 31, 54, 2];
+    let mut cache = first.new_cache(96).unwrap();
+    decode(&first, &mut cache, &prompt, 24);
+    cache.clear();
+    let a = decode(&second, &mut cache, &prompt, 24);
+    let mut fresh = reference.new_cache(96).unwrap();
+    let b = decode(&reference, &mut fresh, &prompt, 24);
+    assert!(a.0 == b.0, "logits of the second model differ");
+    assert_eq!(a.1, b.1);
+}
