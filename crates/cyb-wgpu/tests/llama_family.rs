@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{gpu, rel_err};
+use common::{argmax, gpu, rel_err};
 use cyb_backend::{Backend, Dispatcher};
 use cyb_models::LlamaModel;
 use serde_json::Value;
@@ -48,16 +48,6 @@ fn reference(variant: &str, tag: &str) -> Reference {
             .collect(),
         greedy: ids(&r["greedy"]),
     }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn check_variant(variant: &str) {

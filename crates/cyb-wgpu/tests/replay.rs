@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::argmax;
 use cyb_backend::{Backend, Dispatcher};
 use cyb_models::{KvCache, LlamaModel};
 use cyb_wgpu::WgpuBackend;
@@ -54,16 +55,6 @@ fn decode(
         tokens.push(next);
     }
     (all, tokens)
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 #[test]

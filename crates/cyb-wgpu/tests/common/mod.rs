@@ -54,3 +54,15 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
         diff / scale
     }
 }
+
+/// Index of the first largest value.
+#[allow(dead_code)]
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
