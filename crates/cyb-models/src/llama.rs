@@ -294,29 +294,20 @@ impl LlamaModel {
             ended?;
             return Ok(out);
         }
-        // Host inputs of a replayed step, in the order its plan was made with.
-        let inputs = |ids: &Tensor, positions: &Tensor| -> Option<Vec<Vec<u8>>> {
-            Some(vec![
-                ids.host_bytes()?.to_vec(),
-                positions.host_bytes()?.to_vec(),
-            ])
-        };
-        let replayable = n == 1 && cache.on_device();
+        // A replayed step's host inputs, in this order: the token id, the position.
+        let host = ids.host_bytes().zip(positions.host_bytes());
+        let replayable = n == 1 && cache.on_device() && host.is_some();
         cache.replays.bind(self.id);
         let primary = self.dispatcher.primary();
         let len = start + n;
         // The step is always ended, also after an error, and only once the result is on the
         // host: a backend may recycle the step's buffers when the next step begins.
         let begun = self.dispatcher.begin_step(&mut step.ctx);
-        if begun.is_ok() && replayable {
+        if let (true, Some((i, p))) = (begun.is_ok() && replayable, host) {
             if let Some((plan, steps)) = cache.replays.plan(kind, len) {
-                let result = self.check_ids(tokens).and_then(|()| {
-                    let (i, p) = (ids.host_bytes(), positions.host_bytes());
-                    let i = i.ok_or_else(|| Error::invalid("replay", "ids not on the host"))?;
-                    let p =
-                        p.ok_or_else(|| Error::invalid("replay", "positions not on the host"))?;
-                    primary.replay(plan, steps, &[i, p])
-                });
+                let result = self
+                    .check_ids(tokens)
+                    .and_then(|()| primary.replay(plan, steps, &[i, p]));
                 let result = result.and_then(|out| {
                     cache.commit(n)?;
                     read(&out)
@@ -337,7 +328,9 @@ impl LlamaModel {
         let result = result.and_then(|out| {
             if capturing {
                 let rec = primary.end_capture(&out);
-                let rec = rec.and_then(|r| Some((r, inputs(&ids, &positions)?)));
+                let rec = rec
+                    .zip(host)
+                    .map(|(r, (i, p))| (r, vec![i.to_vec(), p.to_vec()]));
                 // A plan that cannot be made (its buffers cannot be allocated) only means the
                 // steps go on through the model.
                 cache.replays.add(kind, len, rec, |steps| {

@@ -353,7 +353,7 @@ impl WgpuBackend {
         positions: &[u8],
     ) -> Result<Arc<GpuBuf>> {
         let buf = self.frame_buf(st, table.len(), BufferUsage::Storage)?;
-        self.write(&buf, table);
+        self.write(&buf.buffer, table);
         if let Some(c) = st.capture.as_mut() {
             c.events.push(crate::replay::Event::Rope {
                 id: buf.id,
@@ -365,17 +365,10 @@ impl WgpuBackend {
         Ok(buf)
     }
 
-    /// `write` for a bare wgpu buffer (a replay's inputs and parameters).
-    pub(crate) fn write_raw(&self, buf: &wgpu::Buffer, data: &[u8]) {
-        let mut v = data.to_vec();
-        v.resize(padded(data.len()) as usize, 0);
-        self.submitter.write(buf, v);
-    }
-
     /// Writes `data` to the start of `buf`, ordered with the submissions (submit.rs): small
     /// writes go to the submission thread as a copy; large ones (weights) wait for it to be
     /// idle and write from here, without the copy.
-    fn write(&self, buf: &GpuBuf, data: &[u8]) {
+    pub(crate) fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
         let len = padded(data.len()) as usize;
         let padded_copy = || {
             let mut v = data.to_vec();
@@ -383,14 +376,14 @@ impl WgpuBackend {
             v
         };
         if len <= DIRECT_WRITE {
-            self.submitter.write(&buf.buffer, padded_copy());
+            self.submitter.write(buf, padded_copy());
             return;
         }
         self.submitter.idle();
         if len == data.len() {
-            self.ctx.queue.write_buffer(&buf.buffer, 0, data);
+            self.ctx.queue.write_buffer(buf, 0, data);
         } else {
-            self.ctx.queue.write_buffer(&buf.buffer, 0, &padded_copy());
+            self.ctx.queue.write_buffer(buf, 0, &padded_copy());
         }
     }
 
@@ -556,7 +549,7 @@ impl WgpuBackend {
             c.spoil("a weight was uploaded");
         }
         let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
-        self.write(&buf, data);
+        self.write(&buf.buffer, data);
         let host = shadow(data);
         let resident = Resident {
             _owner: owner.clone(),
@@ -655,7 +648,7 @@ impl Backend for WgpuBackend {
             Some(b) => b,
             None => {
                 let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
-                self.write(&b, data);
+                self.write(&b.buffer, data);
                 if let Some(c) = st.capture.as_mut() {
                     c.events.push(crate::replay::Event::Write {
                         id: b.id,

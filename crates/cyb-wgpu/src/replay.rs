@@ -301,28 +301,21 @@ impl WgpuBackend {
             return no("no launches");
         }
         // This is the last recorded step, whose frame buffers are still handed out.
-        let frame: rustc_hash::FxHashMap<u64, Arc<GpuBuf>> = self
+        let mut frame: rustc_hash::FxHashMap<u64, Arc<GpuBuf>> = self
             .lock()
             .frame
             .in_use()
             .map(|b| (b.id, b.clone()))
             .collect();
-        let mut reserved: Vec<Arc<GpuBuf>> = Vec::new();
-        let mut reserve = |id: u64| {
-            if let Some(b) = frame.get(&id) {
-                if !reserved.iter().any(|r| r.id == id) {
-                    reserved.push(b.clone());
-                }
-            }
-        };
-        for (_, _, bufs, _) in &launch_events {
-            bufs.iter().for_each(|b| reserve(b.0));
-        }
-        for e in &first.events {
-            if let Event::Write { id, .. } | Event::Rope { id, .. } = e {
-                reserve(*id);
-            }
-        }
+        let bound = launch_events.iter().flat_map(|l| l.2.iter().map(|b| b.0));
+        let written = first.events.iter().filter_map(|e| match e {
+            Event::Write { id, .. } | Event::Rope { id, .. } => Some(*id),
+            Event::Launch(_) => None,
+        });
+        let reserved = bound
+            .chain(written)
+            .filter_map(|id| frame.remove(&id))
+            .collect();
         let params = self.create(stride * launch_events.len() as u64, BufferUsage::Uniform)?;
         let launches = launch_events
             .into_iter()
@@ -377,11 +370,11 @@ impl WgpuBackend {
         self.flush(&mut st);
         for w in &plan.writes {
             match &w.fill {
-                Fill::Input(i) => self.write_raw(&w.buffer, inputs[*i]),
-                Fill::Const(b) => self.write_raw(&w.buffer, b),
+                Fill::Input(i) => self.write(&w.buffer, inputs[*i]),
+                Fill::Const(b) => self.write(&w.buffer, b),
                 Fill::Rope(recipe, i) => {
                     let table = recipe.table(inputs[*i])?;
-                    self.write_raw(&w.buffer, bytemuck::cast_slice(&table));
+                    self.write(&w.buffer, bytemuck::cast_slice(&table));
                 }
             }
         }
@@ -392,7 +385,7 @@ impl WgpuBackend {
         for &(i, d) in &plan.deltas {
             words[i] = words[i].wrapping_add(d.wrapping_mul(s));
         }
-        self.write_raw(&plan.params.buffer, bytemuck::cast_slice(&words));
+        self.write(&plan.params.buffer, bytemuck::cast_slice(&words));
         for l in &plan.launches {
             self.encode(&mut st, &l.key, &l.kernel, &l.bind, l.groups)?;
         }

@@ -20,35 +20,25 @@ pub(crate) fn supports_rope(inputs: &[TensorInfo]) -> bool {
     ok_x && ok_pos && ok_f && inputs.len() <= 3
 }
 
-/// Host values of a small uploaded tensor (ids, positions, frequency factors).
-fn host_values(t: &Tensor) -> Result<Option<Tensor>> {
-    match &device_view(t)?.host {
-        Some(h) => Ok(Some(Tensor::from_bytes(t.dims(), t.dtype(), h)?)),
-        None => Ok(None),
-    }
-}
-
-/// What a rope's cos/sin table is made from (all but the layout, which the kernel applies).
-#[derive(PartialEq)]
-pub(crate) struct RopeSource {
-    rot_dims: usize,
-    base: u32,
-    scaling: cyb_ops::RopeScaling,
-    pos_dtype: DType,
-    positions: Arc<[u8]>,
-    factors: Option<Arc<[u8]>>,
-}
-
-/// What a rope's cos/sin table is computed from besides the positions: a replayed step
-/// (replay.rs) makes its table again from its own positions.
+/// What a rope's cos/sin table is computed from besides the positions (all but the layout,
+/// which the kernel applies): a replayed step (replay.rs) makes its table again from its own
+/// positions.
 #[derive(Clone, PartialEq)]
 pub(crate) struct RopeRecipe {
     rot_dims: usize,
-    base: f32,
+    /// The base's bits (compared exactly).
+    base: u32,
     scaling: cyb_ops::RopeScaling,
-    /// Per-frequency divisors (a model's rope_freqs weight).
-    factors: Option<Vec<f32>>,
     pos_dtype: DType,
+    /// Per-frequency divisors, F32 bytes (a model's rope_freqs weight).
+    factors: Option<Arc<[u8]>>,
+}
+
+/// What a staged table was made from: reused while the next rope's is equal.
+#[derive(PartialEq)]
+pub(crate) struct RopeSource {
+    recipe: RopeRecipe,
+    positions: Arc<[u8]>,
 }
 
 impl RopeRecipe {
@@ -58,11 +48,13 @@ impl RopeRecipe {
         let width = self.pos_dtype.bytes_for(1).unwrap_or(8).max(1);
         let positions = Tensor::from_bytes(&[pos.len() / width], self.pos_dtype, pos)?;
         let positions = positions.to_i64_vec()?;
+        let base = f32::from_bits(self.base) as f64;
         let (mut inv, attn_factor) =
-            cyb_ops::reference::rope_frequencies(self.rot_dims, self.base as f64, &self.scaling);
+            cyb_ops::reference::rope_frequencies(self.rot_dims, base, &self.scaling);
         if let Some(f) = &self.factors {
+            let f = cyb_tensor::decode_f32_vec(DType::F32, f, f.len() / 4)?;
             for (i, d) in inv.iter_mut().zip(f) {
-                *i /= *d as f64;
+                *i /= d as f64;
             }
         }
         let half = self.rot_dims / 2;
@@ -108,33 +100,26 @@ pub(crate) fn rope(
         None => None,
     };
     let source = RopeSource {
-        rot_dims: *rot_dims,
-        base: base.to_bits(),
-        scaling: *scaling,
-        pos_dtype: inputs[1].dtype(),
+        recipe: RopeRecipe {
+            rot_dims: *rot_dims,
+            base: base.to_bits(),
+            scaling: *scaling,
+            pos_dtype: inputs[1].dtype(),
+            factors: factor_bytes,
+        },
         positions: pos_bytes,
-        factors: factor_bytes,
     };
     let half = rot_dims / 2;
     let tbuf = match &st.rope_table {
         Some((src, b)) if *src == source => b.clone(),
         _ => {
-            let factors = match inputs.get(2) {
-                Some(f) => {
-                    let missing = || cyb_tensor::Error::invalid("rope", "factors not on the host");
-                    Some(host_values(f)?.ok_or_else(missing)?.to_f32_vec()?)
-                }
-                None => None,
-            };
-            let recipe = RopeRecipe {
-                rot_dims: *rot_dims,
-                base: *base,
-                scaling: *scaling,
-                factors,
-                pos_dtype: inputs[1].dtype(),
-            };
-            let table = recipe.table(&source.positions)?;
-            let b = gpu.stage_rope(st, bytemuck::cast_slice(&table), recipe, &source.positions)?;
+            let table = source.recipe.table(&source.positions)?;
+            let b = gpu.stage_rope(
+                st,
+                bytemuck::cast_slice(&table),
+                source.recipe.clone(),
+                &source.positions,
+            )?;
             st.rope_table = Some((source, b.clone()));
             b
         }
