@@ -175,8 +175,11 @@ impl WgpuBackend {
             submitter: crate::submit::Submitter::new(&ctx.queue, host_time.clone()),
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
+            kernels: Kernels::new(
+                std::env::var("CYB_WGPU_CHECKS").is_ok_and(|v| v == "1"),
+                ctx.subgroup,
+            ),
             ctx,
-            kernels: Kernels::new(std::env::var("CYB_WGPU_CHECKS").is_ok_and(|v| v == "1")),
             state: Mutex::new(State {
                 encoder: None,
                 pass: None,
@@ -216,8 +219,23 @@ impl WgpuBackend {
     /// This backend with its kernels compiled with (`true`) or without wgpu's shader runtime
     /// checks (`kernels::Kernels::new`; `CYB_WGPU_CHECKS=1` turns them on at creation).
     pub fn with_shader_checks(mut self, on: bool) -> WgpuBackend {
-        self.kernels = Kernels::new(on);
+        self.kernels = Kernels::new(on, self.kernels.subgroup());
         self
+    }
+
+    /// This backend with its reductions on subgroup operations (`true`, where the adapter
+    /// offers them: see `subgroup_size`) or through workgroup memory alone (`false`; also
+    /// `CYB_WGPU_SUBGROUPS=0` at creation).
+    pub fn with_subgroups(mut self, on: bool) -> WgpuBackend {
+        let size = if on { self.ctx.subgroup } else { 0 };
+        self.kernels = Kernels::new(self.kernels.checked(), size);
+        self
+    }
+
+    /// The subgroup size the kernels' reductions use, 0 when they use none (the adapter has no
+    /// subgroup operations or no one fixed size of 4 to 32 lanes).
+    pub fn subgroup_size(&self) -> u32 {
+        self.kernels.subgroup()
     }
 
     /// The adapter in use.

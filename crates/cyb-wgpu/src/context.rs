@@ -19,6 +19,8 @@ pub struct AdapterReport {
     pub max_buffer_size: u64,
     pub max_workgroup_invocations: u32,
     pub max_workgroup_storage: u32,
+    /// The subgroup size the kernels would use on it (0: none; `subgroup_size`).
+    pub subgroup: u32,
 }
 
 impl AdapterReport {
@@ -36,6 +38,7 @@ impl AdapterReport {
             max_buffer_size: limits.max_buffer_size,
             max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+            subgroup: subgroup_size(adapter),
         }
     }
 
@@ -43,7 +46,7 @@ impl AdapterReport {
     pub fn summary(&self) -> String {
         format!(
             "{} ({}, {}, driver {}): max storage binding {} MiB, max buffer {} MiB, \
-             {} invocations/workgroup, {} KiB workgroup memory",
+             {} invocations/workgroup, {} KiB workgroup memory, {}",
             self.name,
             self.backend,
             self.device_type,
@@ -55,7 +58,11 @@ impl AdapterReport {
             self.max_storage_binding >> 20,
             self.max_buffer_size >> 20,
             self.max_workgroup_invocations,
-            self.max_workgroup_storage >> 10
+            self.max_workgroup_storage >> 10,
+            match self.subgroup {
+                0 => "no subgroup reductions".to_string(),
+                n => format!("subgroups of {n}"),
+            }
         )
     }
 
@@ -89,6 +96,9 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub adapter: AdapterReport,
     pub limits: wgpu::Limits,
+    /// The adapter's subgroup size where the device has subgroup operations and one fixed
+    /// size of 4 to 32 lanes (the kernels' reductions then use them); else 0.
+    pub subgroup: u32,
     errors: Arc<Mutex<Option<String>>>,
 }
 
@@ -190,11 +200,15 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
     let limits = adapter.limits();
     // Timestamps only for `CYB_WGPU_GPU_TIME` (gpu_time.rs).
     let timing = std::env::var("CYB_WGPU_GPU_TIME").is_ok_and(|v| v != "0");
-    let features = if timing {
+    let mut features = if timing {
         adapter.features() & wgpu::Features::TIMESTAMP_QUERY
     } else {
         wgpu::Features::empty()
     };
+    let subgroup = subgroup_size(adapter);
+    if subgroup != 0 {
+        features |= wgpu::Features::SUBGROUP;
+    }
     let desc = wgpu::DeviceDescriptor {
         label: Some("cyb-wgpu"),
         required_features: features,
@@ -216,6 +230,24 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
         queue,
         adapter: AdapterReport::of(adapter),
         limits,
+        subgroup,
         errors,
     })
+}
+
+/// The subgroup size the kernels may rely on: the adapter has subgroup operations, one size
+/// (min == max, so a launch cannot get another), a power of two from 4 to 32 (the decode
+/// matvecs give every row at least 32 lanes), and `CYB_WGPU_SUBGROUPS` is not `0`.
+fn subgroup_size(adapter: &wgpu::Adapter) -> u32 {
+    if std::env::var("CYB_WGPU_SUBGROUPS").is_ok_and(|v| v == "0")
+        || !adapter.features().contains(wgpu::Features::SUBGROUP)
+    {
+        return 0;
+    }
+    let info = adapter.get_info();
+    let size = info.subgroup_min_size;
+    if size != info.subgroup_max_size || !size.is_power_of_two() || !(4..=32).contains(&size) {
+        return 0;
+    }
+    size
 }

@@ -26,6 +26,15 @@ pub(crate) struct HostTime {
     between: AtomicU64,
     ended_at: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
+    /// When the current step began (nanoseconds since `epoch`), and the submission thread's
+    /// jobs measured from it: [writes, their nanoseconds, submissions, their nanoseconds, Σ
+    /// start of each step's first job, Σ end of each step's first submission, Σ end of each
+    /// step's last submission], with the step the first job and first submission were seen in.
+    begun_at: AtomicU64,
+    jobs: [AtomicU64; 7],
+    first_job_step: AtomicU64,
+    first_submit_step: AtomicU64,
+    last_submit_end: AtomicU64,
 }
 
 /// On-CPU nanoseconds of the calling thread, where the OS tells them (Linux schedstat): unlike
@@ -86,8 +95,32 @@ impl HostTime {
         }
     }
 
+    /// One job of the submission thread ran from t0 to t1 (a queue write, or the finishing and
+    /// submitting of an encoder).
+    pub(crate) fn add_job(&self, submit: bool, t0: Instant, t1: Instant) {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        let begun = self.begun_at.load(Ordering::Relaxed);
+        let at = |t: Instant| (t.duration_since(epoch).as_nanos() as u64).saturating_sub(begun);
+        let step = self.steps.load(Ordering::Relaxed);
+        let i = if submit { 2 } else { 0 };
+        self.jobs[i].fetch_add(1, Ordering::Relaxed);
+        self.jobs[i + 1].fetch_add(t1.duration_since(t0).as_nanos() as u64, Ordering::Relaxed);
+        if self.first_job_step.swap(step, Ordering::Relaxed) != step {
+            self.jobs[4].fetch_add(at(t0), Ordering::Relaxed);
+        }
+        if submit {
+            if self.first_submit_step.swap(step, Ordering::Relaxed) != step {
+                self.jobs[5].fetch_add(at(t1), Ordering::Relaxed);
+            }
+            self.last_submit_end.store(at(t1), Ordering::Relaxed);
+        }
+    }
+
     /// A step begins; after the warm-up steps the totals restart from zero.
     pub(crate) fn begin_step(&self, launches: u64) {
+        let last = self.last_submit_end.swap(0, Ordering::Relaxed);
+        self.jobs[6].fetch_add(last, Ordering::Relaxed);
+        self.begun_at.store(self.now_ns(), Ordering::Relaxed);
         let ended = self.ended_at.load(Ordering::Relaxed);
         if ended > 0 {
             let gap = self.now_ns().saturating_sub(ended);
@@ -97,6 +130,9 @@ impl HostTime {
             self.between.store(0, Ordering::Relaxed);
             for r in &self.reads {
                 r.store(0, Ordering::Relaxed);
+            }
+            for j in &self.jobs {
+                j.store(0, Ordering::Relaxed);
             }
             self.nanos.store(0, Ordering::Relaxed);
             self.calls.store(0, Ordering::Relaxed);
@@ -146,12 +182,21 @@ impl HostTime {
             .map(|r| r.load(Ordering::Relaxed))
             .collect();
         let per_read = |i: usize| r[i] as f64 / 1e3 / r[0].max(1) as f64;
+        let j: Vec<f64> = self
+            .jobs
+            .iter()
+            .map(|j| j.load(Ordering::Relaxed) as f64)
+            .collect();
+        let per_step = |x: f64| x / 1e3 / steps.max(1) as f64;
         format!(
             "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms finishing and \
              submitting on the submission thread) in {calls} calls, \
              {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n\
              wgpu readbacks: {} reads: {:.1} us waiting for the submission thread, {:.1} us for \
-             the GPU, {:.1} us copying per read; {:.1} us per step between steps\n",
+             the GPU, {:.1} us copying per read; {:.1} us per step between steps\n\
+             wgpu submission thread per step: {:.1} writes in {:.1} us, {:.1} submissions in {:.1} us; \
+             from the step's beginning: first job at {:.1} us, first submission done at {:.1} us, \
+             last at {:.1} us\n",
             ns as f64 / 1e6,
             submit as f64 / 1e6,
             ns as f64 / 1e3 / launches.max(1) as f64,
@@ -161,6 +206,13 @@ impl HostTime {
             per_read(2),
             per_read(3),
             self.between.load(Ordering::Relaxed) as f64 / 1e3 / steps.max(1) as f64,
+            j[0] / steps.max(1) as f64,
+            per_step(j[1]),
+            j[2] / steps.max(1) as f64,
+            per_step(j[3]),
+            per_step(j[4]),
+            per_step(j[5]),
+            per_step(j[6]),
         )
     }
 }

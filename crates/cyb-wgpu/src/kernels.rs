@@ -45,6 +45,24 @@ fn numbered_dequant(i: usize) -> String {
     s
 }
 
+/// What every kernel starts with: `SG`, the subgroup size (0: no subgroup operations), `SGD`
+/// (the same, at least 1: a divisor), `SGR` (reductions use subgroups), and `sg_add` /
+/// `sg_max`, the sum and maximum over the subgroup (called only where `SGR`; naga takes
+/// `subgroupAdd` when the device has the feature, without WGSL's `enable subgroups`).
+fn subgroup_prelude(size: u32) -> String {
+    let mut s = format!(
+        "const SG: u32 = {size}u;\nconst SGD: u32 = {}u;\nconst SGR: bool = SG != 0u;\n",
+        size.max(1)
+    );
+    s.push_str(if size == 0 {
+        "fn sg_add(x: f32) -> f32 { return x; }\nfn sg_max(x: f32) -> f32 { return x; }\n"
+    } else {
+        "fn sg_add(x: f32) -> f32 { return subgroupAdd(x); }\n\
+         fn sg_max(x: f32) -> f32 { return subgroupMax(x); }\n"
+    });
+    s
+}
+
 /// A kernel family: its WGSL file and whether it reads weights through `dequant.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -180,6 +198,8 @@ pub struct Kernels {
     pipelines: Mutex<FxHashMap<KernelKey, Arc<Kernel>>>,
     /// Compile with wgpu's runtime checks (see [`Kernels::new`]).
     checked: bool,
+    /// The subgroup size reductions may use (`GpuContext::subgroup`), 0 for none.
+    subgroup: u32,
 }
 
 impl Kernels {
@@ -197,11 +217,20 @@ impl Kernels {
     /// anyway, the quotient is an unspecified value, not a fault). Storage buffer accesses stay
     /// bounds-checked where the driver does it (Vulkan's robust buffer access, which wgpu
     /// enables); on Metal and DX12 they rely on the host's shape checks alone.
-    pub fn new(checked: bool) -> Kernels {
+    pub fn new(checked: bool, subgroup: u32) -> Kernels {
         Kernels {
             pipelines: Mutex::default(),
             checked,
+            subgroup,
         }
+    }
+
+    pub fn checked(&self) -> bool {
+        self.checked
+    }
+
+    pub fn subgroup(&self) -> u32 {
+        self.subgroup
     }
 
     /// The pipeline for `key`, compiled on first use.
@@ -213,7 +242,8 @@ impl Kernels {
         if let Some(k) = map.get(key) {
             return k.clone();
         }
-        let mut src = String::from(COMMON);
+        let mut src = subgroup_prelude(self.subgroup);
+        src.push_str(COMMON);
         if let Some(dt) = key.weights {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
             // `rows` is the decode matvec's lanes per weight row for its entry `mv`, the

@@ -51,15 +51,22 @@ impl Drop for StopGuard {
 }
 
 fn run(queue: &wgpu::Queue, job: Job, host_time: Option<&crate::host_time::HostTime>) {
-    match job {
-        Job::Write(buf, bytes) => queue.write_buffer(&buf, 0, &bytes),
-        Job::Submit(enc) => {
-            let t0 = std::time::Instant::now();
-            queue.submit([enc.finish()]);
-            if let Some(h) = host_time {
-                h.add_async_submit(t0);
-            }
+    let t0 = std::time::Instant::now();
+    let submit = match job {
+        Job::Write(buf, bytes) => {
+            queue.write_buffer(&buf, 0, &bytes);
+            false
         }
+        Job::Submit(enc) => {
+            queue.submit([enc.finish()]);
+            true
+        }
+    };
+    if let Some(h) = host_time {
+        if submit {
+            h.add_async_submit(t0);
+        }
+        h.add_job(submit, t0, std::time::Instant::now());
     }
 }
 

@@ -17,6 +17,11 @@ use cyb_tensor::{DType, Tensor};
 /// output.
 fn check(op: &Op, inputs: &[Tensor], tol: f32) {
     let Some(gpu) = gpu() else { return };
+    check_on(&gpu, op, inputs, tol);
+}
+
+/// `check` on a given backend.
+fn check_on(gpu: &cyb_wgpu::WgpuBackend, op: &Op, inputs: &[Tensor], tol: f32) {
     let infos: Vec<_> = inputs.iter().map(Tensor::info).collect();
     assert!(
         gpu.supports(op, &infos),
@@ -151,6 +156,59 @@ fn unchecked_kernels_match_checked_ones() {
         f32t(&[2, 37, 8], 25),
     ];
     assert_eq!(run(&fast, &sdpa, &inputs), run(&checked, &sdpa, &inputs));
+}
+
+/// Reductions over a row's lanes and over a workgroup (the decode matvecs, attention) use
+/// subgroup operations where the adapter has them (lavapipe: subgroups of 8, so CI runs that
+/// path in every other test) and workgroup memory where it has none: that path against the
+/// reference too, on a second device with subgroups off.
+#[test]
+fn reductions_without_subgroups() {
+    let Some(gpu) = gpu() else { return };
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            gpu.subgroup_size() > 0,
+            "CI's adapter should run the subgroup reductions: {}",
+            gpu.adapter().summary()
+        );
+    }
+    let plain = cyb_wgpu::WgpuBackend::new()
+        .expect("a second device on the same adapter")
+        .with_subgroups(false);
+    assert_eq!(plain.subgroup_size(), 0);
+    let matmul = Op::MatMul {
+        rhs_transposed: true,
+    };
+    for dt in [
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q6_K,
+    ] {
+        let k = 4 * dt.block_elems().max(64);
+        // 13 rows take 256 lanes per row, 8200 rows 32.
+        for n in [13, 8200] {
+            let w = Tensor::from_f32_as(&[n, k], &random(n * k, 31 + n as u64), dt).unwrap();
+            check_on(&plain, &matmul, &[f32t(&[1, k], 32), w], 1e-5);
+        }
+    }
+    for lq in [1, 3] {
+        let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
+            scale: 0.3,
+            causal: true,
+            sliding_window: None,
+            softcap: None,
+            alibi_max_bias: None,
+        };
+        let inputs = [
+            f32t(&[4, lq, 8], 33),
+            f32t(&[2, 300, 8], 34),
+            f32t(&[2, 300, 8], 35),
+        ];
+        check_on(&plain, &sdpa, &inputs, 1e-4);
+    }
 }
 
 #[test]

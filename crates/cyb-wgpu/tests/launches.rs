@@ -61,6 +61,17 @@ fn run_sequence_consuming(
     consumed: &[usize],
 ) -> Option<u64> {
     let gpu = gpu()?;
+    Some(run_sequence_on(&gpu, host, steps, tol, consumed))
+}
+
+/// `run_sequence_consuming` on a given backend.
+fn run_sequence_on(
+    gpu: &cyb_wgpu::WgpuBackend,
+    host: &[Tensor],
+    steps: &[Step],
+    tol: f32,
+    consumed: &[usize],
+) -> u64 {
     let dev: Vec<Tensor> = host
         .iter()
         .map(|t| {
@@ -100,7 +111,7 @@ fn run_sequence_consuming(
             "output {i} of {steps:?}: relative error {e:e} > {tol:e}"
         );
     }
-    Some(gpu.launch_count() - before)
+    gpu.launch_count() - before
 }
 
 fn k_for(dt: DType) -> usize {
@@ -180,7 +191,22 @@ fn gate_up_and_gated_unit_are_one_launch() {
 #[test]
 fn residual_norm_goes_into_the_matvecs_around_it() {
     let _turn = serial();
-    for dt in WEIGHT_DTYPES {
+    let Some(shared) = gpu() else { return };
+    // Also on a device whose kernels reduce without subgroup operations.
+    let plain = cyb_wgpu::WgpuBackend::new()
+        .expect("a second device on the same adapter")
+        .with_subgroups(false);
+    let cases = [
+        (&*shared, &WEIGHT_DTYPES[..]),
+        (
+            &plain,
+            &[DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K][..],
+        ),
+    ];
+    for (b, dt) in cases
+        .iter()
+        .flat_map(|(b, dts)| dts.iter().map(move |dt| (*b, *dt)))
+    {
         // Row lengths of whole blocks and groups of four: one vec4 per thread and fewer.
         let long = match dt.block_elems() {
             1 => 4000,
@@ -217,9 +243,8 @@ fn residual_norm_goes_into_the_matvecs_around_it() {
                 (add_norm.clone(), vec![Err(0), Ok(2), Ok(3)]),
             ];
             steps.extend((4..7).map(|i| (matmul(), vec![Err(2), Ok(i)])));
-            if let Some(l) = run_sequence(&host, &steps, 1e-4) {
-                assert_eq!(l, 2, "{dt} d={d}: o, add+norm, q, k, v took {l} launches");
-            }
+            let l = run_sequence_on(b, &host, &steps, 1e-4, &[]);
+            assert_eq!(l, 2, "{dt} d={d}: o, add+norm, q, k, v took {l} launches");
             // The residual first, then gate, up and the gated unit.
             let host = vec![
                 f32t(&[1, k_o], 1),
@@ -236,12 +261,11 @@ fn residual_norm_goes_into_the_matvecs_around_it() {
                 (matmul(), vec![Err(2), Ok(5)]),
                 (Op::SwiGlu, vec![Err(3), Err(4)]),
             ];
-            if let Some(l) = run_sequence(&host, &steps, 1e-4) {
-                assert_eq!(
-                    l, 2,
-                    "{dt} d={d}: o, add+norm, gate, up, swiglu took {l} launches"
-                );
-            }
+            let l = run_sequence_on(b, &host, &steps, 1e-4, &[]);
+            assert_eq!(
+                l, 2,
+                "{dt} d={d}: o, add+norm, gate, up, swiglu took {l} launches"
+            );
         }
     }
     // Not merged: rows not a multiple of four; a matvec of the sum instead of the norm.

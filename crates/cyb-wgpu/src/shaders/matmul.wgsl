@@ -166,11 +166,5 @@ fn mv_sum(id: u32, t: u32) -> f32 {
     let ok = id < pu(5u) && j < n;
     var s = 0.0;
     if (ok) { s = vdot(j, l, pu(2u), pu(4u)); }
-    red[t] = s;
-    workgroupBarrier();
-    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
-        if (l < h) { red[t] += red[t + h]; }
-        workgroupBarrier();
-    }
-    return red[t];
+    return lanes_sum(t, s);
 }

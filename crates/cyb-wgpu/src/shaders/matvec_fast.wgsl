@@ -90,14 +90,17 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
 }
 
 // Unit w (< UPB) of the block at byte `o` times its activations x0 (values ucols(w).x · 4 ..)
-// and x1 (ucols(w).y · 4 ..), for the quantized formats.
+// and x1 (ucols(w).y · 4 ..), for the quantized formats. Levels become floats as 2^23 + level
+// (`mbytes`), the offset taken off with the format's own in one subtraction, and the block's
+// scales multiply the two dot products, not every value.
 fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
     switch KIND {
-        // Q8_0: d, 32 signed bytes; unit w is values 8w .. 8w + 7.
+        // Q8_0: d, 32 signed bytes; unit w is values 8w .. 8w + 7 (a signed byte b is read as
+        // the unsigned b + 128).
         case 2u: {
-            let d = rh@(o);
-            return dot(d * sbytes(u32w@(o + 2u + 8u * w)), x0)
-                + dot(d * sbytes(u32w@(o + 6u + 8u * w)), x1);
+            let lo = u32w@(o + 2u + 8u * w) ^ 0x80808080u;
+            let hi = u32w@(o + 6u + 8u * w) ^ 0x80808080u;
+            return rh@(o) * (dot(mbytes(lo) - (M23 + 128.0), x0) + dot(mbytes(hi) - (M23 + 128.0), x1));
         }
         // Q4_0 / Q4_1 / Q5_0 / Q5_1: word w of the 16 bytes of nibbles that end the block holds
         // values 4w .. 4w + 3 (low nibbles) and 16 + 4w .. (high); Q5 fifth bits after the
@@ -113,10 +116,11 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
                 hi |= spread4(hb >> (16u + 4u * w)) << 4u;
             }
             let d = rh@(o);
-            if (KIND == 3u) { return dot(d * (ubytes(lo) - 8.0), x0) + dot(d * (ubytes(hi) - 8.0), x1); }
-            if (KIND == 5u) { return dot(d * (ubytes(lo) - 16.0), x0) + dot(d * (ubytes(hi) - 16.0), x1); }
-            let m = rh@(o + 2u);
-            return dot(d * ubytes(lo) + m, x0) + dot(d * ubytes(hi) + m, x1);
+            if (KIND == 3u) { return d * (dot(mbytes(lo) - (M23 + 8.0), x0) + dot(mbytes(hi) - (M23 + 8.0), x1)); }
+            if (KIND == 5u) { return d * (dot(mbytes(lo) - (M23 + 16.0), x0) + dot(mbytes(hi) - (M23 + 16.0), x1)); }
+            let one = vec4<f32>(1.0);
+            return d * (dot(mbytes(lo) - M23, x0) + dot(mbytes(hi) - M23, x1))
+                + rh@(o + 2u) * (dot(x0, one) + dot(x1, one));
         }
         // Q4_K / Q5_K: word w = 8i + e/4 of the 128 bytes that end the block holds values
         // 64i + e .. (low nibbles, scale and minimum 2i) and 64i + 32 + e .. (high, 2i + 1); Q5_K's
@@ -136,8 +140,9 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
             let dm = rh@(o + 2u);
             let s0 = kscale_min@(o + 4u, 2u * i);
             let s1 = kscale_min@(o + 4u, 2u * i + 1u);
-            return dot((d * s0.x) * ubytes(lo) - dm * s0.y, x0)
-                + dot((d * s1.x) * ubytes(hi) - dm * s1.y, x1);
+            let one = vec4<f32>(1.0);
+            return (d * s0.x) * dot(mbytes(lo) - M23, x0) - (dm * s0.y) * dot(x0, one)
+                + (d * s1.x) * dot(mbytes(hi) - M23, x1) - (dm * s1.y) * dot(x1, one);
         }
         // Q6_K: w = 16h + 8s + e/4 (s < 2): the word of low bits at byte 64h + 32s + e holds
         // values 128h + 32s + e .. (low nibbles) and 128h + 32(s + 2) + e .. (high); their top
@@ -153,12 +158,14 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
             let hi = ((ql >> 4u) & 0x0f0f0f0fu) | (((qh >> (2u * s + 4u)) & 0x03030303u) << 4u);
             let d = rh@(o + 208u);
             let sc = o + 192u + 8u * h + 2u * s + e / 16u;
-            return dot((d * rsb@(sc)) * (ubytes(lo) - 32.0), x0)
-                + dot((d * rsb@(sc + 4u)) * (ubytes(hi) - 32.0), x1);
+            return d * (rsb@(sc) * dot(mbytes(lo) - (M23 + 32.0), x0)
+                + rsb@(sc + 4u) * dot(mbytes(hi) - (M23 + 32.0), x1));
         }
     }
 }
 
+// Unit w (< UPB) of the block at byte `o` times its activations x0 (values ucols(w).x · 4 ..)
+// and x1 (ucols(w).y · 4 ..), for the quantized formats.
 // k: values per row (a multiple of 4; of BLOCK for the quantized formats); rb: bytes per row.
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     if (KIND <= 1u) { return vdot4@(j, l, k, rb); }

@@ -10,6 +10,16 @@ fn sbytes(x: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(x) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
+// 2^23 + each byte of `x` (low to high): exact floats made with integer operations alone
+// (a float whose exponent field is 150 holds its 23 mantissa bits as an integer), cheaper than
+// converting each byte; subtract M23 (with any offset of the levels folded in) to get the
+// bytes.
+fn mbytes(x: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(((vec4<u32>(x) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu))
+                              | vec4<u32>(0x4b000000u));
+}
+const M23: f32 = 8388608.0;
+
 // The low four bits of `b`, bit e moved to bit 8e (one bit per byte).
 fn spread4(b: u32) -> u32 {
     return (b & 1u) | ((b & 2u) << 7u) | ((b & 4u) << 14u) | ((b & 8u) << 21u);
@@ -45,4 +55,28 @@ fn unit_walk(j: u32, l: u32, k: u32, rb: u32) -> UnitWalk {
     let b = l / UPB;
     return UnitWalk(w, ucols(w), bstep, bstep * BYTES, bstep * (BLOCK / 4u), k / BLOCK, b,
                     j * rb + b * BYTES, b * (BLOCK / 4u));
+}
+
+// Σ of `s` over the LPR lanes of thread t's row (lanes t - t % LPR ..), valid in the row's
+// lane 0. Every thread of the workgroup calls it (it may hold barriers); it uses `red` (≥ 256
+// values), whose earlier contents every thread must be done with.
+fn lanes_sum(t: u32, s: f32) -> f32 {
+    if (SGR) {
+        let r = sg_add(s);
+        if (LPR == SG) { return r; }
+        if (t % SGD == 0u) { red[t / SGD] = r; }
+        workgroupBarrier();
+        var a = 0.0;
+        if (t % LPR == 0u) {
+            for (var i = 0u; i < LPR / SGD; i++) { a += red[t / SGD + i]; }
+        }
+        return a;
+    }
+    red[t] = s;
+    workgroupBarrier();
+    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
+        if (t % LPR < h) { red[t] += red[t + h]; }
+        workgroupBarrier();
+    }
+    return red[t];
 }

@@ -130,20 +130,11 @@ fn mv_rows(id: u32, t: u32) {
             s0 = vdot2(j, l, k, rb);
         }
     }
-    red[t] = s0;
-    red[256u + t] = s1;
-    workgroupBarrier();
-    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
-        if (l < h) {
-            red[t] += red[t + h];
-            red[256u + t] += red[256u + t + h];
-        }
-        workgroupBarrier();
-    }
+    let r = lanes_sum2(t, vec2<f32>(s0, s1)) * ROW_SCALE;
     if (l == 0u && ok) {
-        let y = red[t] * ROW_SCALE;
+        let y = r.x;
         if (glu != 0u) {
-            let u = red[256u + t] * ROW_SCALE;
+            let u = r.y;
             Y0[j] = y;
             Y1[j] = u;
             var act = silu_f(y);
@@ -158,6 +149,35 @@ fn mv_rows(id: u32, t: u32) {
             Y2[j] = y;
         }
     }
+}
+
+// `lanes_sum` (matvec_fast_common.wgsl) of two values at once.
+fn lanes_sum2(t: u32, s: vec2<f32>) -> vec2<f32> {
+    if (SGR) {
+        let r = vec2<f32>(sg_add(s.x), sg_add(s.y));
+        if (LPR == SG) { return r; }
+        if (t % SGD == 0u) {
+            red[t / SGD] = r.x;
+            red[256u + t / SGD] = r.y;
+        }
+        workgroupBarrier();
+        var a = vec2<f32>(0.0);
+        if (t % LPR == 0u) {
+            for (var i = 0u; i < LPR / SGD; i++) { a += vec2<f32>(red[t / SGD + i], red[256u + t / SGD + i]); }
+        }
+        return a;
+    }
+    red[t] = s.x;
+    red[256u + t] = s.y;
+    workgroupBarrier();
+    for (var h = LPR / 2u; h > 0u; h >>= 1u) {
+        if (t % LPR < h) {
+            red[t] += red[t + h];
+            red[256u + t] += red[256u + t + h];
+        }
+        workgroupBarrier();
+    }
+    return vec2<f32>(red[t], red[256u + t]);
 }
 
 // Row j of the gate (W0) and the up (W1) product at once, as matvec_fast.wgsl's `vdot`: one

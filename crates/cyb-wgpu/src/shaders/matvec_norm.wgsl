@@ -42,13 +42,23 @@ fn mv_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     let v1 = row4(t + 256u, n4);
     let v2 = row4(t + 512u, n4);
     let v3 = row4(t + 768u, n4);
-    red[t] = (dot(v0, v0) + dot(v1, v1)) + (dot(v2, v2) + dot(v3, v3));
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (t < s) { red[t] += red[t + s]; }
+    let sq = (dot(v0, v0) + dot(v1, v1)) + (dot(v2, v2) + dot(v3, v3));
+    var total = 0.0;
+    if (SGR) {
+        let r = sg_add(sq);
+        if (t % SGD == 0u) { red[t / SGD] = r; }
         workgroupBarrier();
+        for (var i = 0u; i < 256u / SGD; i++) { total += red[i]; }
+    } else {
+        red[t] = sq;
+        workgroupBarrier();
+        for (var s = 128u; s > 0u; s >>= 1u) {
+            if (t < s) { red[t] += red[t + s]; }
+            workgroupBarrier();
+        }
+        total = red[0];
     }
-    let inv = 1.0 / sqrt(red[0] / f32(d) + pf(9u));
+    let inv = 1.0 / sqrt(total / f32(d) + pf(9u));
     NORM_OFF = pf(10u);
     ROW_SCALE = inv;
     if (id == 0u) {
