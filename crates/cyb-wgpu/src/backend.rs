@@ -47,6 +47,9 @@ pub struct WgpuBackend {
     spin_wait: std::time::Duration,
     /// Decode steps may be recorded and replayed (replay.rs); `CYB_WGPU_REPLAY=0` turns it off.
     replay: std::sync::atomic::AtomicBool,
+    /// Replays submit commands finished ahead (replay.rs `plan_commands`; `CYB_WGPU_PREBUILD=0`
+    /// records them at each replay instead).
+    pub(crate) prebuild: bool,
     /// Steps replayed so far (replay.rs).
     pub(crate) replayed: std::sync::atomic::AtomicU64,
 }
@@ -213,6 +216,7 @@ impl WgpuBackend {
                 std::env::var("CYB_WGPU_REPLAY").map_or(true, |v| v != "0"),
             ),
             replayed: std::sync::atomic::AtomicU64::new(0),
+            prebuild: std::env::var("CYB_WGPU_PREBUILD").map_or(true, |v| v != "0"),
         })
     }
 

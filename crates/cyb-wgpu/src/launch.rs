@@ -905,6 +905,22 @@ impl WgpuBackend {
             })
     }
 
+    /// `kernel` with `bind` over `groups` workgroups in `pass` (grids wider than the adapter's
+    /// limit folded into y; the kernels' `flat_wg` unfolds them).
+    pub(crate) fn dispatch_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        kernel: &Kernel,
+        bind: &wgpu::BindGroup,
+        groups: u32,
+    ) {
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
+        let x = groups.min(max);
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        pass.dispatch_workgroups(x, groups.div_ceil(x), 1);
+    }
+
     /// Records a launch of `kernel` with `bind` over `groups` workgroups into the step's one
     /// compute pass (submitting every `submit_every` launches).
     pub(crate) fn encode(
@@ -915,9 +931,6 @@ impl WgpuBackend {
         bind: &wgpu::BindGroup,
         groups: u32,
     ) -> Result<()> {
-        let max = self.ctx.limits.max_compute_workgroups_per_dimension.max(1);
-        let x = groups.min(max);
-        let y = groups.div_ceil(x);
         let device = &self.ctx.device;
         let State {
             encoder,
@@ -945,9 +958,7 @@ impl WgpuBackend {
                 pass.insert(p.forget_lifetime())
             }
         };
-        pass.set_pipeline(&kernel.pipeline);
-        pass.set_bind_group(0, bind, &[]);
-        pass.dispatch_workgroups(x, y, 1);
+        self.dispatch_in(pass, kernel, bind, groups);
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.since_submit += 1;

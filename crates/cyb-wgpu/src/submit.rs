@@ -21,6 +21,8 @@ enum Job {
     Write(wgpu::Buffer, Vec<u8>),
     /// Finish the encoder and submit it.
     Submit(wgpu::CommandEncoder),
+    /// Submit a finished command buffer.
+    SubmitFinished(wgpu::CommandBuffer),
 }
 
 /// Jobs done so far, and whether the thread has stopped.
@@ -59,6 +61,10 @@ fn run(queue: &wgpu::Queue, job: Job, host_time: Option<&crate::host_time::HostT
         }
         Job::Submit(enc) => {
             queue.submit([enc.finish()]);
+            true
+        }
+        Job::SubmitFinished(commands) => {
+            queue.submit([commands]);
             true
         }
     };
@@ -124,6 +130,11 @@ impl Submitter {
     /// Finishes and submits `enc` after everything sent before.
     pub(crate) fn submit(&self, enc: wgpu::CommandEncoder) {
         self.send(Job::Submit(enc));
+    }
+
+    /// Submits finished `commands` after everything sent before.
+    pub(crate) fn submit_finished(&self, commands: wgpu::CommandBuffer) {
+        self.send(Job::SubmitFinished(commands));
     }
 
     /// `queue.write_buffer(buf, 0, bytes)` after everything sent before.
