@@ -23,8 +23,10 @@
 
 use crate::backend::{gpu_buf, WgpuBackend, PARAM_BYTES};
 use crate::kernels::{Kernel, KernelKey};
+use crate::memory::padded;
 use crate::memory::GpuBuf;
 use crate::ops::RopeRecipe;
+use crate::submit::Job;
 use cyb_backend::{BufferUsage, Recording};
 use cyb_tensor::{Error, Result, Tensor};
 use std::sync::Arc;
@@ -371,15 +373,16 @@ impl WgpuBackend {
         }
         let mut st = self.lock();
         self.flush(&mut st);
+        let mut writes: Vec<(&wgpu::Buffer, std::borrow::Cow<'_, [u8]>)> = Vec::new();
         for w in &plan.writes {
-            match &w.fill {
-                Fill::Input(i) => self.write(&w.buffer, inputs[*i]),
-                Fill::Const(b) => self.write(&w.buffer, b),
-                Fill::Rope(recipe, i) => {
-                    let table = recipe.table(inputs[*i])?;
-                    self.write(&w.buffer, bytemuck::cast_slice(&table));
-                }
-            }
+            let bytes = match &w.fill {
+                Fill::Input(i) => inputs[*i].into(),
+                Fill::Const(b) => b.as_slice().into(),
+                Fill::Rope(recipe, i) => bytemuck::cast_slice(&recipe.table(inputs[*i])?)
+                    .to_vec()
+                    .into(),
+            };
+            writes.push((&w.buffer, bytes));
         }
         let mut words = plan.words.clone();
         // Wrapping arithmetic: a word that grows by d per step is w0 + d·steps modulo 2^32,
@@ -388,10 +391,13 @@ impl WgpuBackend {
         for &(i, d) in &plan.deltas {
             words[i] = words[i].wrapping_add(d.wrapping_mul(s));
         }
-        self.write(&plan.params.buffer, bytemuck::cast_slice(&words));
+        writes.push((&plan.params.buffer, bytemuck::cast_slice(&words).into()));
         // Timed or profiled steps take the launch path, which times them.
         let prebuild = self.prebuild && st.gpu_time.is_none() && self.profile.is_none();
         if !prebuild {
+            for (buffer, bytes) in &writes {
+                self.write(buffer, bytes);
+            }
             for l in &plan.launches {
                 self.encode(&mut st, &l.key, &l.kernel, &l.bind, l.groups)?;
             }
@@ -402,7 +408,19 @@ impl WgpuBackend {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
             let commands = ready.unwrap_or_else(|| self.plan_commands(plan));
-            self.submitter.submit_finished(commands);
+            // The writes and the submission run here, not on the submission thread, which is
+            // idle at a step's beginning and would first have to wake up: every microsecond
+            // of this delays the GPU's start.
+            let mut jobs: Vec<Job> = writes
+                .into_iter()
+                .map(|(buffer, bytes)| {
+                    let mut v = bytes.into_owned();
+                    v.resize(padded(v.len()) as usize, 0);
+                    Job::Write(buffer.clone(), v)
+                })
+                .collect();
+            jobs.push(Job::SubmitFinished(commands));
+            self.submitter.run_here(jobs);
             st.submitted_in_step = true;
             self.launches.fetch_add(
                 plan.launches.len() as u64,

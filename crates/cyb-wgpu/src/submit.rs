@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// Queue work, in the order the backend asked for it.
-enum Job {
+pub(crate) enum Job {
     /// `queue.write_buffer(buffer, 0, bytes)`.
     Write(wgpu::Buffer, Vec<u8>),
     /// Finish the encoder and submit it.
@@ -132,9 +132,14 @@ impl Submitter {
         self.send(Job::Submit(enc));
     }
 
-    /// Submits finished `commands` after everything sent before.
-    pub(crate) fn submit_finished(&self, commands: wgpu::CommandBuffer) {
-        self.send(Job::SubmitFinished(commands));
+    /// Runs `jobs` on the calling thread, in order, once everything sent before is done.
+    /// The caller holds the backend's state lock, as for every other job, so nothing is sent
+    /// meanwhile.
+    pub(crate) fn run_here(&self, jobs: Vec<Job>) {
+        self.idle();
+        for job in jobs {
+            run(&self.queue, job, self.host_time.as_deref());
+        }
     }
 
     /// `queue.write_buffer(buf, 0, bytes)` after everything sent before.
