@@ -136,74 +136,81 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for b in 0..nb {
-        // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
-        unsafe {
-            let u = g.as_ptr().add(b * ub);
-            for h in 0..2 {
-                // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720. Five-bit
-                // levels put their second four products in `high` (at most 4·7936 = 31744 each).
-                let mut isum = [[_mm256_setzero_si256(); 2]; R];
-                let mut high = [[_mm256_setzero_si256(); 2]; R];
-                if FMT == Q8_0 {
-                    for v in 0..8 {
-                        let (lo, hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
-                        for r in 0..R {
-                            dot16::<SPLIT>(&mut isum[r], lo, &p[r], b * 32 + 4 * v);
-                            dot16::<SPLIT>(&mut high[r], hi, &p[r], b * 32 + 4 * v);
-                        }
-                    }
-                } else {
-                    let fifth = if five {
-                        load(u.add(levels + 256 + 32 * h))
-                    } else {
-                        _mm256_setzero_si256()
-                    };
-                    for v in 0..4 {
-                        let (mut lo, mut hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
-                        if five {
-                            // Bit v (levels 4v + i) and bit v + 4 (levels 16 + 4v + i) to bit
-                            // 4; 16-bit shifts of at most 4 keep bit 4 within its byte.
-                            let up = _mm256_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
-                            let down = _mm256_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
-                            lo = _mm256_or_si256(lo, _mm256_and_si256(up, bit4));
-                            hi = _mm256_or_si256(hi, _mm256_and_si256(down, bit4));
-                        }
-                        for r in 0..R {
-                            let acc = if five && v >= 2 {
-                                &mut high[r]
-                            } else {
-                                &mut isum[r]
-                            };
-                            dot16::<SPLIT>(acc, lo, &p[r], b * 32 + 4 * v);
-                            dot16::<SPLIT>(acc, hi, &p[r], b * 32 + 16 + 4 * v);
-                        }
-                    }
-                }
-                let dw = scales_f16(u.add(16 * h));
-                let mins = if with_min {
-                    scales_f16(u.add(32 + 16 * h))
-                } else {
-                    _mm256_setzero_ps()
-                };
-                for r in 0..R {
-                    let mut s = widen::<SPLIT>(isum[r]);
+    // Each half of eight rows in a pass of its own: only its R float sums stay live, which
+    // leaves the 16 registers to the integer sums (both halves at once spilled with R = 4).
+    for h in 0..2 {
+        for b in 0..nb {
+            // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
+            unsafe {
+                let u = g.as_ptr().add(b * ub);
+                {
+                    // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720. Five-bit
+                    // levels put their second four products in `high` (at most 4·7936 = 31744 each).
+                    let mut isum = [[_mm256_setzero_si256(); 2]; R];
+                    let mut high = [[_mm256_setzero_si256(); 2]; R];
                     if FMT == Q8_0 {
-                        s = _mm256_add_epi32(s, _mm256_slli_epi32::<4>(widen::<SPLIT>(high[r])));
-                    } else if five {
-                        s = _mm256_add_epi32(s, widen::<SPLIT>(high[r]));
+                        for v in 0..8 {
+                            let (lo, hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
+                            for r in 0..R {
+                                dot16::<SPLIT>(&mut isum[r], lo, &p[r], b * 32 + 4 * v);
+                                dot16::<SPLIT>(&mut high[r], hi, &p[r], b * 32 + 4 * v);
+                            }
+                        }
+                    } else {
+                        let fifth = if five {
+                            load(u.add(levels + 256 + 32 * h))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        for v in 0..4 {
+                            let (mut lo, mut hi) = nibbles(load(u.add(levels + 64 * v + 32 * h)));
+                            if five {
+                                // Bit v (levels 4v + i) and bit v + 4 (levels 16 + 4v + i) to bit
+                                // 4; 16-bit shifts of at most 4 keep bit 4 within its byte.
+                                let up = _mm256_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
+                                let down = _mm256_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
+                                lo = _mm256_or_si256(lo, _mm256_and_si256(up, bit4));
+                                hi = _mm256_or_si256(hi, _mm256_and_si256(down, bit4));
+                            }
+                            for r in 0..R {
+                                let acc = if five && v >= 2 {
+                                    &mut high[r]
+                                } else {
+                                    &mut isum[r]
+                                };
+                                dot16::<SPLIT>(acc, lo, &p[r], b * 32 + 4 * v);
+                                dot16::<SPLIT>(acc, hi, &p[r], b * 32 + 16 + 4 * v);
+                            }
+                        }
                     }
-                    let bs = *a.sum32.get_unchecked((r0 + r) * nb + b);
-                    if zero_point != 0 {
-                        s = _mm256_add_epi32(s, _mm256_set1_epi32(-zero_point * bs));
-                    }
-                    let da = *a.d.get_unchecked((r0 + r) * nb + b);
-                    let s = _mm256_cvtepi32_ps(s);
-                    acc[r][h] =
-                        _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc[r][h]);
-                    if with_min {
-                        let sa = _mm256_set1_ps(da * bs as f32);
-                        acc[r][h] = _mm256_fmadd_ps(mins, sa, acc[r][h]);
+                    let dw = scales_f16(u.add(16 * h));
+                    let mins = if with_min {
+                        scales_f16(u.add(32 + 16 * h))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for r in 0..R {
+                        let mut s = widen::<SPLIT>(isum[r]);
+                        if FMT == Q8_0 {
+                            s = _mm256_add_epi32(
+                                s,
+                                _mm256_slli_epi32::<4>(widen::<SPLIT>(high[r])),
+                            );
+                        } else if five {
+                            s = _mm256_add_epi32(s, widen::<SPLIT>(high[r]));
+                        }
+                        let bs = *a.sum32.get_unchecked((r0 + r) * nb + b);
+                        if zero_point != 0 {
+                            s = _mm256_add_epi32(s, _mm256_set1_epi32(-zero_point * bs));
+                        }
+                        let da = *a.d.get_unchecked((r0 + r) * nb + b);
+                        let s = _mm256_cvtepi32_ps(s);
+                        acc[r][h] =
+                            _mm256_fmadd_ps(s, _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc[r][h]);
+                        if with_min {
+                            let sa = _mm256_set1_ps(da * bs as f32);
+                            acc[r][h] = _mm256_fmadd_ps(mins, sa, acc[r][h]);
+                        }
                     }
                 }
             }
@@ -226,38 +233,41 @@ unsafe fn q4_k<const R: usize, const SPLIT: bool>(
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for sb in 0..nsb {
-        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
-        unsafe {
-            let u = g.as_ptr().add(sb * 2368);
-            for h in 0..2 {
-                let mut scaled = [_mm256_setzero_ps(); R];
-                let mut mins = [_mm256_setzero_ps(); R];
-                for j in 0..8 {
-                    // Eight products of nibbles per i16 lane: at most 30720.
-                    let mut isum = [[_mm256_setzero_si256(); 2]; R];
-                    for q in 0..4 {
-                        let (lo, hi) = nibbles(load(u.add(320 + 256 * j + 64 * q + 32 * h)));
-                        let off = sb * 256 + 32 * j + 8 * q;
+    // One half of eight rows per pass, as `legacy`.
+    for h in 0..2 {
+        for sb in 0..nsb {
+            // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
+            unsafe {
+                let u = g.as_ptr().add(sb * 2368);
+                {
+                    let mut scaled = [_mm256_setzero_ps(); R];
+                    let mut mins = [_mm256_setzero_ps(); R];
+                    for j in 0..8 {
+                        // Eight products of nibbles per i16 lane: at most 30720.
+                        let mut isum = [[_mm256_setzero_si256(); 2]; R];
+                        for q in 0..4 {
+                            let (lo, hi) = nibbles(load(u.add(320 + 256 * j + 64 * q + 32 * h)));
+                            let off = sb * 256 + 32 * j + 8 * q;
+                            for r in 0..R {
+                                dot16::<SPLIT>(&mut isum[r], lo, &p[r], off);
+                                dot16::<SPLIT>(&mut isum[r], hi, &p[r], off + 4);
+                            }
+                        }
+                        let sc = scales_u8::<false>(u.add(64 + 16 * j + 8 * h));
+                        let mn = scales_u8::<false>(u.add(192 + 16 * j + 8 * h));
                         for r in 0..R {
-                            dot16::<SPLIT>(&mut isum[r], lo, &p[r], off);
-                            dot16::<SPLIT>(&mut isum[r], hi, &p[r], off + 4);
+                            let s = _mm256_cvtepi32_ps(widen::<SPLIT>(isum[r]));
+                            scaled[r] = _mm256_fmadd_ps(s, sc, scaled[r]);
+                            let bs = *a.sum32.get_unchecked((r0 + r) * k / 32 + sb * 8 + j) as f32;
+                            mins[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(bs), mins[r]);
                         }
                     }
-                    let sc = scales_u8::<false>(u.add(64 + 16 * j + 8 * h));
-                    let mn = scales_u8::<false>(u.add(192 + 16 * j + 8 * h));
+                    let (d, dmin) = (scales_f16(u.add(16 * h)), scales_f16(u.add(32 + 16 * h)));
                     for r in 0..R {
-                        let s = _mm256_cvtepi32_ps(widen::<SPLIT>(isum[r]));
-                        scaled[r] = _mm256_fmadd_ps(s, sc, scaled[r]);
-                        let bs = *a.sum32.get_unchecked((r0 + r) * k / 32 + sb * 8 + j) as f32;
-                        mins[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(bs), mins[r]);
+                        let da = _mm256_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                        let v = _mm256_fmsub_ps(d, scaled[r], _mm256_mul_ps(dmin, mins[r]));
+                        acc[r][h] = _mm256_fmadd_ps(v, da, acc[r][h]);
                     }
-                }
-                let (d, dmin) = (scales_f16(u.add(16 * h)), scales_f16(u.add(32 + 16 * h)));
-                for r in 0..R {
-                    let da = _mm256_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
-                    let v = _mm256_fmsub_ps(d, scaled[r], _mm256_mul_ps(dmin, mins[r]));
-                    acc[r][h] = _mm256_fmadd_ps(v, da, acc[r][h]);
                 }
             }
         }
@@ -281,49 +291,53 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
     let m30 = _mm256_set1_epi8(0x30);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for sb in 0..nsb {
-        // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
-        unsafe {
-            let u = g.as_ptr().add(sb * 3360);
-            for h in 0..2 {
-                let mut scaled = [_mm256_setzero_ps(); R];
-                for grp in 0..16 {
-                    let n0 = load(u.add(288 + 192 * grp + 32 * h));
-                    let n1 = load(u.add(352 + 192 * grp + 32 * h));
-                    let top = load(u.add(416 + 192 * grp + 32 * h));
-                    let w = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(n0, m4),
-                            _mm256_and_si256(_mm256_slli_epi16::<4>(top), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(n0), m4),
-                            _mm256_and_si256(_mm256_slli_epi16::<2>(top), m30),
-                        ),
-                        _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(top, m30)),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(n1), m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<2>(top), m30),
-                        ),
-                    ];
-                    let sc = scales_u8::<true>(u.add(32 + 16 * grp + 8 * h));
-                    let off = sb * 256 + 16 * grp;
-                    for r in 0..R {
-                        let s = *a.sum16.get_unchecked((r0 + r) * k / 16 + sb * 16 + grp);
-                        // Levels ≤ 63: two products per i16 lane, at most 2·16128 = 32256.
-                        let mut pair = [[_mm256_setzero_si256(); 2]; 2];
-                        for q in 0..4 {
-                            dot16::<SPLIT>(&mut pair[q / 2], w[q], &p[r], off + 4 * q);
+    // One half of eight rows per pass, as `legacy`.
+    for h in 0..2 {
+        for sb in 0..nsb {
+            // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
+            unsafe {
+                let u = g.as_ptr().add(sb * 3360);
+                {
+                    let mut scaled = [_mm256_setzero_ps(); R];
+                    for grp in 0..16 {
+                        let n0 = load(u.add(288 + 192 * grp + 32 * h));
+                        let n1 = load(u.add(352 + 192 * grp + 32 * h));
+                        let top = load(u.add(416 + 192 * grp + 32 * h));
+                        let w = [
+                            _mm256_or_si256(
+                                _mm256_and_si256(n0, m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<4>(top), m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(n0), m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<2>(top), m30),
+                            ),
+                            _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(top, m30)),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(n1), m4),
+                                _mm256_and_si256(_mm256_srli_epi16::<2>(top), m30),
+                            ),
+                        ];
+                        let sc = scales_u8::<true>(u.add(32 + 16 * grp + 8 * h));
+                        let off = sb * 256 + 16 * grp;
+                        for r in 0..R {
+                            let s = *a.sum16.get_unchecked((r0 + r) * k / 16 + sb * 16 + grp);
+                            // Levels ≤ 63: two products per i16 lane, at most 2·16128 = 32256.
+                            let mut pair = [[_mm256_setzero_si256(); 2]; 2];
+                            for q in 0..4 {
+                                dot16::<SPLIT>(&mut pair[q / 2], w[q], &p[r], off + 4 * q);
+                            }
+                            let i =
+                                _mm256_add_epi32(widen::<SPLIT>(pair[0]), widen::<SPLIT>(pair[1]));
+                            let i = _mm256_add_epi32(i, _mm256_set1_epi32(-32 * s));
+                            scaled[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sc, scaled[r]);
                         }
-                        let i = _mm256_add_epi32(widen::<SPLIT>(pair[0]), widen::<SPLIT>(pair[1]));
-                        let i = _mm256_add_epi32(i, _mm256_set1_epi32(-32 * s));
-                        scaled[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), sc, scaled[r]);
                     }
-                }
-                let d = scales_f16(u.add(16 * h));
-                for r in 0..R {
-                    let da = _mm256_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
-                    acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(scaled[r], d), da, acc[r][h]);
+                    let d = scales_f16(u.add(16 * h));
+                    for r in 0..R {
+                        let da = _mm256_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                        acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(scaled[r], d), da, acc[r][h]);
+                    }
                 }
             }
         }
