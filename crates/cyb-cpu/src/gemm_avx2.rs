@@ -102,15 +102,15 @@ fn nibbles(raw: __m256i) -> (__m256i, __m256i) {
     )
 }
 
-/// The halves of eight rows (0, 1) the passes of a kernel take: for several activation rows one
+/// The halves of eight rows (0, 1) the passes of a kernel take, as [start, end) pairs: for several activation rows one
 /// half per pass, so that only its R float sums stay live next to the integer ones (both halves
 /// at once spilled registers with R = 4 and 16-bit activations: prefill 1.3× slower); for one
 /// row (decode, bound by memory) both in one pass, which reads each weight vector once.
-fn halves<const R: usize>() -> &'static [std::ops::Range<usize>] {
+fn halves<const R: usize>() -> &'static [(usize, usize)] {
     if R == 1 {
-        &[0..2]
+        &[(0, 2)]
     } else {
-        &[0..1, 1..2]
+        &[(0, 1), (1, 2)]
     }
 }
 
@@ -148,12 +148,12 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for hs in halves::<R>().iter().cloned() {
+    for &(h0, h1) in halves::<R>() {
         for b in 0..nb {
             // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
             unsafe {
                 let u = g.as_ptr().add(b * ub);
-                for h in hs.clone() {
+                for h in h0..h1 {
                     // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720. Five-bit
                     // levels put their second four products in `high` (at most 4·7936 = 31744 each).
                     let mut isum = [[_mm256_setzero_si256(); 2]; R];
@@ -243,12 +243,12 @@ unsafe fn q4_k<const R: usize, const SPLIT: bool>(
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for hs in halves::<R>().iter().cloned() {
+    for &(h0, h1) in halves::<R>() {
         for sb in 0..nsb {
             // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
             unsafe {
                 let u = g.as_ptr().add(sb * 2368);
-                for h in hs.clone() {
+                for h in h0..h1 {
                     let mut scaled = [_mm256_setzero_ps(); R];
                     let mut mins = [_mm256_setzero_ps(); R];
                     for j in 0..8 {
@@ -300,12 +300,12 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
     let m30 = _mm256_set1_epi8(0x30);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for hs in halves::<R>().iter().cloned() {
+    for &(h0, h1) in halves::<R>() {
         for sb in 0..nsb {
             // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
             unsafe {
                 let u = g.as_ptr().add(sb * 3360);
-                for h in hs.clone() {
+                for h in h0..h1 {
                     let mut scaled = [_mm256_setzero_ps(); R];
                     for grp in 0..16 {
                         let n0 = load(u.add(288 + 192 * grp + 32 * h));
