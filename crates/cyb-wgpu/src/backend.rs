@@ -8,7 +8,7 @@
 
 use crate::context::GpuContext;
 use crate::kernels::Kernels;
-use crate::memory::{padded, shadow, DeviceView, GpuBuf, HostShadow, ResidentKey};
+use crate::memory::{padded, padded_vec, shadow, DeviceView, GpuBuf, HostShadow, ResidentKey};
 use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
@@ -392,20 +392,15 @@ impl WgpuBackend {
     /// idle and write from here, without the copy.
     pub(crate) fn write(&self, buf: &wgpu::Buffer, data: &[u8]) {
         let len = padded(data.len()) as usize;
-        let padded_copy = || {
-            let mut v = data.to_vec();
-            v.resize(len, 0);
-            v
-        };
         if len <= DIRECT_WRITE {
-            self.submitter.write(buf, padded_copy());
+            self.submitter.write(buf, padded_vec(data));
             return;
         }
         self.submitter.idle();
         if len == data.len() {
             self.ctx.queue.write_buffer(buf, 0, data);
         } else {
-            self.ctx.queue.write_buffer(buf, 0, &padded_copy());
+            self.ctx.queue.write_buffer(buf, 0, &padded_vec(data));
         }
     }
 

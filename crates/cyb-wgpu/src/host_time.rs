@@ -10,9 +10,6 @@ use std::time::Instant;
 pub(crate) struct HostTime {
     nanos: AtomicU64,
     calls: AtomicU64,
-    /// Time the submission thread (submit.rs) spent finishing encoders and submitting them,
-    /// since the counted steps began.
-    async_nanos: AtomicU64,
     /// Steps begun, and the launch count when the counted steps began.
     steps: AtomicU64,
     launch_base: AtomicU64,
@@ -26,8 +23,8 @@ pub(crate) struct HostTime {
     between: AtomicU64,
     ended_at: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
-    /// When the current step began (nanoseconds since `epoch`), and the submission thread's
-    /// jobs measured from it: [writes, their nanoseconds, submissions, their nanoseconds, Σ
+    /// When the current step began (nanoseconds since `epoch`), and the queue jobs (submit.rs;
+    /// on the submission thread, a replay's on the caller) measured from it: [writes, their nanoseconds, submissions, their nanoseconds, Σ
     /// start of each step's first job, Σ end of each step's first submission, Σ end of each
     /// step's last submission], with the step the first job and first submission were seen in.
     begun_at: AtomicU64,
@@ -95,7 +92,7 @@ impl HostTime {
         }
     }
 
-    /// One job of the submission thread ran from t0 to t1 (a queue write, or the finishing and
+    /// One queue job (submit.rs) ran from t0 to t1 (a queue write, or the finishing and
     /// submitting of an encoder).
     pub(crate) fn add_job(&self, submit: bool, t0: Instant, t1: Instant) {
         let epoch = *self.epoch.get_or_init(Instant::now);
@@ -136,25 +133,18 @@ impl HostTime {
             }
             self.nanos.store(0, Ordering::Relaxed);
             self.calls.store(0, Ordering::Relaxed);
-            self.async_nanos.store(0, Ordering::Relaxed);
             self.launch_base.store(launches, Ordering::Relaxed);
             self.cpu_base
                 .store(thread_cpu_ns().unwrap_or(0), Ordering::Relaxed);
         }
     }
 
-    /// Adds time the submission thread spent finishing and submitting an encoder.
-    pub(crate) fn add_async_submit(&self, t0: Instant) {
-        let ns = t0.elapsed().as_nanos() as u64;
-        self.async_nanos.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// Since the warm-up steps: host nanoseconds spent recording, nanoseconds the submission
-    /// thread spent finishing and submitting, and the number of timed calls.
+    /// Since the warm-up steps: host nanoseconds spent recording, nanoseconds the queue jobs
+    /// spent finishing and submitting, and the number of timed calls.
     pub(crate) fn totals(&self) -> (u64, u64, u64) {
         (
             self.nanos.load(Ordering::Relaxed),
-            self.async_nanos.load(Ordering::Relaxed),
+            self.jobs[3].load(Ordering::Relaxed),
             self.calls.load(Ordering::Relaxed),
         )
     }
@@ -190,11 +180,11 @@ impl HostTime {
         let per_step = |x: f64| x / 1e3 / steps.max(1) as f64;
         format!(
             "wgpu host time ({steps} steps after {WARM_STEPS} warm-up ones): {:.2} ms recording ({:.2} ms finishing and \
-             submitting on the submission thread) in {calls} calls, \
+             submitting) in {calls} calls, \
              {launches} launches: {:.2} us/launch, {:.2} us/call{cpu}\n\
              wgpu readbacks: {} reads: {:.1} us waiting for the submission thread, {:.1} us for \
              the GPU, {:.1} us copying per read; {:.1} us per step between steps\n\
-             wgpu submission thread per step: {:.1} writes in {:.1} us, {:.1} submissions in {:.1} us; \
+             wgpu queue jobs per step (submission thread; a replay's on the caller): {:.1} writes in {:.1} us, {:.1} submissions in {:.1} us; \
              from the step's beginning: first job at {:.1} us, first submission done at {:.1} us, \
              last at {:.1} us\n",
             ns as f64 / 1e6,

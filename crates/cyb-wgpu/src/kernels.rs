@@ -225,10 +225,12 @@ impl Kernels {
         }
     }
 
+    /// Whether the kernels are compiled with wgpu's runtime checks.
     pub fn checked(&self) -> bool {
         self.checked
     }
 
+    /// The subgroup size the kernels' reductions use (0: none).
     pub fn subgroup(&self) -> u32 {
         self.subgroup
     }
@@ -290,6 +292,7 @@ impl Kernels {
             Family::Unary => src.push_str(include_str!("shaders/activation.wgsl")),
             Family::MatVecMulti | Family::MatVecNorm => {
                 src.push_str(include_str!("shaders/activation.wgsl"));
+                src.push_str(include_str!("shaders/reduce.wgsl"));
                 src.push_str(&activations(key.family, MATVEC_MULTI_BODY));
             }
             Family::MatVecRes => src.push_str(Family::MatMul.source()),
@@ -322,6 +325,7 @@ impl Kernels {
                 } else {
                     src.push_str("const SP: u32 = 0u;\n");
                 }
+                src.push_str(include_str!("shaders/reduce.wgsl"));
                 src.push_str(include_str!("shaders/sdpa_body.wgsl"));
             }
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),

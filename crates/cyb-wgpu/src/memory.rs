@@ -108,6 +108,13 @@ pub fn padded(len: usize) -> u64 {
     (len.max(4) as u64).div_ceil(4) * 4
 }
 
+/// `data` zero-extended to `padded(data.len())` bytes, the length a queue write takes.
+pub fn padded_vec(data: &[u8]) -> Vec<u8> {
+    let mut v = data.to_vec();
+    v.resize(padded(data.len()) as usize, 0);
+    v
+}
+
 /// Key of a resident upload.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ResidentKey {

@@ -23,7 +23,7 @@
 
 use crate::backend::{gpu_buf, WgpuBackend, PARAM_BYTES};
 use crate::kernels::{Kernel, KernelKey};
-use crate::memory::padded;
+use crate::memory::padded_vec;
 use crate::memory::GpuBuf;
 use crate::ops::RopeRecipe;
 use crate::submit::Job;
@@ -413,11 +413,7 @@ impl WgpuBackend {
             // of this delays the GPU's start.
             let mut jobs: Vec<Job> = writes
                 .into_iter()
-                .map(|(buffer, bytes)| {
-                    let mut v = bytes.into_owned();
-                    v.resize(padded(v.len()) as usize, 0);
-                    Job::Write(buffer.clone(), v)
-                })
+                .map(|(buffer, bytes)| Job::Write(buffer.clone(), padded_vec(&bytes)))
                 .collect();
             jobs.push(Job::SubmitFinished(commands));
             self.submitter.run_here(jobs);

@@ -69,9 +69,6 @@ fn run(queue: &wgpu::Queue, job: Job, host_time: Option<&crate::host_time::HostT
         }
     };
     if let Some(h) = host_time {
-        if submit {
-            h.add_async_submit(t0);
-        }
         h.add_job(submit, t0, std::time::Instant::now());
     }
 }

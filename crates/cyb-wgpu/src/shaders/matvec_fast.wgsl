@@ -1,7 +1,7 @@
 // Decode matvec (one activation row): lane `l` of the LPR that share weight row `j` returns its
 // part of Σ_p a[p] · w[j, p]. LPR is a power of two from 32 to 256 (a 256-value block's 32
-// units then have a lane each). The host picks LPR so that short rows still give every lane work and few rows still
-// fill the GPU.
+// units then have a lane each). The host picks LPR so that short rows still give every lane
+// work and few rows still fill the GPU.
 //
 // F32 and F16: the lanes walk the row in steps of 4·LPR values, lane `l` taking the four values
 // 4l .. 4l + 3 of each step (`w4`): neighbouring lanes read neighbouring activations (`A4`,
@@ -164,8 +164,6 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
     }
 }
 
-// Unit w (< UPB) of the block at byte `o` times its activations x0 (values ucols(w).x · 4 ..)
-// and x1 (ucols(w).y · 4 ..), for the quantized formats.
 // k: values per row (a multiple of 4; of BLOCK for the quantized formats); rb: bytes per row.
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     if (KIND <= 1u) { return vdot4@(j, l, k, rb); }

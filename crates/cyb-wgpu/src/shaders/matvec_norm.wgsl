@@ -43,21 +43,7 @@ fn mv_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     let v2 = row4(t + 512u, n4);
     let v3 = row4(t + 768u, n4);
     let sq = (dot(v0, v0) + dot(v1, v1)) + (dot(v2, v2) + dot(v3, v3));
-    var total = 0.0;
-    if (SGR) {
-        let r = sg_add(sq);
-        if (t % SGD == 0u) { red[t / SGD] = r; }
-        workgroupBarrier();
-        for (var i = 0u; i < 256u / SGD; i++) { total += red[i]; }
-    } else {
-        red[t] = sq;
-        workgroupBarrier();
-        for (var s = 128u; s > 0u; s >>= 1u) {
-            if (t < s) { red[t] += red[t + s]; }
-            workgroupBarrier();
-        }
-        total = red[0];
-    }
+    let total = wg_sum(t, sq);
     let inv = 1.0 / sqrt(total / f32(d) + pf(9u));
     NORM_OFF = pf(10u);
     ROW_SCALE = inv;
@@ -67,7 +53,6 @@ fn mv_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
         if (t + 512u < n4) { Yn4[t + 512u] = v2 * inv * (Wn4[t + 512u] + NORM_OFF); }
         if (t + 768u < n4) { Yn4[t + 768u] = v3 * inv * (Wn4[t + 768u] + NORM_OFF); }
     }
-    // Every thread has read red[0] before `mv_rows` reuses it.
-    workgroupBarrier();
+    // `wg_sum` ends with a barrier: `mv_rows` may reuse `red`.
     mv_rows(id, t);
 }
