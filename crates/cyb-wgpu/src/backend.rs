@@ -148,6 +148,10 @@ struct Resident {
 pub(crate) type BindKey = (usize, u64, u64, [u64; MAX_BUFFERS]);
 /// Most storage buffers one kernel binds.
 pub(crate) const MAX_BUFFERS: usize = 10;
+
+/// Bytes past its data that a weight's (or any uploaded tensor's) buffer has: matvec_fast.wgsl's
+/// `u32w` reads the word after the one it needs, which at the end of a tensor is this tail.
+pub(crate) const WEIGHT_TAIL: u64 = 4;
 /// Small buffers bound where a merged kernel writes nothing (launch.rs).
 pub(crate) const SPARE: usize = 3;
 pub(crate) const BIND_CACHE_MAX: usize = 8192;
@@ -565,7 +569,7 @@ impl WgpuBackend {
         if let Some(c) = st.capture.as_mut() {
             c.spoil("a weight was uploaded");
         }
-        let buf = self.create(padded(data.len()), BufferUsage::Storage)?;
+        let buf = self.create(padded(data.len()) + WEIGHT_TAIL, BufferUsage::Storage)?;
         self.write(&buf.buffer, data);
         let host = shadow(data);
         let resident = Resident {
@@ -664,7 +668,11 @@ impl Backend for WgpuBackend {
         let buf = match known {
             Some(b) => b,
             None => {
-                let b = self.frame_buf(&mut st, data.len(), BufferUsage::Storage)?;
+                let b = self.frame_buf(
+                    &mut st,
+                    data.len() + WEIGHT_TAIL as usize,
+                    BufferUsage::Storage,
+                )?;
                 self.write(&b.buffer, data);
                 if let Some(c) = st.capture.as_mut() {
                     c.events.push(crate::replay::Event::Write {

@@ -248,12 +248,13 @@ impl Kernels {
         src.push_str(COMMON);
         if let Some(dt) = key.weights {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
-            // `rows` is the decode matvec's lanes per weight row for its entry `mv`, the
-            // activation rows per workgroup for the others.
-            let (mb, lpr) = if key.entry.starts_with("mv") {
-                (1, key.rows)
+            // `rows` is, for the decode matvec's entries `mv*`, the lanes per weight row (low
+            // 16 bits) and the weight rows per lane (high bits, 0 meaning 1: matvec_fast.wgsl's
+            // `vdotm`); for the others the activation rows per workgroup.
+            let (mb, lpr, mr) = if key.entry.starts_with("mv") {
+                (1, key.rows & 0xffff, (key.rows >> 16).max(1))
             } else {
-                (key.rows, 32)
+                (key.rows, 32, 1)
             };
             // Units of eight values per block for the decode matvec (matvec_fast.wgsl's `udot`).
             let upb = match kind {
@@ -264,7 +265,7 @@ impl Kernels {
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
                  const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\
-                 const UPB: u32 = {upb}u;\n"
+                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.

@@ -107,6 +107,14 @@ fn matmul_every_weight_format() {
         let n = 8200;
         let w = Tensor::from_f32_as(&[n, k], &random(n * k, 12), dt).unwrap();
         check(&op, &[f32t(&[1, k], 10), w], 1e-5);
+        // From 65536 rows (a vocabulary) a lane of the quantized formats computes two rows
+        // (ops::matmul::mv_rows_per_lane); an odd count leaves the last lane one row.
+        if dt.block_elems() > 1 {
+            let k = 2 * dt.block_elems();
+            let n = 65_537;
+            let w = Tensor::from_f32_as(&[n, k], &random(n * k, 13), dt).unwrap();
+            check(&op, &[f32t(&[1, k], 14), w], 1e-5);
+        }
     }
 }
 

@@ -49,6 +49,23 @@ pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
     lanes as u32
 }
 
+/// From this many weight rows on, a lane of the Q8_0 and Q4_0 decode matvec computes two rows
+/// (matvec_fast.wgsl's `vdotm`: one load of each activation serves both): an output projection
+/// over a vocabulary. On the H200 the 1B shape's Q8_0 output projection (128256 rows, two
+/// launches) took 63.6 µs per launch against 70.2 with one row per lane, a Q4_0 one 97.5 against
+/// 104.6; Q6_K's did not gain (158.1 against 157.6), and the layers' matvecs (≤ 8192 rows per
+/// product) were slower with two, having fewer threads to spread.
+pub(crate) const MV_TWO_ROWS_MIN: usize = 65536;
+
+/// Weight rows per lane of the decode matvec `mv` for `n` rows of `dtype` (1 or 2).
+pub(crate) fn mv_rows_per_lane(n: usize, dtype: DType) -> u32 {
+    if matches!(dtype, DType::Q8_0 | DType::Q4_0) && n >= MV_TWO_ROWS_MIN {
+        2
+    } else {
+        1
+    }
+}
+
 /// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
 pub(crate) fn supports(gpu: &WgpuBackend, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
     let [a, w] = inputs else {
@@ -82,8 +99,13 @@ pub(crate) fn matmul(
     let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
         ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
     } else if m == 1 && whole_words(w.dtype(), k) {
-        let lanes = mv_lanes(n, k, w.dtype());
-        ("mv", lanes, n.div_ceil(256 / lanes as usize))
+        let mr = mv_rows_per_lane(n, w.dtype());
+        let lanes = mv_lanes(n.div_ceil(mr as usize), k, w.dtype());
+        (
+            "mv",
+            lanes | (mr << 16),
+            n.div_ceil(256 / lanes as usize * mr as usize),
+        )
     } else {
         let rows = if m == 1 { 1 } else { 4 };
         ("main", rows, n * m.div_ceil(rows as usize))
@@ -202,5 +224,17 @@ mod tests {
         assert_eq!(mv_lanes(2048, 2048, DType::Q4_0), 128);
         assert_eq!(mv_lanes(128_256, 2048, DType::Q8_0), 32);
         assert_eq!(mv_lanes(128_256, 2048, DType::Q6_K), 32);
+    }
+
+    /// Two weight rows per lane for Q8_0 and Q4_0 vocabulary-sized products only.
+    #[test]
+    fn mv_rows_per_lane_for_vocabularies() {
+        assert_eq!(mv_rows_per_lane(128_256, DType::Q4_0), 2);
+        assert_eq!(mv_rows_per_lane(128_256, DType::Q6_K), 1);
+        assert_eq!(mv_rows_per_lane(65_536, DType::Q8_0), 2);
+        assert_eq!(mv_rows_per_lane(65_535, DType::Q8_0), 1);
+        assert_eq!(mv_rows_per_lane(8192, DType::Q4_0), 1);
+        assert_eq!(mv_rows_per_lane(128_256, DType::F16), 1);
+        assert_eq!(mv_rows_per_lane(128_256, DType::F32), 1);
     }
 }

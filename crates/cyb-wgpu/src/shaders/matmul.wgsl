@@ -145,26 +145,39 @@ fn store_row(i: u32, j: u32, m: u32, n: u32, v: vec4<f32>) {
     if (j + 3u < n) { Y[i * n + j + 3u] = v.w; }
 }
 
-// Decode (one activation row): 256 / LPR weight rows per workgroup of 256 threads, LPR lanes
-// per row (matvec_fast.wgsl), then the row's LPR partial sums reduced in workgroup memory.
-// Params as `main`; 5 is ⌈n / (256 / LPR)⌉.
+// Decode (one activation row): 256 / LPR groups of MR weight rows per workgroup of 256 threads,
+// LPR lanes per group (matvec_fast.wgsl's `vdotm`), then each row's LPR partial sums reduced.
+// Params as `main`; 5 is ⌈n / (MR · 256 / LPR)⌉.
 @compute @workgroup_size(256)
 fn mv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
       @builtin(local_invocation_index) t: u32) {
     let id = flat_wg(wg, nw);
     let y = mv_sum(id, t);
-    let j = id * (256u / LPR) + t / LPR;
-    if (t % LPR == 0u && id < pu(5u) && j < pu(1u)) { Y[j] = y; }
+    let j = mv_row(id, t);
+    if (t % LPR == 0u && id < pu(5u)) {
+        for (var r = 0u; r < MR; r++) {
+            if (j + r < pu(1u)) { Y[j + r] = y[r]; }
+        }
+    }
 }
 
-// Workgroup `id`'s rows of `mv`: thread t gets its row's dot product where it is the row's
-// first lane (every thread of the workgroup calls it).
-fn mv_sum(id: u32, t: u32) -> f32 {
+// The first of the MR weight rows thread t of workgroup `id` works on in `mv`.
+fn mv_row(id: u32, t: u32) -> u32 {
+    return (id * (256u / LPR) + t / LPR) * MR;
+}
+
+// Workgroup `id`'s rows of `mv`: thread t gets the dot products of its MR rows where it is
+// their first lane (every thread of the workgroup calls it).
+fn mv_sum(id: u32, t: u32) -> vec4<f32> {
     let n = pu(1u);
-    let j = id * (256u / LPR) + t / LPR;
-    let l = t % LPR;
+    let j = mv_row(id, t);
     let ok = id < pu(5u) && j < n;
-    var s = 0.0;
-    if (ok) { s = vdot(j, l, pu(2u), pu(4u)); }
-    return lanes_sum(t, s);
+    if (MR == 1u) {
+        var s = 0.0;
+        if (ok) { s = vdot(j, t % LPR, pu(2u), pu(4u)); }
+        return vec4<f32>(lanes_sum(t, s), 0.0, 0.0, 0.0);
+    }
+    var s = vec4<f32>(0.0);
+    if (ok) { s = vdotm(j, n, t % LPR, pu(2u), pu(4u)); }
+    return lanes_summ(t, s);
 }

@@ -21,11 +21,16 @@
 // way. Blocks of 18, 22, 34 and 210 bytes start at even, not always 4-aligned, byte offsets:
 // words are read around them and shifted into place (`u32w`).
 
-// The u32 at the even byte offset `o`.
+// The u32 at the even byte offset `o`: both words around it are read and the right one picked
+// or spliced, without a branch (the lanes of one warp read blocks of both alignments, and a
+// branch would run both ways one after the other). At an aligned `o` in the tensor's last word
+// the second read is one word past the tensor: weight buffers are one word longer than their
+// bytes (backend.rs), and what is read there is never used.
 fn u32w@(o: u32) -> u32 {
     let w = o >> 2u;
-    if ((o & 2u) == 0u) { return W@[w]; }
-    return (W@[w] >> 16u) | (W@[w + 1u] << 16u);
+    let a = W@[w];
+    let b = W@[w + 1u];
+    return select((a >> 16u) | (b << 16u), a, (o & 2u) == 0u);
 }
 
 // Weights g .. g + 3 (g a multiple of 4) of the block at byte `o` (for F32 and F16 a
@@ -214,4 +219,38 @@ fn vdot4@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
         o += ostep;
     }
     return (a0 + a1) + (a2 + a3);
+}
+
+// Rows j .. j + MR - 1 of the quantized `vdot` at once (MR ≤ 4; rows from n on repeat row
+// n - 1, whose results the caller drops): each activation load serves every row.
+fn vdotm@(j: u32, n: u32, l: u32, k: u32, rb: u32) -> vec4<f32> {
+    if (KIND <= 1u) { return vec4<f32>(vdot@(j, l, k, rb), 0.0, 0.0, 0.0); }
+    var ro: array<u32, 4>;
+    for (var r = 0u; r < MR; r++) { ro[r] = (min(j + r, n - 1u) - j) * rb; }
+    let u = unit_walk(j, l, k, rb);
+    var b = u.b;
+    var o = u.o;
+    var x = u.x;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    for (; b + u.bstep < u.nb; b += 2u * u.bstep) {
+        let x0 = A4[x + u.cols.x];
+        let x1 = A4[x + u.cols.y];
+        let y0 = A4[x + u.xstep + u.cols.x];
+        let y1 = A4[x + u.xstep + u.cols.y];
+        for (var r = 0u; r < MR; r++) {
+            a0[r] += udot@(o + ro[r], u.w, x0, x1);
+            a1[r] += udot@(o + u.ostep + ro[r], u.w, y0, y1);
+        }
+        o += 2u * u.ostep;
+        x += 2u * u.xstep;
+    }
+    for (; b < u.nb; b += u.bstep) {
+        let x0 = A4[x + u.cols.x];
+        let x1 = A4[x + u.cols.y];
+        for (var r = 0u; r < MR; r++) { a0[r] += udot@(o + ro[r], u.w, x0, x1); }
+        o += u.ostep;
+        x += u.xstep;
+    }
+    return a0 + a1;
 }

@@ -80,3 +80,14 @@ fn lanes_sum(t: u32, s: f32) -> f32 {
     }
     return red[t];
 }
+
+// `lanes_sum` of the first MR values of `s` (one per row of `vdotm`).
+fn lanes_summ(t: u32, s: vec4<f32>) -> vec4<f32> {
+    var r = vec4<f32>(lanes_sum(t, s.x), 0.0, 0.0, 0.0);
+    for (var i = 1u; i < MR; i++) {
+        // The previous sum's readers of `red` must be done before it is written again.
+        if (!SGR || LPR != SG) { workgroupBarrier(); }
+        r[i] = lanes_sum(t, s[i]);
+    }
+    return r;
+}

@@ -11,9 +11,13 @@ fn mv_res(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec
           @builtin(local_invocation_index) t: u32) {
     let id = flat_wg(wg, nw);
     let y = mv_sum(id, t);
-    let j = id * (256u / LPR) + t / LPR;
-    if (t % LPR == 0u && id < pu(5u) && j < pu(1u)) {
-        YR[j] = y;
-        S[j] = y + R[j];
+    let j = mv_row(id, t);
+    if (t % LPR == 0u && id < pu(5u)) {
+        for (var r = 0u; r < MR; r++) {
+            if (j + r < pu(1u)) {
+                YR[j + r] = y[r];
+                S[j + r] = y[r] + R[j + r];
+            }
+        }
     }
 }
