@@ -42,6 +42,30 @@ fn elementwise_and_activations() {
     }
     check(&Op::SwiGlu, &[a.clone(), b.clone()], 1e-5, "swiglu");
     check(&Op::SwiGlu, &[t(&mut rng, &[3, 134])], 1e-5, "swiglu fused");
+    // Large enough to split over the threads (rows of the fused form, elements of the other),
+    // with inputs wide enough that exp under- and overflows.
+    let wide = |rng: &mut Rng, dims: &[usize]| {
+        let v: Vec<f32> = rng
+            .vec(dims.iter().product())
+            .iter()
+            .map(|x| x * 120.0)
+            .collect();
+        Tensor::from_f32(dims, &v).unwrap()
+    };
+    let (g, u) = (wide(&mut rng, &[67, 517]), wide(&mut rng, &[67, 517]));
+    check(&Op::SwiGlu, &[g, u], 1e-5, "swiglu, many rows");
+    check(
+        &Op::SwiGlu,
+        &[wide(&mut rng, &[67, 1034])],
+        1e-5,
+        "swiglu fused, many rows",
+    );
+    check(
+        &Op::Silu,
+        &[wide(&mut rng, &[67, 517])],
+        1e-5,
+        "silu, many rows",
+    );
 }
 
 #[test]
