@@ -114,7 +114,7 @@ impl CpuBackend {
                 matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w, linear)?
             }
             Op::AddRmsNorm { eps, weight_offset } => {
-                return ops::add_rms_norm(*eps, *weight_offset, inputs);
+                return ops::add_rms_norm(par, *eps, *weight_offset, inputs);
             }
             Op::AddLayerNorm { eps } => return norm::add_layer_norm(par, *eps, inputs),
             Op::LayerNorm { eps } => norm::layer_norm(par, *eps, inputs)?,

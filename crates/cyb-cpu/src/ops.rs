@@ -79,7 +79,7 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             cyb_ops::GeluApprox::Tanh => unary(par, x, gelu_tanh),
         },
         Op::SwiGlu => swiglu(par, inputs, od),
-        Op::RmsNorm { eps, weight_offset } => rms_norm(*eps, *weight_offset, inputs),
+        Op::RmsNorm { eps, weight_offset } => rms_norm(par, *eps, *weight_offset, inputs),
         Op::Permute { perm } => permute(par, x, perm, od),
         Op::Transpose { a, b } => {
             let rank = x.dims().len();
@@ -101,7 +101,7 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
                     *fr /= div as f64;
                 }
             }
-            rope(*layout, &inv_freq, attn_factor, inputs)
+            rope(par, *layout, &inv_freq, attn_factor, inputs)
         }
         Op::Embedding => embedding(x, &inputs[1], od),
         _ => Err(Error::UnsupportedOp {
@@ -225,47 +225,53 @@ fn swiglu(par: Par<'_>, inputs: &[Tensor], od: &[usize]) -> Result<Tensor> {
     }
 }
 
-fn rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Tensor> {
+/// RMS norm of each row (rows split over the pool; each row summed in index order, as the
+/// reference does, whatever the split).
+fn rms_norm(par: Par<'_>, eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Tensor> {
     let x = inputs[0].as_f32()?;
+    let x = &*x;
     let d = inputs[0].dims().last().copied().unwrap_or(0);
     let w = inputs.get(1).map(Tensor::as_f32).transpose()?;
-    make(inputs[0].dims(), |y| {
-        if d == 0 {
-            return Ok(());
-        }
-        for (ys, xs) in y.chunks_mut(d).zip(x.chunks(d)) {
-            // Summed in index order, as the reference does.
-            let sum_sq: f32 = xs.iter().fold(0.0, |s, v| s + v * v);
-            let inv_rms = 1.0 / (sum_sq / d as f32 + eps).sqrt();
-            match &w {
-                Some(w) => {
-                    for ((o, v), wi) in ys.iter_mut().zip(xs).zip(w.iter()) {
-                        *o = v * inv_rms * (wi + offset);
+    let w = w.as_deref();
+    if d == 0 {
+        return make(inputs[0].dims(), |_| Ok(()));
+    }
+    par.make(
+        inputs[0].dims(),
+        d,
+        #[inline(always)]
+        |row, y| {
+            for (ys, xs) in y.chunks_mut(d).zip(x[row * d..].chunks(d)) {
+                let sum_sq: f32 = xs.iter().fold(0.0, |s, v| s + v * v);
+                let inv_rms = 1.0 / (sum_sq / d as f32 + eps).sqrt();
+                match w {
+                    Some(w) => {
+                        for ((o, v), wi) in ys.iter_mut().zip(xs).zip(w.iter()) {
+                            *o = v * inv_rms * (wi + offset);
+                        }
                     }
-                }
-                None => {
-                    for (o, v) in ys.iter_mut().zip(xs) {
-                        *o = v * inv_rms * (1.0 + offset);
+                    None => {
+                        for (o, v) in ys.iter_mut().zip(xs) {
+                            *o = v * inv_rms * (1.0 + offset);
+                        }
                     }
                 }
             }
-        }
-        Ok(())
-    })
+        },
+    )
 }
 
 /// `Op::AddRmsNorm`: the sum and its norm from one call (what `Add` then `RmsNorm` compute).
-pub(crate) fn add_rms_norm(eps: f32, offset: f32, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let (a, b) = (inputs[0].as_f32()?, inputs[1].as_f32()?);
-    let s = make(inputs[0].dims(), |y| {
-        for ((o, p), q) in y.iter_mut().zip(a.iter()).zip(b.iter()) {
-            *o = p + q;
-        }
-        Ok(())
-    })?;
+pub(crate) fn add_rms_norm(
+    par: Par<'_>,
+    eps: f32,
+    offset: f32,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    let s = binary(par, &inputs[0], &inputs[1], inputs[0].dims(), |p, q| p + q)?;
     let mut norm_in = vec![s.clone()];
     norm_in.extend(inputs.get(2).cloned());
-    let y = rms_norm(eps, offset, &norm_in)?;
+    let y = rms_norm(par, eps, offset, &norm_in)?;
     Ok(vec![s, y])
 }
 
@@ -373,40 +379,69 @@ fn permute(par: Par<'_>, x: &Tensor, perm: &[usize], od: &[usize]) -> Result<Ten
     })
 }
 
-fn rope(layout: RopeLayout, inv_freq: &[f64], attn: f64, inputs: &[Tensor]) -> Result<Tensor> {
+fn rope(
+    par: Par<'_>,
+    layout: RopeLayout,
+    inv_freq: &[f64],
+    attn: f64,
+    inputs: &[Tensor],
+) -> Result<Tensor> {
     let x = inputs[0].as_f32()?;
+    let x = &*x;
     let positions = inputs[1].to_i64_vec()?;
     let dims = inputs[0].dims();
     let r = dims.len();
     let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
     let half = inv_freq.len();
-    // The reference's table: angles in f64, rounded to f32 once.
-    let mut table = Vec::with_capacity(positions.len() * half);
-    for &pos in &positions {
-        for f in inv_freq {
-            let theta = pos as f64 * f;
-            table.push(((theta.cos() * attn) as f32, (theta.sin() * attn) as f32));
-        }
+    if head_dim == 0 || half == 0 {
+        return make(dims, |y| {
+            y.copy_from_slice(x);
+            Ok(())
+        });
     }
-    make(dims, |y| {
-        y.copy_from_slice(&x);
-        if head_dim == 0 {
-            return Ok(());
-        }
-        for (row, v) in y.chunks_mut(head_dim).enumerate() {
-            let s = (row / heads.max(1)) % seq.max(1);
-            for (i, &(c, sn)) in table[s * half..(s + 1) * half].iter().enumerate() {
-                let (a, b) = match layout {
-                    RopeLayout::Normal => (2 * i, 2 * i + 1),
-                    RopeLayout::Neox => (i, i + half),
-                };
-                let (x0, x1) = (v[a], v[b]);
-                v[a] = x0 * c - x1 * sn;
-                v[b] = x0 * sn + x1 * c;
+    // The reference's table: angles in f64, rounded to f32 once; (cos, sin) per position and
+    // frequency, positions split over the pool.
+    let table = par.make(
+        &[positions.len(), 2 * half],
+        2 * half,
+        #[inline(always)]
+        |p0, t| {
+            for (cs, &pos) in t.chunks_mut(2 * half).zip(&positions[p0..]) {
+                for (c, f) in cs.chunks_mut(2).zip(inv_freq) {
+                    let theta = pos as f64 * f;
+                    c[0] = (theta.cos() * attn) as f32;
+                    c[1] = (theta.sin() * attn) as f32;
+                }
             }
-        }
-        Ok(())
-    })
+        },
+    )?;
+    let table = table.as_f32()?;
+    let table = &*table;
+    par.make(
+        dims,
+        head_dim,
+        #[inline(always)]
+        |row0, y| {
+            for (j, (v, xs)) in y
+                .chunks_mut(head_dim)
+                .zip(x[row0 * head_dim..].chunks(head_dim))
+                .enumerate()
+            {
+                v.copy_from_slice(xs);
+                let s = ((row0 + j) / heads.max(1)) % seq.max(1);
+                let cs = &table[s * 2 * half..(s + 1) * 2 * half];
+                for (i, c) in cs.chunks(2).enumerate() {
+                    let (a, b) = match layout {
+                        RopeLayout::Normal => (2 * i, 2 * i + 1),
+                        RopeLayout::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (v[a], v[b]);
+                    v[a] = x0 * c[0] - x1 * c[1];
+                    v[b] = x0 * c[1] + x1 * c[0];
+                }
+            }
+        },
+    )
 }
 
 fn embedding(table: &Tensor, ids_t: &Tensor, od: &[usize]) -> Result<Tensor> {

@@ -85,6 +85,9 @@ fn norms_layout_and_embedding() {
             1e-5,
             "rms_norm without weight",
         );
+        let many = t(&mut rng, &[67, 517]);
+        let wm = t(&mut rng, &[517]);
+        check(&op, &[many, wm], 1e-5, "rms_norm, many rows");
     }
     check(
         &Op::Permute {
@@ -154,6 +157,47 @@ fn norms_layout_and_embedding() {
     }
 }
 
+/// Both outputs of the residual add + RMS norm (the sum and its norm) on enough rows to split
+/// over the threads.
+#[test]
+fn add_rms_norm_many_rows() {
+    use cyb_backend::{Backend, ExecContext};
+    let mut rng = Rng::new(15);
+    let (a, b, w) = (
+        t(&mut rng, &[67, 517]),
+        t(&mut rng, &[67, 517]),
+        t(&mut rng, &[517]),
+    );
+    let op = Op::AddRmsNorm {
+        eps: 1e-5,
+        weight_offset: 1.0,
+    };
+    let inputs = [a, b, w];
+    let want = cyb_ops::reference::execute(&op, &inputs).unwrap();
+    for (set, one, three) in common::backends(cyb_cpu::ActPrecision::default()) {
+        let x = one
+            .execute(&op, &inputs, &mut ExecContext::default())
+            .unwrap();
+        let y = three
+            .execute(&op, &inputs, &mut ExecContext::default())
+            .unwrap();
+        for i in 0..2 {
+            let (xi, yi) = (x[i].to_f32_vec().unwrap(), y[i].to_f32_vec().unwrap());
+            let err = common::rel_err(&xi, &want[i].to_f32_vec().unwrap());
+            assert!(
+                err <= 1e-5,
+                "output {i} on {}: relative error {err}",
+                set.name()
+            );
+            assert!(
+                xi.iter().zip(&yi).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "output {i} on {}: 1 and 3 threads differ",
+                set.name()
+            );
+        }
+    }
+}
+
 #[test]
 fn rope_both_layouts() {
     let mut rng = Rng::new(13);
@@ -181,6 +225,19 @@ fn rope_both_layouts() {
         scaling: RopeScaling::None,
     };
     check(&op, &[x, pos, factors], 1e-5, "rope with freq factors");
+    // Enough rows to split over the threads, odd head and position counts, partial rotation.
+    let x = t(&mut rng, &[37, 9, 128]);
+    let pos: Vec<i64> = (0..37).map(|p| 3 * p + 5).collect();
+    let pos = Tensor::from_i64(&[37], &pos).unwrap();
+    for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        let op = Op::Rope {
+            layout,
+            rot_dims: 96,
+            base: 10000.0,
+            scaling: RopeScaling::None,
+        };
+        check(&op, &[x.clone(), pos.clone()], 1e-5, "rope, many rows");
+    }
 }
 
 #[test]
