@@ -393,30 +393,22 @@ fn rope(
     let r = dims.len();
     let (seq, heads, head_dim) = (dims[r - 3], dims[r - 2], dims[r - 1]);
     let half = inv_freq.len();
-    if head_dim == 0 || half == 0 {
+    if head_dim == 0 {
         return make(dims, |y| {
             y.copy_from_slice(x);
             Ok(())
         });
     }
     // The reference's table: angles in f64, rounded to f32 once; (cos, sin) per position and
-    // frequency, positions split over the pool.
-    let table = par.make(
-        &[positions.len(), 2 * half],
-        2 * half,
-        #[inline(always)]
-        |p0, t| {
-            for (cs, &pos) in t.chunks_mut(2 * half).zip(&positions[p0..]) {
-                for (c, f) in cs.chunks_mut(2).zip(inv_freq) {
-                    let theta = pos as f64 * f;
-                    c[0] = (theta.cos() * attn) as f32;
-                    c[1] = (theta.sin() * attn) as f32;
-                }
-            }
-        },
-    )?;
-    let table = table.as_f32()?;
-    let table = &*table;
+    // frequency.
+    let mut table = Vec::with_capacity(positions.len() * 2 * half);
+    for &pos in &positions {
+        for f in inv_freq {
+            let theta = pos as f64 * f;
+            table.extend([(theta.cos() * attn) as f32, (theta.sin() * attn) as f32]);
+        }
+    }
+    let table = &table;
     par.make(
         dims,
         head_dim,

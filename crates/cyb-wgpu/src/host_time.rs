@@ -24,9 +24,10 @@ pub(crate) struct HostTime {
     ended_at: AtomicU64,
     epoch: std::sync::OnceLock<Instant>,
     /// When the current step began (nanoseconds since `epoch`), and the queue jobs (submit.rs;
-    /// on the submission thread, a replay's on the caller) measured from it: [writes, their nanoseconds, submissions, their nanoseconds, Σ
-    /// start of each step's first job, Σ end of each step's first submission, Σ end of each
-    /// step's last submission], with the step the first job and first submission were seen in.
+    /// on the submission thread, a replay's on the caller) measured from it: [writes, their
+    /// nanoseconds, submissions, their nanoseconds, Σ start of each step's first job, Σ end of
+    /// each step's first submission, Σ end of each step's last submission], with the step the
+    /// first job and first submission were seen in.
     begun_at: AtomicU64,
     jobs: [AtomicU64; 7],
     first_job_step: AtomicU64,

@@ -172,11 +172,6 @@ fn mv_sum(id: u32, t: u32) -> vec4<f32> {
     let n = pu(1u);
     let j = mv_row(id, t);
     let ok = id < pu(5u) && j < n;
-    if (MR == 1u) {
-        var s = 0.0;
-        if (ok) { s = vdot(j, t % LPR, pu(2u), pu(4u)); }
-        return vec4<f32>(lanes_sum(t, s), 0.0, 0.0, 0.0);
-    }
     var s = vec4<f32>(0.0);
     if (ok) { s = vdotm(j, n, t % LPR, pu(2u), pu(4u)); }
     return lanes_summ(t, s);

@@ -221,10 +221,11 @@ fn vdot4@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     return (a0 + a1) + (a2 + a3);
 }
 
-// Rows j .. j + MR - 1 of the quantized `vdot` at once (MR ≤ 4; rows from n on repeat row
-// n - 1, whose results the caller drops): each activation load serves every row.
+// Rows j .. j + MR - 1 of `vdot` at once (MR ≤ 4; rows from n on repeat row n - 1, whose
+// results the caller drops): each activation load serves every row. One row (always for F32
+// and F16: ops::matmul::mv_rows_per_lane) is `vdot` itself.
 fn vdotm@(j: u32, n: u32, l: u32, k: u32, rb: u32) -> vec4<f32> {
-    if (KIND <= 1u) { return vec4<f32>(vdot@(j, l, k, rb), 0.0, 0.0, 0.0); }
+    if (MR == 1u || KIND <= 1u) { return vec4<f32>(vdot@(j, l, k, rb), 0.0, 0.0, 0.0); }
     var ro: array<u32, 4>;
     for (var r = 0u; r < MR; r++) { ro[r] = (min(j + r, n - 1u) - j) * rb; }
     let u = unit_walk(j, l, k, rb);
