@@ -52,6 +52,10 @@ pub struct WgpuBackend {
     pub(crate) prebuild: bool,
     /// Steps replayed so far (replay.rs).
     pub(crate) replayed: std::sync::atomic::AtomicU64,
+    /// Decode matvecs of at least this many weight rows in a format matvec_q16.wgsl reads
+    /// quantize their activations and use integer dot products (`ops::matmul::MVQ_MIN_ROWS`;
+    /// `CYB_WGPU_MVQ_ROWS`, `CYB_WGPU_MVQ=0` for never).
+    pub(crate) mvq_min_rows: std::sync::atomic::AtomicUsize,
 }
 
 /// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
@@ -221,6 +225,13 @@ impl WgpuBackend {
             ),
             replayed: std::sync::atomic::AtomicU64::new(0),
             prebuild: std::env::var("CYB_WGPU_PREBUILD").map_or(true, |v| v != "0"),
+            mvq_min_rows: std::sync::atomic::AtomicUsize::new(
+                if std::env::var("CYB_WGPU_MVQ").is_ok_and(|v| v.trim() == "0") {
+                    usize::MAX
+                } else {
+                    env_usize("CYB_WGPU_MVQ_ROWS").unwrap_or(crate::ops::matmul::MVQ_MIN_ROWS)
+                },
+            ),
         })
     }
 
@@ -303,6 +314,16 @@ impl WgpuBackend {
         let mut st = self.lock();
         self.flush(&mut st);
         self.merge.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Decode matvecs of at least `rows` weight rows (`None`: none) in Q8_0, Q4_0 or Q6_K
+    /// quantize their activation row to 16-bit levels and use integer dot products
+    /// (matvec_q16.wgsl); for tests and comparisons.
+    pub fn set_matvec_q16_rows(&self, rows: Option<usize>) {
+        self.mvq_min_rows.store(
+            rows.unwrap_or(usize::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     pub(crate) fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {

@@ -12,6 +12,7 @@ const MATVEC_DOT: &str = include_str!("shaders/matvec_dot.wgsl");
 const MATVEC_FAST: &str = include_str!("shaders/matvec_fast.wgsl");
 const MATVEC_FAST_COMMON: &str = include_str!("shaders/matvec_fast_common.wgsl");
 const MATVEC_MULTI_BODY: &str = include_str!("shaders/matvec_multi_body.wgsl");
+const MATVEC_Q16: &str = include_str!("shaders/matvec_q16.wgsl");
 
 /// Decode matvec code as `family` reads its activation row: `A4[i]` from the binding, or for
 /// `MatVecNorm` `xn(i)`, the row times the norm's weights (matvec_norm.wgsl).
@@ -287,6 +288,7 @@ impl Kernels {
             }
             if matches!(key.family, Family::MatMul | Family::MatVecRes) {
                 src.push_str(&MATVEC_FAST.replace('@', ""));
+                src.push_str(MATVEC_Q16);
             }
         }
         match key.family {

@@ -70,6 +70,11 @@ fn matmul_every_weight_format() {
     let op = Op::MatMul {
         rhs_transposed: true,
     };
+    let float_only = gpu().map(|_| {
+        let b = cyb_wgpu::WgpuBackend::new().unwrap();
+        b.set_matvec_q16_rows(None);
+        b
+    });
     for dt in WEIGHT_DTYPES {
         // k is odd for the scalar formats, an odd number of blocks for the others.
         let k = match dt.block_elems() {
@@ -108,13 +113,65 @@ fn matmul_every_weight_format() {
         let w = Tensor::from_f32_as(&[n, k], &random(n * k, 12), dt).unwrap();
         check(&op, &[f32t(&[1, k], 10), w], 1e-5);
         // From 65536 rows (a vocabulary) a lane of the quantized formats computes two rows
-        // (ops::matmul::mv_rows_per_lane); an odd count leaves the last lane one row.
-        if dt.block_elems() > 1 {
+        // (ops::matmul::mv_rows_per_lane); an odd count leaves the last lane one row. Q8_0,
+        // Q4_0 and Q6_K take integer dot products there (`matvec_on_integer_dot_products`)
+        // unless those are off, as on this backend of its own.
+        if let (true, Some(float_only)) = (dt.block_elems() > 1, &float_only) {
             let k = 2 * dt.block_elems();
             let n = 65_537;
             let w = Tensor::from_f32_as(&[n, k], &random(n * k, 13), dt).unwrap();
-            check(&op, &[f32t(&[1, k], 14), w], 1e-5);
+            check_on(float_only, &op, &[f32t(&[1, k], 14), w], 1e-5);
         }
+    }
+}
+
+/// The decode matvec on integer dot products (matvec_q16.wgsl: the activation row quantized to
+/// 16-bit levels per weight block, as the CPU backend does), forced on for every row count:
+/// the same shapes as `matmul_every_weight_format`'s one-row cases. The levels' rounding
+/// (≤ amax / 65278 per value) bounds the error at ~2e-5 of the output's largest value on these
+/// random inputs; 1e-4 still fails on any misread level or scale.
+#[test]
+fn matvec_on_integer_dot_products() {
+    // A backend of its own: the shared one's other tests expect the float matvec.
+    if gpu().is_none() {
+        return;
+    }
+    let gpu = cyb_wgpu::WgpuBackend::new().unwrap();
+    gpu.set_matvec_q16_rows(Some(0));
+    let op = Op::MatMul {
+        rhs_transposed: true,
+    };
+    for dt in [DType::Q8_0, DType::Q4_0, DType::Q6_K] {
+        let b = dt.block_elems();
+        // Odd block counts (rows at 2-byte-aligned offsets); 13 and 3 rows take 128 or 256
+        // lanes per row, 4100 and 8200 fewer (ops::matmul::mv_lanes); rows of more than
+        // 2048 values take several `qact` workgroups.
+        let cases = [
+            (13, 37 * 32),
+            (3, 9 * b),
+            (4100, 9 * b),
+            (8200, 16 * 32),
+            (5, 33 * b),
+            (65_537, 2 * b),
+        ];
+        for (i, (n, k)) in cases.into_iter().enumerate() {
+            let k = k.div_ceil(b) * b;
+            let w = Tensor::from_f32_as(&[n, k], &random(n * k, 21 + i as u64), dt).unwrap();
+            check_on(&gpu, &op, &[f32t(&[1, k], 22 + i as u64), w], 1e-4);
+        }
+        // A block of zeros (scale 0) and one far larger than the rest.
+        let k = 4 * b;
+        let mut a = random(k, 23);
+        a[..b].fill(0.0);
+        a[2 * b..3 * b].iter_mut().for_each(|v| *v *= 1e4);
+        let n = 300;
+        let w = Tensor::from_f32_as(&[n, k], &random(n * k, 24), dt).unwrap();
+        check_on(
+            &gpu,
+            &op,
+            &[Tensor::from_f32(&[1, k], &a).unwrap(), w],
+            1e-4,
+        );
     }
 }
 

@@ -66,6 +66,16 @@ pub(crate) fn mv_rows_per_lane(n: usize, dtype: DType) -> u32 {
     }
 }
 
+/// From this many weight rows on, a decode matvec with Q8_0, Q4_0 or Q6_K weights first
+/// quantizes its activation row to 16-bit levels (`qact`) and then takes integer dot products
+/// (`mvq`, matvec_q16.wgsl): an output projection over a vocabulary.
+pub(crate) const MVQ_MIN_ROWS: usize = 65536;
+
+/// Whether matvec_q16.wgsl reads `dtype`.
+fn q16_format(dtype: DType) -> bool {
+    matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q6_K)
+}
+
 /// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
 pub(crate) fn supports(gpu: &WgpuBackend, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
     let [a, w] = inputs else {
@@ -94,6 +104,14 @@ pub(crate) fn matmul(
         .bytes_for(k)
         .ok_or_else(|| Error::invalid("matmul", format!("{} rows of {k}", w.dtype())))?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
+    let (abuf, wbuf) = (gpu_buf(a)?, gpu_buf(w)?);
+    if m == 1
+        && q16_format(w.dtype())
+        && n >= gpu.mvq_min_rows.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        mvq(gpu, st, [&abuf, &wbuf, &ybuf], w.dtype(), n, k, row_bytes)?;
+        return Ok(y);
+    }
     // Many rows (prefill): 64 × 64 output tiles; one (decode): `mv_lanes` lanes per weight
     // row; a few: one workgroup per weight row.
     let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
@@ -124,9 +142,59 @@ pub(crate) fn matmul(
         row_bytes as u32,
         groups as u32,
     ];
-    let (abuf, wbuf) = (gpu_buf(a)?, gpu_buf(w)?);
     gpu.dispatch(st, &key, &params, &[&abuf, &wbuf, &ybuf], groups as u32)?;
     Ok(y)
+}
+
+/// The decode matvec on integer dot products: `qact` quantizes the row `a` (k values) into a
+/// frame buffer, `mvq` multiplies it by the `n` rows of `w`.
+fn mvq(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    [abuf, wbuf, ybuf]: [&crate::memory::GpuBuf; 3],
+    dtype: DType,
+    n: usize,
+    k: usize,
+    row_bytes: usize,
+) -> Result<()> {
+    let block = dtype.block_elems();
+    // Two bytes per level, then an f32 scale per block (matvec_q16.wgsl).
+    let qbuf = gpu.frame_buf(
+        st,
+        2 * k + 4 * (k / block),
+        cyb_backend::BufferUsage::Storage,
+    )?;
+    let qgroups = k.div_ceil(2048);
+    let key = |entry, rows| KernelKey {
+        family: Family::MatMul,
+        entry,
+        weights: Some(dtype),
+        rows,
+    };
+    gpu.dispatch(
+        st,
+        &key("qact", 1),
+        &[k as u32, qgroups as u32],
+        &[abuf, wbuf, &qbuf],
+        qgroups as u32,
+    )?;
+    let lanes = mv_lanes(n, k, dtype);
+    let groups = n.div_ceil(256 / lanes as usize);
+    let params = [
+        1,
+        n as u32,
+        k as u32,
+        (k / block) as u32,
+        row_bytes as u32,
+        groups as u32,
+    ];
+    gpu.dispatch(
+        st,
+        &key("mvq", lanes),
+        &params,
+        &[&qbuf, wbuf, ybuf],
+        groups as u32,
+    )
 }
 
 /// A `[vocab, dim]` table in a readable format and I32/I64 ids.

@@ -10,6 +10,10 @@
 @group(0) @binding(1) var<storage, read> A4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> W: array<u32>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+// `mvq` reads the row `qact` quantized (matvec_q16.wgsl): levels as (low, high) byte words per
+// four values, then the blocks' scales; `qact` writes it.
+@group(0) @binding(1) var<storage, read> AQ: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read_write> QO: array<u32>;
 
 var<workgroup> red: array<f32, 256>;
 
@@ -175,4 +179,62 @@ fn mv_sum(id: u32, t: u32) -> vec4<f32> {
     var s = vec4<f32>(0.0);
     if (ok) { s = vdotm(j, n, t % LPR, pu(2u), pu(4u)); }
     return lanes_summ(t, s);
+}
+
+// Decode on integer dot products: the activation row of k values (param 2) quantized by `qact`,
+// one weight row per LPR lanes as `mv` (MR is 1); params as `mv`.
+@compute @workgroup_size(256)
+fn mvq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+       @builtin(local_invocation_index) t: u32) {
+    let id = flat_wg(wg, nw);
+    let n = pu(1u);
+    let j = id * (256u / LPR) + t / LPR;
+    let ok = id < pu(5u) && j < n;
+    var s = 0.0;
+    if (ok) { s = vdotq(j, t % LPR, pu(2u), pu(4u)); }
+    let y = lanes_sum(t, s);
+    if (ok && t % LPR == 0u) { Y[j] = y; }
+}
+
+// The activation row (param 0: k values, a multiple of BLOCK) quantized for `mvq`: each
+// workgroup takes 2048 values, each thread eight (a block's 32 or 256 values lie in one
+// workgroup); params 0 k, 1 workgroups.
+// Threads of `qact` per block (the scalar formats, which `qact` never sees, get one).
+const QTPB: u32 = max(BLOCK / 8u, 1u);
+
+@compute @workgroup_size(256)
+fn qact(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+        @builtin(local_invocation_index) t: u32) {
+    let k = pu(0u);
+    let id = flat_wg(wg, nw);
+    let v = id * 2048u + 8u * t;
+    let ok = id < pu(1u) && v < k;
+    var x0 = vec4<f32>(0.0);
+    var x1 = vec4<f32>(0.0);
+    if (ok) {
+        x0 = A4[v / 4u];
+        x1 = A4[v / 4u + 1u];
+    }
+    let m = max(abs(x0), abs(x1));
+    red[t] = max(max(m.x, m.y), max(m.z, m.w));
+    workgroupBarrier();
+    // The block's threads: QTPB from the first of them.
+    let first = t - t % QTPB;
+    var amax = 0.0;
+    for (var i = 0u; i < QTPB; i++) { amax = max(amax, red[first + i]); }
+    if (!ok) { return; }
+    // As the CPU's quantize_block16: an all-zero or non-finite block has zero levels and d.
+    var inv = 0.0;
+    var d = 0.0;
+    if (amax > 0.0 && amax <= 3.4028235e38) {
+        inv = 32639.0 / amax;
+        d = amax / 32639.0;
+    }
+    let p0 = pack_levels(x0 * inv);
+    let p1 = pack_levels(x1 * inv);
+    QO[v / 2u] = p0.x;
+    QO[v / 2u + 1u] = p0.y;
+    QO[v / 2u + 2u] = p1.x;
+    QO[v / 2u + 3u] = p1.y;
+    if (t % QTPB == 0u) { QO[k / 2u + v / BLOCK] = bitcast<u32>(d); }
 }
