@@ -152,9 +152,43 @@ pub(crate) fn float_kernel(dtype: DType, set: KernelSet) -> Option<crate::matmul
     }
 }
 
+/// Weight rows the float decode kernel streams side by side: four on Intel (their activation
+/// loads shared; an F16 `[1,2048]·[8192,2048]ᵀ` read its weights at the machine's full 30 GB/s
+/// there), one on AMD, whose prefetchers follow one row at a time far better: on a Zen 4 VM
+/// (`CYB_BENCH_WEIGHTS=4 gemm_bench 1 49152 576 2 f16`) 13–17 GB/s with four, 31–39 with one,
+/// and `[1,576]·[3072,576]ᵀ` 18 → 33 GB/s. `CYB_CPU_FLOAT_ROWS=1|4` overrides.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn float_decode_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        match std::env::var("CYB_CPU_FLOAT_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+        {
+            Some(1) => 1,
+            Some(_) => crate::matmul_float_x86::TILE_C,
+            None if cpu_vendor_is_amd() => 1,
+            None => crate::matmul_float_x86::TILE_C,
+        }
+    })
+}
+
+/// Whether CPUID's vendor string is "AuthenticAMD".
+#[cfg(target_arch = "x86_64")]
+fn cpu_vendor_is_amd() -> bool {
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+    #[allow(unused_unsafe)]
+    let r = unsafe { std::arch::x86_64::__cpuid(0) };
+    let mut v = [0u8; 12];
+    v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+    v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+    v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+    &v == b"AuthenticAMD"
+}
+
 /// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k` (decode:
 /// more rows go to the packed GEMM, `sgemm.rs`): each thread takes a contiguous range of
-/// weight rows and streams every row once, `TILE_C` rows at a time, over all of `k` (blocking
+/// weight rows and streams every row once, `float_decode_rows` at a time, over all of `k` (blocking
 /// `k` split each row into separate passes, which cost the hardware prefetcher a fifth of
 /// F16's bandwidth).
 ///
@@ -173,17 +207,39 @@ pub(crate) unsafe fn gemm_float(
     k: usize,
     y: &mut [f32],
 ) {
+    // SAFETY: per this fn's contract.
+    unsafe { gemm_float_cols(pool, tile, w, row_bytes, n, a, k, y, float_decode_rows()) }
+}
+
+/// `gemm_float` with `cols` weight rows side by side (1 or `TILE_C`; results are the same).
+///
+/// # Safety
+/// As `gemm_float`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_float_cols(
+    pool: &ThreadPool,
+    tile: crate::matmul_float_x86::FTile,
+    w: &[u8],
+    row_bytes: usize,
+    n: usize,
+    a: &[f32],
+    k: usize,
+    y: &mut [f32],
+    cols: usize,
+) {
     use crate::matmul_float_x86::{TileOut, TILE_C, TILE_R};
     let m = a.len().checked_div(k).unwrap_or(0);
     assert!(y.len() >= m * n && w.len() >= n * row_bytes && k > 0);
     let threads = pool.threads();
+    let cols = cols.clamp(1, TILE_C);
     let out = DisjointOut::new(y);
     pool.run(&|t| {
         let mine = split(n, threads, t);
         let mut res: TileOut = [[0.0; TILE_R]; TILE_C];
         for r0 in (0..m).step_by(TILE_R) {
-            for j in mine.clone().step_by(TILE_C) {
-                let nc = (mine.end - j).min(TILE_C);
+            for j in mine.clone().step_by(cols) {
+                let nc = (mine.end - j).min(cols);
                 // SAFETY: per this fn's contract; the tile checks its bounds.
                 unsafe { tile(&w[j * row_bytes..], row_bytes, nc, a, k, k, r0, &mut res) };
                 for (c, col) in res.iter().enumerate().take(nc) {
@@ -195,4 +251,65 @@ pub(crate) unsafe fn gemm_float(
             }
         }
     });
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// One weight row at a time (AMD) and four side by side (elsewhere) give the same bits,
+    /// with 1 and 3 threads, for every float dtype; rows that leave a partial tile of four.
+    #[test]
+    fn float_decode_rows_do_not_change_results() {
+        if !KernelSet::Avx512.is_available() {
+            return;
+        }
+        let (n, k) = (37, 531);
+        let vals: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0)
+            .collect();
+        let a: Vec<f32> = (0..k)
+            .map(|i| ((i * 31 % 101) as f32 - 50.0) / 13.0)
+            .collect();
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let t = cyb_tensor::Tensor::from_f32_as(&[n, k], &vals, dtype).unwrap();
+            let w = t.host_bytes().unwrap();
+            let row_bytes = dtype.bytes_for(k).unwrap();
+            let tile = float_kernel(dtype, KernelSet::Avx512).unwrap();
+            let mut first: Option<Vec<f32>> = None;
+            for threads in [1, 3] {
+                let pool = ThreadPool::new(threads);
+                for cols in [1, crate::matmul_float_x86::TILE_C] {
+                    let mut y = vec![0f32; n];
+                    // SAFETY: the tile is AVX-512's, which this CPU has (checked above).
+                    unsafe { gemm_float_cols(&pool, tile, w, row_bytes, n, &a, k, &mut y, cols) };
+                    let want: Vec<f32> = (0..n)
+                        .map(|j| {
+                            (0..k)
+                                .map(|i| {
+                                    a[i] as f64
+                                        * crate::matmul_float::value(dtype, &w[j * row_bytes..], i)
+                                            as f64
+                                })
+                                .sum::<f64>() as f32
+                        })
+                        .collect();
+                    for (g, e) in y.iter().zip(&want) {
+                        assert!(
+                            (g - e).abs() <= 1e-4 * e.abs().max(1.0),
+                            "{dtype} {cols}: {g} vs {e}"
+                        );
+                    }
+                    match &first {
+                        None => first = Some(y),
+                        Some(f) => assert_eq!(
+                            f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            "{dtype}: {cols} rows side by side, {threads} threads"
+                        ),
+                    }
+                }
+            }
+        }
+    }
 }
