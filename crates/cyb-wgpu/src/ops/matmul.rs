@@ -158,12 +158,11 @@ fn mvq(
     row_bytes: usize,
 ) -> Result<()> {
     let block = dtype.block_elems();
-    // Two bytes per level, then an f32 scale per block (matvec_q16.wgsl).
-    let qbuf = gpu.frame_buf(
-        st,
-        2 * k + 4 * (k / block),
-        cyb_backend::BufferUsage::Storage,
-    )?;
+    // Two bytes per level, then an f32 scale per block (matvec_q16.wgsl), whose count is
+    // rounded up to even: the scales are read as pairs, and a pair half past the buffer
+    // would be an out-of-bounds read.
+    let scales = (k / block).next_multiple_of(2);
+    let qbuf = gpu.frame_buf(st, 2 * k + 4 * scales, cyb_backend::BufferUsage::Storage)?;
     let qgroups = k.div_ceil(2048);
     let key = |entry, rows| KernelKey {
         family: Family::MatMul,
