@@ -188,9 +188,9 @@ fn cpu_vendor_is_amd() -> bool {
 
 /// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k` (decode:
 /// more rows go to the packed GEMM, `sgemm.rs`): each thread takes a contiguous range of
-/// weight rows and streams every row once, `float_decode_rows` at a time, over all of `k` (blocking
-/// `k` split each row into separate passes, which cost the hardware prefetcher a fifth of
-/// F16's bandwidth).
+/// weight rows and streams every row once, `cols` at a time (1 or `TILE_C`, the same results;
+/// `float_decode_rows` picks it), over all of `k` (blocking `k` split each row into separate
+/// passes, which cost the hardware prefetcher a fifth of F16's bandwidth).
 ///
 /// # Safety
 /// `tile` must come from [`float_kernel`] for the weight's dtype, and the CPU must have its
@@ -198,26 +198,6 @@ fn cpu_vendor_is_amd() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_float(
-    pool: &ThreadPool,
-    tile: crate::matmul_float_x86::FTile,
-    w: &[u8],
-    row_bytes: usize,
-    n: usize,
-    a: &[f32],
-    k: usize,
-    y: &mut [f32],
-) {
-    // SAFETY: per this fn's contract.
-    unsafe { gemm_float_cols(pool, tile, w, row_bytes, n, a, k, y, float_decode_rows()) }
-}
-
-/// `gemm_float` with `cols` weight rows side by side (1 or `TILE_C`; results are the same).
-///
-/// # Safety
-/// As `gemm_float`.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_float_cols(
     pool: &ThreadPool,
     tile: crate::matmul_float_x86::FTile,
     w: &[u8],
@@ -282,7 +262,7 @@ mod tests {
                 for cols in [1, crate::matmul_float_x86::TILE_C] {
                     let mut y = vec![0f32; n];
                     // SAFETY: the tile is AVX-512's, which this CPU has (checked above).
-                    unsafe { gemm_float_cols(&pool, tile, w, row_bytes, n, &a, k, &mut y, cols) };
+                    unsafe { gemm_float(&pool, tile, w, row_bytes, n, &a, k, &mut y, cols) };
                     let want: Vec<f32> = (0..n)
                         .map(|j| {
                             (0..k)

@@ -182,7 +182,19 @@ fn repacked(
             let (n, k) = (w_t.dims()[0], w_t.dims()[1]);
             // SAFETY: `tile` is the kernel for this dtype, and `set` was checked available
             // when the backend was made.
-            unsafe { crate::gemm::gemm_float(pool, tile, w, row_bytes, n, a, k, y) };
+            unsafe {
+                crate::gemm::gemm_float(
+                    pool,
+                    tile,
+                    w,
+                    row_bytes,
+                    n,
+                    a,
+                    k,
+                    y,
+                    crate::gemm::float_decode_rows(),
+                )
+            };
             return Done::Products;
         }
         let Some(kern) = crate::gemm::kernel_for(w_t.dtype(), set, act, m) else {

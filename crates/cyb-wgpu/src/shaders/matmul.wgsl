@@ -196,12 +196,12 @@ fn mvq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u
     if (ok && t % LPR == 0u) { Y[j] = y; }
 }
 
-// The activation row (param 0: k values, a multiple of BLOCK) quantized for `mvq`: each
-// workgroup takes 2048 values, each thread eight (a block's 32 or 256 values lie in one
-// workgroup); params 0 k, 1 workgroups.
 // Threads of `qact` per block (the scalar formats, which `qact` never sees, get one).
 const QTPB: u32 = max(BLOCK / 8u, 1u);
 
+// The activation row (param 0: k values, a multiple of BLOCK) quantized for `mvq`: each
+// workgroup takes 2048 values, each thread eight (a block's 32 or 256 values lie in one
+// workgroup); params 0 k, 1 workgroups.
 @compute @workgroup_size(256)
 fn qact(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) t: u32) {

@@ -67,6 +67,11 @@ fn wscale(o: u32) -> f32 {
     return rh(o);
 }
 
+// Unit u.w of the block at byte `o` (block b of the row, activations from vec4 index x), scaled.
+fn uqterm(u: UnitWalk, k: u32, o: u32, b: u32, x: u32) -> f32 {
+    return f32(uqdot(o, u.w, AQ[x + u.cols.x], AQ[x + u.cols.y])) * (wscale(o) * ascale(k, b));
+}
+
 // Lane l's part of row j (k values, rb bytes) against the quantized activations.
 fn vdotq(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     let u = unit_walk(j, l, k, rb);
@@ -78,26 +83,15 @@ fn vdotq(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     var a2 = 0.0;
     var a3 = 0.0;
     for (; b + 3u * u.bstep < u.nb; b += 4u * u.bstep) {
-        let o1 = o + u.ostep;
-        let o2 = o + 2u * u.ostep;
-        let o3 = o + 3u * u.ostep;
-        let x1 = x + u.xstep;
-        let x2 = x + 2u * u.xstep;
-        let x3 = x + 3u * u.xstep;
-        a0 += f32(uqdot(o, u.w, AQ[x + u.cols.x], AQ[x + u.cols.y]))
-            * (wscale(o) * ascale(k, b));
-        a1 += f32(uqdot(o1, u.w, AQ[x1 + u.cols.x], AQ[x1 + u.cols.y]))
-            * (wscale(o1) * ascale(k, b + u.bstep));
-        a2 += f32(uqdot(o2, u.w, AQ[x2 + u.cols.x], AQ[x2 + u.cols.y]))
-            * (wscale(o2) * ascale(k, b + 2u * u.bstep));
-        a3 += f32(uqdot(o3, u.w, AQ[x3 + u.cols.x], AQ[x3 + u.cols.y]))
-            * (wscale(o3) * ascale(k, b + 3u * u.bstep));
+        a0 += uqterm(u, k, o, b, x);
+        a1 += uqterm(u, k, o + u.ostep, b + u.bstep, x + u.xstep);
+        a2 += uqterm(u, k, o + 2u * u.ostep, b + 2u * u.bstep, x + 2u * u.xstep);
+        a3 += uqterm(u, k, o + 3u * u.ostep, b + 3u * u.bstep, x + 3u * u.xstep);
         o += 4u * u.ostep;
         x += 4u * u.xstep;
     }
     for (; b < u.nb; b += u.bstep) {
-        a0 += f32(uqdot(o, u.w, AQ[x + u.cols.x], AQ[x + u.cols.y]))
-            * (wscale(o) * ascale(k, b));
+        a0 += uqterm(u, k, o, b, x);
         o += u.ostep;
         x += u.xstep;
     }
