@@ -27,9 +27,10 @@
 
 use crate::act_quads::ActQuads;
 use crate::gemm_kq_x86::move_bit;
-use crate::gemm_x86::{legacy_unit, LegacyUnit, Out, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::gemm_x86::{legacy_unit, start_acc, LegacyUnit, Out, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 /// Activation rows of one AMX tile: the activations come as whole tiles (see
@@ -216,6 +217,7 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     r0: usize,
     nr: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let nb = a.k / 32;
     let LegacyUnit {
@@ -225,19 +227,19 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
         five,
         with_min,
     } = legacy_unit(FMT);
-    assert!(g.len() >= nb * ub && a.block == 32);
+    assert!(span.end <= nb && g.len() >= span.len() * ub && a.block == 32);
     check_act::<SPLIT>(a, r0, nr);
     let (lo, hi) = planes::<SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     let mut s = Sums([[0; 16]; 32]);
     let mut wt = WeightTile([0; 512]);
-    let mut acc = [_mm512_setzero_ps(); 16];
-    for b in 0..nb {
+    let mut acc = start_acc::<16>(out, span.start);
+    for b in span.clone() {
         // SAFETY: unit b lies inside g; values b·32 .. b·32 + 32 of 16 padded rows inside each
         // plane (asserted); the weight tile is 512 bytes.
         unsafe {
-            let u = g.as_ptr().add(b * ub);
+            let u = g.as_ptr().add((b - span.start) * ub);
             let w = if FMT == Q8_0 {
                 u.add(levels)
             } else {
@@ -291,22 +293,23 @@ unsafe fn q4_k<const FIVE: bool, const SPLIT: bool>(
     r0: usize,
     nr: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
     let ub = if FIVE { 2880 } else { 2368 };
-    assert!(g.len() >= nsb * ub && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * ub && a.block == 256);
     check_act::<SPLIT>(a, r0, nr);
     let (lo, hi) = planes::<SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     let mut s = Sums([[0; 16]; 32]);
     let mut wt = WeightTile([0; 512]);
-    let mut acc = [_mm512_setzero_ps(); 16];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<16>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, its 256 values of 16 padded rows inside each
         // plane (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * ub);
+            let u = g.as_ptr().add((sb - span.start) * ub);
             let mut scaled = [_mm512_setzero_ps(); 16];
             let mut mins = [_mm512_setzero_ps(); 16];
             for j in 0..8 {
@@ -360,13 +363,13 @@ macro_rules! entry {
         /// The CPU must have the `Avx512` kernel set's features, [`available`] must be true and
         /// this thread's tiles loaded ([`Tiles::load`]).
         #[target_feature(enable = "avx512f,avx512bw,f16c")]
-        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, span: Range<usize>, out: &mut Out) {
             // SAFETY: same features as this fn; the kernels check their bounds.
             unsafe {
                 if a.split {
-                    $kern::<$($fmt,)? true>(g, a, r0, nr, out)
+                    $kern::<$($fmt,)? true>(g, a, r0, nr, out, span)
                 } else {
-                    $kern::<$($fmt,)? false>(g, a, r0, nr, out)
+                    $kern::<$($fmt,)? false>(g, a, r0, nr, out, span)
                 }
             }
         }

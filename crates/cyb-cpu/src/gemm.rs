@@ -6,7 +6,10 @@
 //! (outputs, never reductions, are split, so the thread count does not change results). A
 //! thread takes its groups in chunks that stay in its L2 cache while every tile of activation
 //! rows passes over them, so during prefill each weight byte comes from memory once; inside a
-//! tile each loaded weight vector serves all of the tile's rows.
+//! tile each loaded weight vector serves all of the tile's rows. With one tile of rows
+//! (decode) a thread instead streams its groups span by span (`repack.rs` stores each span of
+//! `k` of all groups together), so a span's activations stay in L1 between groups; the kernels
+//! carry each group's sums from span to span, in the same order either way.
 
 use crate::act_quads::ActQuads;
 use crate::pool::{split, DisjointOut, ThreadPool};
@@ -107,9 +110,44 @@ pub(crate) unsafe fn gemm(
     let n = w.n;
     assert!(y.len() >= m * n && a.k == w.k);
     let groups = w.groups();
-    let chunk = (CHUNK_BYTES / w.group_bytes.max(1)).max(1);
     let threads = pool.threads();
     let out = DisjointOut::new(y);
+    let store = |res: &Out, r0: usize, nr: usize, g: usize| {
+        let (c0, c1) = (g * GROUP, (g * GROUP + GROUP).min(n));
+        for (r, row) in res.iter().enumerate().take(nr) {
+            let at = (r0 + r) * n;
+            // SAFETY: columns c0..c1 belong to this thread's groups only.
+            let dst = unsafe { out.slice(at + c0..at + c1) };
+            dst.copy_from_slice(&row[..c1 - c0]);
+        }
+    };
+    if m <= rows {
+        // One tile of rows (decode): each thread streams its groups span by span, in the
+        // order they are stored, so that a span's activations stay in L1 while it meets every
+        // group; each group's sums wait in `y` between spans.
+        pool.run(&|t| {
+            let mine = split(groups, threads, t);
+            let mut res: Out = [[0.0; 16]; ROWS];
+            for c in 0..w.spans() {
+                for g in mine.clone() {
+                    if c > 0 {
+                        let (c0, c1) = (g * GROUP, (g * GROUP + GROUP).min(n));
+                        for (r, row) in res.iter_mut().enumerate().take(m) {
+                            // SAFETY: columns c0..c1 belong to this thread's groups only.
+                            let src = unsafe { out.slice(r * n + c0..r * n + c1) };
+                            // SAFETY: `set` runs here (this fn's contract).
+                            unsafe { crate::gemm_x86::reload(set, row, src) };
+                        }
+                    }
+                    // SAFETY: per this fn's contract.
+                    unsafe { kern(w.piece(g, c), a, 0, m, w.span_units(c), &mut res) };
+                    store(&res, 0, m, g);
+                }
+            }
+        });
+        return;
+    }
+    let chunk = (CHUNK_BYTES / w.group_bytes.max(1)).max(1);
     pool.run(&|t| {
         // SAFETY: `amx` only with an AMX kernel, which exists only where `available()`.
         let _tiles = amx.then(|| unsafe { crate::amx_x86::Tiles::load() });
@@ -121,15 +159,11 @@ pub(crate) unsafe fn gemm(
             for r0 in (0..m).step_by(rows) {
                 let nr = (m - r0).min(rows);
                 for g in g0..g1 {
-                    // SAFETY: per this fn's contract.
-                    unsafe { kern(w.group(g), a, r0, nr, &mut res) };
-                    let (c0, c1) = (g * GROUP, (g * GROUP + GROUP).min(n));
-                    for (r, row) in res.iter().enumerate().take(nr) {
-                        let at = (r0 + r) * n;
-                        // SAFETY: columns c0..c1 belong to this thread's groups only.
-                        let dst = unsafe { out.slice(at + c0..at + c1) };
-                        dst.copy_from_slice(&row[..c1 - c0]);
+                    for c in 0..w.spans() {
+                        // SAFETY: per this fn's contract.
+                        unsafe { kern(w.piece(g, c), a, r0, nr, w.span_units(c), &mut res) };
                     }
+                    store(&res, r0, nr, g);
                 }
             }
             g0 = g1;

@@ -20,6 +20,7 @@ use crate::gemm_x86::{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant_act::ActPrecision;
 use cyb_tensor::DType;
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 // SAFETY (whole file): every `#[target_feature]` fn runs only when `KernelSet::Avx2` is
 // available; pointer reads stay inside the slices whose lengths each kernel asserts first.
@@ -114,6 +115,22 @@ fn halves<const R: usize>() -> &'static [(usize, usize)] {
     }
 }
 
+/// Zero accumulators for a span from the first unit, else the partial sums left in `out`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn start_acc<const R: usize>(out: &Out, first: usize) -> [[__m256; 2]; R] {
+    std::array::from_fn(|r| {
+        std::array::from_fn(|h| {
+            if first == 0 {
+                _mm256_setzero_ps()
+            } else {
+                // SAFETY: out[r] holds 16 floats.
+                unsafe { _mm256_loadu_ps(out[r].as_ptr().add(8 * h)) }
+            }
+        })
+    })
+}
+
 /// Stores both halves of each row's results.
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -134,6 +151,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let nb = a.k / 32;
     let LegacyUnit {
@@ -144,15 +162,15 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         with_min,
     } = legacy_unit(FMT);
     let bit4 = _mm256_set1_epi8(0x10);
-    assert!(g.len() >= nb * ub && a.block == 32);
+    assert!(span.end <= nb && g.len() >= span.len() * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut acc = start_acc::<R>(out, span.start);
     for &(h0, h1) in halves::<R>() {
-        for b in 0..nb {
+        for b in span.clone() {
             // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
             unsafe {
-                let u = g.as_ptr().add(b * ub);
+                let u = g.as_ptr().add((b - span.start) * ub);
                 for h in h0..h1 {
                     // Eight products of nibbles (≤ 15) per i16 lane: at most 8·3840 = 30720. Five-bit
                     // levels put their second four products in `high` (at most 4·7936 = 31744 each).
@@ -237,17 +255,18 @@ unsafe fn q4_k<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 2368 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 2368 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut acc = start_acc::<R>(out, span.start);
     for &(h0, h1) in halves::<R>() {
-        for sb in 0..nsb {
+        for sb in span.clone() {
             // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
             unsafe {
-                let u = g.as_ptr().add(sb * 2368);
+                let u = g.as_ptr().add((sb - span.start) * 2368);
                 for h in h0..h1 {
                     let mut scaled = [_mm256_setzero_ps(); R];
                     let mut mins = [_mm256_setzero_ps(); R];
@@ -292,19 +311,20 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 3360 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 3360 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm256_set1_epi8(0x0f);
     let m30 = _mm256_set1_epi8(0x30);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut acc = start_acc::<R>(out, span.start);
     for &(h0, h1) in halves::<R>() {
-        for sb in 0..nsb {
+        for sb in span.clone() {
             // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
             unsafe {
-                let u = g.as_ptr().add(sb * 3360);
+                let u = g.as_ptr().add((sb - span.start) * 3360);
                 for h in h0..h1 {
                     let mut scaled = [_mm256_setzero_ps(); R];
                     for grp in 0..16 {
@@ -359,18 +379,18 @@ macro_rules! entry {
         /// # Safety
         /// The CPU must have the `Avx2` kernel set's features.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+        unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, span: Range<usize>, out: &mut Out) {
             // SAFETY: same features as this fn; the kernels check their bounds.
             unsafe {
                 match (a.split, nr) {
-                    (false, 1) => $kern::<$($fmt,)? 1, false>(g, a, r0, out),
-                    (false, 2) => $kern::<$($fmt,)? 2, false>(g, a, r0, out),
-                    (false, 3) => $kern::<$($fmt,)? 3, false>(g, a, r0, out),
-                    (false, 4) => $kern::<$($fmt,)? 4, false>(g, a, r0, out),
-                    (true, 1) => $kern::<$($fmt,)? 1, true>(g, a, r0, out),
-                    (true, 2) => $kern::<$($fmt,)? 2, true>(g, a, r0, out),
-                    (true, 3) => $kern::<$($fmt,)? 3, true>(g, a, r0, out),
-                    (true, 4) => $kern::<$($fmt,)? 4, true>(g, a, r0, out),
+                    (false, 1) => $kern::<$($fmt,)? 1, false>(g, a, r0, out, span),
+                    (false, 2) => $kern::<$($fmt,)? 2, false>(g, a, r0, out, span),
+                    (false, 3) => $kern::<$($fmt,)? 3, false>(g, a, r0, out, span),
+                    (false, 4) => $kern::<$($fmt,)? 4, false>(g, a, r0, out, span),
+                    (true, 1) => $kern::<$($fmt,)? 1, true>(g, a, r0, out, span),
+                    (true, 2) => $kern::<$($fmt,)? 2, true>(g, a, r0, out, span),
+                    (true, 3) => $kern::<$($fmt,)? 3, true>(g, a, r0, out, span),
+                    (true, 4) => $kern::<$($fmt,)? 4, true>(g, a, r0, out, span),
                     _ => unreachable!("at most {ROWS} rows"),
                 }
             }

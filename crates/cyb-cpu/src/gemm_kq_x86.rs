@@ -7,8 +7,11 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::act_quads::ActQuads;
-use crate::gemm_x86::{check_act, combine, dot, load, planes, scales_f16, scales_u8, Out, Planes};
+use crate::gemm_x86::{
+    check_act, combine, dot, load, planes, scales_f16, scales_u8, start_acc, Out, Planes,
+};
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 /// `v` shifted so that bit `from` of each byte lands on bit `to` (shifts of 16-bit lanes whose
 /// spill into the neighbouring byte the callers mask away: `to - from` at most 4 left, at most
@@ -41,16 +44,17 @@ pub(crate) unsafe fn q2_k<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 1600 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 1600 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 1600);
+            let u = g.as_ptr().add((sb - span.start) * 1600);
             let mut scaled = [_mm512_setzero_ps(); R];
             let mut mins = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
@@ -93,17 +97,18 @@ pub(crate) unsafe fn q3_k<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 1824 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 1824 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let bit2 = _mm512_set1_epi8(0x04);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 1824);
+            let u = g.as_ptr().add((sb - span.start) * 1824);
             let mut scaled = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
                 let low = two_bit(load(u.add(288 + 64 * grp)));
@@ -147,16 +152,17 @@ pub(crate) unsafe fn ternary<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 1056 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 1056 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 1056);
+            let u = g.as_ptr().add((sb - span.start) * 1056);
             let mut isum: [[__m512i; 2]; R] = std::array::from_fn(|r| {
                 let sums = &a.sum16[(r0 + r) * k / 16 + sb * 16..][..16];
                 [

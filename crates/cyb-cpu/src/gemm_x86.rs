@@ -13,6 +13,7 @@
 use crate::act_quads::ActQuads;
 use crate::gemm_kq_x86::{move_bit, q2_k, q3_k, ternary};
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 /// Most activation rows per kernel call (the AMX kernels take 16, these 8).
 pub const ROWS: usize = 16;
@@ -125,6 +126,57 @@ pub(crate) fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
     }
 }
 
+/// Zero accumulators for a span from the first unit, else the partial sums left in `out`
+/// (the results of the span before it: a row's sums run over the units in one order however
+/// `k` is split into spans).
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn start_acc<const R: usize>(out: &Out, first: usize) -> [__m512; R] {
+    std::array::from_fn(|r| {
+        if first == 0 {
+            _mm512_setzero_ps()
+        } else {
+            // SAFETY: out[r] holds 16 floats.
+            unsafe { _mm512_loadu_ps(out[r].as_ptr()) }
+        }
+    })
+}
+
+/// Copies a group's sums (`src`, up to 16) into a kernel's result row for the next span, with
+/// the vector width the kernels load them at (a load spanning several narrower stores would
+/// wait for them to retire).
+///
+/// # Safety
+/// The CPU must have `set`'s features.
+pub(crate) unsafe fn reload(set: crate::KernelSet, row: &mut [f32; 16], src: &[f32]) {
+    match (set, <&[f32; 16]>::try_from(src)) {
+        // SAFETY: AVX-512 per the caller.
+        (crate::KernelSet::Avx512, Ok(s)) => unsafe { copy_512(row, s) },
+        // SAFETY: the other sets with repacked kernels (AVX2) have AVX.
+        (_, Ok(s)) => unsafe { copy_256(row, s) },
+        (_, Err(_)) => row[..src.len()].copy_from_slice(src),
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn copy_512(row: &mut [f32; 16], s: &[f32; 16]) {
+    // SAFETY: both hold 16 floats.
+    unsafe { _mm512_storeu_ps(row.as_mut_ptr(), _mm512_loadu_ps(s.as_ptr())) }
+}
+
+#[target_feature(enable = "avx")]
+unsafe fn copy_256(row: &mut [f32; 16], s: &[f32; 16]) {
+    for h in 0..2 {
+        // SAFETY: both hold 16 floats.
+        unsafe {
+            _mm256_storeu_ps(
+                row.as_mut_ptr().add(8 * h),
+                _mm256_loadu_ps(s.as_ptr().add(8 * h)),
+            )
+        }
+    }
+}
+
 /// The 32-value formats of the `legacy` kernels (here, `amx_x86.rs`, `gemm_avx2.rs`).
 pub(crate) const Q4_0: u8 = 0;
 pub(crate) const Q8_0: u8 = 1;
@@ -171,6 +223,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let nb = a.k / 32;
     let LegacyUnit {
@@ -180,16 +233,16 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         five,
         with_min,
     } = legacy_unit(FMT);
-    assert!(g.len() >= nb * ub && a.block == 32);
+    assert!(span.end <= nb && g.len() >= span.len() * ub && a.block == 32);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for b in 0..nb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for b in span.clone() {
         // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(b * ub);
+            let u = g.as_ptr().add((b - span.start) * ub);
             let mut isum = [[_mm512_setzero_si512(); 2]; R];
             if zero_point != 0 {
                 for r in 0..R {
@@ -254,19 +307,20 @@ unsafe fn q4_k<const FIVE: bool, const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
     let ub = if FIVE { 2880 } else { 2368 };
-    assert!(g.len() >= nsb * ub && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * ub && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * ub);
+            let u = g.as_ptr().add((sb - span.start) * ub);
             let mut scaled = [_mm512_setzero_ps(); R];
             let mut mins = [_mm512_setzero_ps(); R];
             for j in 0..8 {
@@ -321,18 +375,19 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
     a: &ActQuads,
     r0: usize,
     out: &mut Out,
+    span: Range<usize>,
 ) {
     let (k, nsb) = (a.k, a.k / 256);
-    assert!(g.len() >= nsb * 3360 && a.block == 256);
+    assert!(span.end <= nsb && g.len() >= span.len() * 3360 && a.block == 256);
     check_act::<R, SPLIT>(a, r0);
     let m4 = _mm512_set1_epi8(0x0f);
     let m30 = _mm512_set1_epi8(0x30);
     let p: [Planes; R] = std::array::from_fn(|r| planes::<SPLIT>(a, r0 + r));
-    let mut acc = [_mm512_setzero_ps(); R];
-    for sb in 0..nsb {
+    let mut acc = start_acc::<R>(out, span.start);
+    for sb in span.clone() {
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
-            let u = g.as_ptr().add(sb * 3360);
+            let u = g.as_ptr().add((sb - span.start) * 3360);
             let mut scaled = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
                 let n0 = load(u.add(288 + 192 * grp));
@@ -378,34 +433,36 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
     }
 }
 
-/// One group's kernel: group bytes, activations, first row, rows (1..=ROWS), results.
-pub type GroupKernel = unsafe fn(&[u8], &ActQuads, usize, usize, &mut Out);
+/// One group's kernel: the group's bytes of a span of units, activations, first row, rows
+/// (1..=ROWS), the span (unit indices), results (which hold the sums of the spans before it
+/// unless the span starts at unit 0).
+pub type GroupKernel = unsafe fn(&[u8], &ActQuads, usize, usize, Range<usize>, &mut Out);
 
 macro_rules! entry {
     ($name:ident, $kern:ident $(, $q8:tt)?) => {
         /// # Safety
         /// The CPU must have the `Avx512` kernel set's features.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, out: &mut Out) {
+        pub unsafe fn $name(g: &[u8], a: &ActQuads, r0: usize, nr: usize, span: Range<usize>, out: &mut Out) {
             // SAFETY: same features as this fn; the kernels check their bounds.
             unsafe {
                 match (a.split, nr) {
-                    (false, 1) if 1 <= ROWS => $kern::<$($q8,)? 1, false>(g, a, r0, out),
-                    (false, 2) if 2 <= ROWS => $kern::<$($q8,)? 2, false>(g, a, r0, out),
-                    (false, 3) if 3 <= ROWS => $kern::<$($q8,)? 3, false>(g, a, r0, out),
-                    (false, 4) if 4 <= ROWS => $kern::<$($q8,)? 4, false>(g, a, r0, out),
-                    (false, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, false>(g, a, r0, out),
-                    (false, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, false>(g, a, r0, out),
-                    (false, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, false>(g, a, r0, out),
-                    (false, 8) => $kern::<$($q8,)? 8, false>(g, a, r0, out),
-                    (true, 1) if 1 <= ROWS => $kern::<$($q8,)? 1, true>(g, a, r0, out),
-                    (true, 2) if 2 <= ROWS => $kern::<$($q8,)? 2, true>(g, a, r0, out),
-                    (true, 3) if 3 <= ROWS => $kern::<$($q8,)? 3, true>(g, a, r0, out),
-                    (true, 4) if 4 <= ROWS => $kern::<$($q8,)? 4, true>(g, a, r0, out),
-                    (true, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, true>(g, a, r0, out),
-                    (true, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, true>(g, a, r0, out),
-                    (true, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, true>(g, a, r0, out),
-                    (true, 8) => $kern::<$($q8,)? 8, true>(g, a, r0, out),
+                    (false, 1) if 1 <= ROWS => $kern::<$($q8,)? 1, false>(g, a, r0, out, span),
+                    (false, 2) if 2 <= ROWS => $kern::<$($q8,)? 2, false>(g, a, r0, out, span),
+                    (false, 3) if 3 <= ROWS => $kern::<$($q8,)? 3, false>(g, a, r0, out, span),
+                    (false, 4) if 4 <= ROWS => $kern::<$($q8,)? 4, false>(g, a, r0, out, span),
+                    (false, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, false>(g, a, r0, out, span),
+                    (false, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, false>(g, a, r0, out, span),
+                    (false, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, false>(g, a, r0, out, span),
+                    (false, 8) => $kern::<$($q8,)? 8, false>(g, a, r0, out, span),
+                    (true, 1) if 1 <= ROWS => $kern::<$($q8,)? 1, true>(g, a, r0, out, span),
+                    (true, 2) if 2 <= ROWS => $kern::<$($q8,)? 2, true>(g, a, r0, out, span),
+                    (true, 3) if 3 <= ROWS => $kern::<$($q8,)? 3, true>(g, a, r0, out, span),
+                    (true, 4) if 4 <= ROWS => $kern::<$($q8,)? 4, true>(g, a, r0, out, span),
+                    (true, 5) if 5 <= ROWS => $kern::<$($q8,)? 5, true>(g, a, r0, out, span),
+                    (true, 6) if 6 <= ROWS => $kern::<$($q8,)? 6, true>(g, a, r0, out, span),
+                    (true, 7) if 7 <= ROWS => $kern::<$($q8,)? 7, true>(g, a, r0, out, span),
+                    (true, 8) => $kern::<$($q8,)? 8, true>(g, a, r0, out, span),
                     _ => unreachable!("at most 8 rows"),
                 }
             }

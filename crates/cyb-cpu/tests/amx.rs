@@ -53,7 +53,13 @@ fn amx_equals_vnni_bit_for_bit() {
             DType::Q4_K,
             DType::Q5_K,
         ] {
-            for (m, n, k) in [(8usize, 37usize, 512usize), (16, 16, 256), (41, 70, 768)] {
+            // 2816: several spans of the repacked layout.
+            for (m, n, k) in [
+                (8usize, 37usize, 512usize),
+                (16, 16, 256),
+                (41, 70, 768),
+                (19, 37, 2816),
+            ] {
                 let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
                 let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
                 let inputs = [a, shared(&w)];
