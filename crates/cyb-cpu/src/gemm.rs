@@ -121,7 +121,7 @@ pub(crate) unsafe fn gemm(
             dst.copy_from_slice(&row[..c1 - c0]);
         }
     };
-    if m <= rows {
+    if m <= rows && !amx {
         // One tile of rows (decode): each thread streams its groups span by span, in the
         // order they are stored, so that a span's activations stay in L1 while it meets every
         // group; each group's sums wait in `y` between spans.
