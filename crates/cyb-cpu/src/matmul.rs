@@ -17,6 +17,11 @@ use crate::quant_act::{ActPrecision, QuantizedRows};
 use crate::repack::RepackCache;
 use crate::KernelSet;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
+
+/// Shortest float rows whose one-row matmuls use the packed panels where weight rows are
+/// streamed one at a time (`gemm::float_decode_rows`).
+#[cfg(target_arch = "x86_64")]
+const PANEL_DECODE_K: usize = 4096;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Bytes of weight rows a thread keeps hot while all activation rows pass over them.
@@ -144,7 +149,17 @@ fn repacked(
     {
         let k = w_t.dims()[1];
         let m = a.len().checked_div(k).unwrap_or(0);
-        if let Some(tile) = crate::sgemm::tile(w_t.dtype(), set).filter(|_| m >= 2) {
+        // One row goes to the panels too where the row-by-row stream below is slow: long rows on
+        // AMD (the activation row no longer fits L1 beside the weight row; on a Zen 4 VM, 2 threads,
+        // `CYB_BENCH_WEIGHTS=6 gemm_bench 1 2048 8192 2 f16` read 18–21 GB/s row by row and
+        // 31–32 through the panels, while k = 2048 read 29–36 row by row and 23–31 through
+        // them).
+        let panel_rows = if k >= PANEL_DECODE_K && crate::gemm::float_decode_rows() == 1 {
+            1
+        } else {
+            2
+        };
+        if let Some(tile) = crate::sgemm::tile(w_t.dtype(), set).filter(|_| m >= panel_rows) {
             let dtype = w_t.dtype();
             // Weights outside shared storage are packed for this call only, so a result never
             // depends on where its weight lives.
