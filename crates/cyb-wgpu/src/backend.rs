@@ -50,12 +50,6 @@ pub struct WgpuBackend {
     /// Replays submit commands finished ahead (replay.rs `plan_commands`; `CYB_WGPU_PREBUILD=0`
     /// records them at each replay instead).
     pub(crate) prebuild: bool,
-    /// A prebuilt replay writes its inputs and parameters with one queue write, copied into
-    /// place by its commands (replay.rs; `CYB_WGPU_ONE_WRITE=0`: one queue write each).
-    pub(crate) replay_one_write: bool,
-    /// A prebuilt replay's first this many launches are submitted on their own (replay.rs
-    /// `plan_commands`; `CYB_WGPU_SPLIT`, 0 for one submission).
-    pub(crate) replay_split: usize,
     /// Steps replayed so far (replay.rs).
     pub(crate) replayed: std::sync::atomic::AtomicU64,
     /// Decode matvecs of at least this many weight rows in a format matvec_q16.wgsl reads
@@ -231,8 +225,6 @@ impl WgpuBackend {
             ),
             replayed: std::sync::atomic::AtomicU64::new(0),
             prebuild: std::env::var("CYB_WGPU_PREBUILD").map_or(true, |v| v != "0"),
-            replay_one_write: std::env::var("CYB_WGPU_ONE_WRITE").map_or(true, |v| v != "0"),
-            replay_split: env_usize("CYB_WGPU_SPLIT").unwrap_or(8),
             mvq_min_rows: std::sync::atomic::AtomicUsize::new(
                 if std::env::var("CYB_WGPU_MVQ").is_ok_and(|v| v.trim() == "0") {
                     usize::MAX
@@ -247,15 +239,6 @@ impl WgpuBackend {
     /// checks (`kernels::Kernels::new`; `CYB_WGPU_CHECKS=1` turns them on at creation).
     pub fn with_shader_checks(mut self, on: bool) -> WgpuBackend {
         self.kernels = Kernels::new(on, self.kernels.subgroup());
-        self
-    }
-
-    /// This backend with its prebuilt replays (replay.rs) writing their inputs with one queue
-    /// write or one each (`one_write`; `CYB_WGPU_ONE_WRITE` at creation), and submitting their
-    /// first `split` launches on their own (0: the whole step at once; `CYB_WGPU_SPLIT`).
-    pub fn with_replay_submission(mut self, one_write: bool, split: usize) -> WgpuBackend {
-        self.replay_one_write = one_write;
-        self.replay_split = split;
         self
     }
 

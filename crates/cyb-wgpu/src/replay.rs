@@ -23,8 +23,8 @@
 
 use crate::backend::{gpu_buf, WgpuBackend, PARAM_BYTES};
 use crate::kernels::{Kernel, KernelKey};
+use crate::memory::padded_vec;
 use crate::memory::GpuBuf;
-use crate::memory::{padded, padded_vec};
 use crate::ops::RopeRecipe;
 use crate::submit::Job;
 use cyb_backend::{BufferUsage, Recording};
@@ -118,14 +118,8 @@ pub(crate) struct Plan {
     /// none of them out while the plan lives: a replay writes them without allocating, and a
     /// tensor another step kept in one of them would be overwritten.
     _reserved: Vec<Arc<GpuBuf>>,
-    /// Where a prebuilt replay's writes go first: every write's bytes one after another (its
-    /// padded length, `upload_lens`, in the order of `writes` and then the parameter blocks),
-    /// written by one queue write and copied into place by the replay's own commands.
-    upload: Arc<GpuBuf>,
-    upload_lens: Vec<u64>,
-    /// The plan's launches encoded and finished ahead of its next replay (`run_plan`), in
-    /// one or two command buffers (`WgpuBackend::replay_split`).
-    prebuilt: std::sync::Mutex<Option<Vec<wgpu::CommandBuffer>>>,
+    /// The plan's launches encoded and finished ahead of its next replay (`run_plan`).
+    prebuilt: std::sync::Mutex<Option<wgpu::CommandBuffer>>,
 }
 
 /// Which of the host inputs `bytes` equals in every recording (`per_step[s]` the bytes of
@@ -340,27 +334,10 @@ impl WgpuBackend {
                 }
             })
             .collect();
-        let input_lens: Vec<usize> = inputs
+        let input_lens = inputs
             .last()
             .map(|i| i.iter().map(Vec::len).collect())
             .unwrap_or_default();
-        let last_inputs = inputs.last().map(Vec::as_slice).unwrap_or_default();
-        let mut upload_lens = Vec::with_capacity(writes.len() + 1);
-        for w in &writes {
-            let len = match &w.fill {
-                Fill::Input(i) => input_lens.get(*i).copied().unwrap_or(0),
-                Fill::Const(b) => b.len(),
-                Fill::Rope(recipe, i) => {
-                    let Some(pos) = last_inputs.get(*i) else {
-                        return no("a rope table's positions are not an input");
-                    };
-                    recipe.table(pos)?.len() * 4
-                }
-            };
-            upload_lens.push(padded(len));
-        }
-        upload_lens.push(words.len() as u64 * 4);
-        let upload = self.create(upload_lens.iter().sum(), BufferUsage::Storage)?;
         Ok(Some(Box::new(Plan {
             writes,
             launches,
@@ -370,8 +347,6 @@ impl WgpuBackend {
             input_lens,
             output: output.clone(),
             _reserved: reserved,
-            upload,
-            upload_lens,
             prebuilt: std::sync::Mutex::default(),
         })))
     }
@@ -427,37 +402,20 @@ impl WgpuBackend {
                 self.encode(&mut st, &l.key, &l.kernel, &l.bind, l.groups)?;
             }
         } else {
-            // One queue write (each costs wgpu a staging buffer of its own, ~7 µs on the
-            // H200's host) of every write's bytes, which the commands copy into place.
-            let mut jobs: Vec<Job> = if self.replay_one_write {
-                let mut all = Vec::with_capacity(plan.upload.buffer.size() as usize);
-                for ((_, bytes), &len) in writes.iter().zip(&plan.upload_lens) {
-                    if padded(bytes.len()) != len {
-                        return Err(Error::invalid(
-                            "wgpu replay",
-                            format!("a write of {} bytes where the plan has {len}", bytes.len()),
-                        ));
-                    }
-                    all.extend_from_slice(bytes);
-                    all.resize(all.len() + (len as usize - bytes.len()), 0);
-                }
-                vec![Job::Write(plan.upload.buffer.clone(), all)]
-            } else {
-                writes
-                    .into_iter()
-                    .map(|(buffer, bytes)| Job::Write(buffer.clone(), padded_vec(&bytes)))
-                    .collect()
-            };
             let ready = plan
                 .prebuilt
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
             let commands = ready.unwrap_or_else(|| self.plan_commands(plan));
-            // The writes and the submissions run here, not on the submission thread, which is
+            // The writes and the submission run here, not on the submission thread, which is
             // idle at a step's beginning and would first have to wake up: every microsecond
             // of this delays the GPU's start.
-            jobs.extend(commands.into_iter().map(Job::SubmitFinished));
+            let mut jobs: Vec<Job> = writes
+                .into_iter()
+                .map(|(buffer, bytes)| Job::Write(buffer.clone(), padded_vec(&bytes)))
+                .collect();
+            jobs.push(Job::SubmitFinished(commands));
             self.submitter.run_here(jobs);
             st.submitted_in_step = true;
             self.launches.fetch_add(
@@ -477,58 +435,25 @@ impl WgpuBackend {
         Ok(plan.output.clone())
     }
 
-    /// The plan's commands, finished: the copies of the replay's one write into place
-    /// (`replay_one_write`), then its launches in compute passes. Every replay of a plan runs
-    /// the same commands on the same buffers (only the bytes written before them change), so
-    /// they are finished ahead: wgpu's `finish` (its validation, buffer state tracking and
-    /// barriers, ~7 µs per launch on the H200's host) then runs while the GPU is busy with the
-    /// step before, and a replay submits the whole step at once.
-    ///
-    /// With `replay_split` = s > 0 the first s launches are a command buffer of their own,
-    /// submitted first: wgpu's submission of a command buffer takes time in proportion to what
-    /// it holds (~75 µs for a 1B-shape step), and the GPU starts on the first part while the
-    /// host submits the rest.
-    fn plan_commands(&self, plan: &Plan) -> Vec<wgpu::CommandBuffer> {
-        let device = &self.ctx.device;
-        let new = || device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        let mut enc = new();
-        if self.replay_one_write {
-            let mut at = 0;
-            let targets = plan.writes.iter().map(|w| &w.buffer);
-            let targets = targets.chain(std::iter::once(&plan.params.buffer));
-            for (target, &len) in targets.zip(&plan.upload_lens) {
-                if len > 0 {
-                    enc.copy_buffer_to_buffer(&plan.upload.buffer, at, target, 0, len);
-                }
-                at += len;
+    /// The plan's launches in one compute pass of one finished command buffer. Every replay
+    /// of a plan runs the same commands on the same buffers (only the bytes written before
+    /// them change), so they are finished ahead: wgpu's `finish` (its validation, buffer
+    /// state tracking and barriers, ~7 µs per launch on the H200's host) then runs while the
+    /// GPU is busy with the step before, and a replay submits the whole step at once.
+    fn plan_commands(&self, plan: &Plan) -> wgpu::CommandBuffer {
+        let mut enc = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: None,
+            });
+            for l in &plan.launches {
+                self.dispatch_in(&mut pass, &l.kernel, &l.bind, l.groups);
             }
         }
-        let cut = match self.replay_split {
-            0 => 0,
-            s => s.min(plan.launches.len()),
-        };
-        let (first, rest) = plan.launches.split_at(cut);
-        let mut out = Vec::with_capacity(2);
-        if !first.is_empty() && !rest.is_empty() {
-            self.pass_of(&mut enc, first);
-            out.push(enc.finish());
-            enc = new();
-            self.pass_of(&mut enc, rest);
-        } else {
-            self.pass_of(&mut enc, &plan.launches);
-        }
-        out.push(enc.finish());
-        out
-    }
-
-    /// `launches` in one compute pass of `enc`.
-    fn pass_of(&self, enc: &mut wgpu::CommandEncoder, launches: &[PlanLaunch]) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
-        for l in launches {
-            self.dispatch_in(&mut pass, &l.kernel, &l.bind, l.groups);
-        }
+        enc.finish()
     }
 }

@@ -97,35 +97,6 @@ fn replayed_steps_equal_steps_through_the_model() {
     }
 }
 
-/// Every way a prebuilt replay may write and submit (one queue write copied into place or a
-/// write each; the step in one submission, or its first launch, or its first four on their own)
-/// gives the logits of steps through the model.
-#[test]
-fn replay_submissions_equal_steps_through_the_model() {
-    let Some(off) = backend(false) else {
-        return;
-    };
-    let file = "model-q4_0.gguf";
-    let prompt = [1, 17, 42, 99, 5, 63, 120, 8, 77, 31, 54, 2];
-    let reference = model(&off, file);
-    let mut c_off = reference.new_cache(64).unwrap();
-    let b = decode(&reference, &mut c_off, &prompt, 18);
-    for (one_write, split) in [(true, 0), (true, 1), (false, 4)] {
-        let on = Arc::new(
-            WgpuBackend::new()
-                .unwrap()
-                .with_replay_submission(one_write, split),
-        );
-        let m = model(&on, file);
-        let mut c_on = m.new_cache(64).unwrap();
-        let a = decode(&m, &mut c_on, &prompt, 18);
-        let what = format!("one write {one_write}, split {split}");
-        assert!(on.replayed_steps() >= 24, "{what}: steps not replayed");
-        assert!(a.0 == b.0, "{what}: replayed logits differ");
-        assert_eq!(a.1, b.1, "{what}: replayed argmax tokens differ");
-    }
-}
-
 #[test]
 fn replay_checks_token_ids() {
     let Some(on) = backend(true) else {
