@@ -156,8 +156,9 @@ pub(crate) const MAX_BUFFERS: usize = 10;
 /// Bytes past its data that a weight's (or any uploaded tensor's) buffer has: matvec_fast.wgsl's
 /// `u32w` reads the word after the one it needs, which at the end of a tensor is this tail.
 pub(crate) const WEIGHT_TAIL: u64 = 4;
-/// Small buffers bound where a merged kernel writes nothing (launch.rs).
-pub(crate) const SPARE: usize = 3;
+/// Buffers for merged kernels (launch.rs): three small ones bound where a merged kernel writes
+/// nothing, and one of `NORM_FUSE_MAX_D` values for the weighted sum of a `ResNorm`.
+pub(crate) const SPARE: usize = 4;
 pub(crate) const BIND_CACHE_MAX: usize = 8192;
 
 /// Bytes of one parameter block (32 u32 words).

@@ -134,7 +134,7 @@ impl Family {
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
             Family::MatVecMulti => (4, 4),
-            Family::MatVecRes => (3, 2),
+            Family::MatVecRes => (4, 3),
             Family::MatVecNorm => (5, 5),
             Family::RopePair => (3, 2),
             Family::CopyPair => (2, 2),

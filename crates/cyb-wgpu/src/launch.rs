@@ -14,8 +14,9 @@
 //! held back in `State::pending` until the next one shows whether it joins; anything else that
 //! records work (another launch, a copy, a submission) records the held one first, so the order
 //! of effects never changes. Every merged kernel computes each output as the separate kernels
-//! do (exactly, except that `ResNorm`'s norm sums the squares in another order and scales the
-//! dot products by the inverse RMS after summing them), and still writes every output they
+//! do (exactly, except that `ResNorm`'s norm sums the squares in another order, scales the
+//! dot products by the inverse RMS after summing them, and multiplies its normalized row by
+//! the weights before the inverse RMS), and still writes every output they
 //! would have written (a later reader of the gate's, the rotated k's or the norm's output sees
 //! it).
 //!
@@ -170,10 +171,13 @@ pub(crate) struct ResNorm {
 impl ResNorm {
     /// The two launches of this matvec, its add + norm and the held matvecs `after` of it.
     fn around(self, after: Pending, spare: &[Arc<GpuBuf>; SPARE]) -> Launches {
-        let (prod, norm) = res_norm_launches(self);
+        // The weighted sum goes to the last spare buffer (`NORM_FUSE_MAX_D` values), which the
+        // next launch reads before any other `ResNorm` writes it again.
+        let sw = (spare[SPARE - 1].id, spare[SPARE - 1].buffer.clone());
+        let (prod, norm) = res_norm_launches(self, sw.clone());
         let l = after.into_launch(spare, true);
         Launches::from_iter(
-            [Some(prod), l.map(|l| with_norm(l, &norm))]
+            [Some(prod), l.map(|l| with_norm(l, &norm, sw))]
                 .into_iter()
                 .flatten(),
         )
@@ -181,7 +185,7 @@ impl ResNorm {
 }
 
 /// Longest row a merged norm normalizes (matvec_norm.wgsl: 256 threads, four `vec4`s each).
-const NORM_FUSE_MAX_D: u32 = 4096;
+pub(crate) const NORM_FUSE_MAX_D: u32 = 4096;
 /// Most weight rows of the matvecs merged with a norm, over all of them: every workgroup sums
 /// the row's squares again, so the output projection over a vocabulary stays separate.
 const NORM_FUSE_MAX_ROWS: u32 = 32768;
@@ -678,8 +682,9 @@ fn multi_launch(first: &Launch, rows: u32, params: Params, bufs: Bufs, groups: u
 }
 
 /// The matvec of a `ResNorm` as matvec_res.wgsl's `mv_res` (also writing the residual sum the
-/// norm would have), and the norm launch, whose buffers and parameters `with_norm` takes.
-fn res_norm_launches(rn: ResNorm) -> (Launch, Launch) {
+/// norm would have, and that sum times the norm's weights into `sw`), and the norm launch,
+/// whose buffers and parameters `with_norm` takes.
+fn res_norm_launches(rn: ResNorm, sw: (u64, wgpu::Buffer)) -> (Launch, Launch) {
     let (p, n) = (rn.prod, rn.norm);
     // add_rms_norm bufs: a, b, wt, s, y; one of a and b is the matvec's output y.
     let r = if n.id(0) == p.id(2) {
@@ -691,16 +696,22 @@ fn res_norm_launches(rn: ResNorm) -> (Launch, Launch) {
         p.bufs[0].clone(),
         p.bufs[1].clone(),
         r.clone(),
+        n.bufs[2].clone(),
         p.bufs[2].clone(),
         n.bufs[3].clone(),
+        sw,
     ]);
+    // mv params: 0-5; then the norm's weight offset (add_rms_norm param 3).
+    let mut params = p.params;
+    params.truncate(6);
+    params.push(n.param(3));
     let prod = Launch {
         key: KernelKey {
             family: Family::MatVecRes,
             entry: "mv_res",
             ..p.key
         },
-        params: p.params,
+        params,
         bufs,
         groups: p.groups,
     };
@@ -708,19 +719,20 @@ fn res_norm_launches(rn: ResNorm) -> (Launch, Launch) {
 }
 
 /// `multi` (a merged `mv` launch, matvec_multi.wgsl's bindings) as matvec_norm.wgsl's
-/// `mv_norm`: it reads the residual sum `norm` normalizes instead of the normalized row, and
-/// writes that row too.
-fn with_norm(multi: Launch, norm: &Launch) -> Launch {
+/// `mv_norm`: it reads the residual sum `norm` normalizes (for its squares) and that sum times
+/// the norm's weights, `sw` (for its dot products), instead of the normalized row, and writes
+/// that row too.
+fn with_norm(multi: Launch, norm: &Launch, sw: (u64, wgpu::Buffer)) -> Launch {
     // add_rms_norm params: 0 rows, 1 d, 2 eps, 3 offset; bufs a, b, wt, s, y.
     let mut params = multi.params;
-    params.extend([norm.param(2), norm.param(3)]);
+    params.push(norm.param(2));
     let m = &multi.bufs;
     let bufs = Bufs::from_iter([
         norm.bufs[3].clone(),
         m[1].clone(),
         m[2].clone(),
         m[3].clone(),
-        norm.bufs[2].clone(),
+        sw,
         m[4].clone(),
         m[5].clone(),
         m[6].clone(),
@@ -812,6 +824,7 @@ impl WgpuBackend {
                     self.create(16, BufferUsage::Storage)?,
                     self.create(16, BufferUsage::Storage)?,
                     self.create(16, BufferUsage::Storage)?,
+                    self.create(4 * u64::from(NORM_FUSE_MAX_D), BufferUsage::Storage)?,
                 ];
                 st.spare = Some(s.clone());
                 s
