@@ -1,6 +1,5 @@
 // Scaled dot-product attention, one workgroup of 256 threads per (batch, head, query row).
-// Scores go to workgroup memory, or with more than 2048 keys (sdpa_body.wgsl's SW_MAX) to the
-// scratch buffer S [rows, lk]; excluded keys are marked -inf there.
+// Scores go to the scratch buffer S [rows, lk]; excluded keys are marked -inf there.
 // Params: 0 rows, 1 hq, 2 lq, 3 d, 4 hkv, 5 lk, 6 dv, 7 scale, 8 causal, 9 window (0: none),
 // 10 softcap (0: none), 11 and 12 rows per kv head in K and V (lk, or the KV cache's capacity
 // when attention reads the cache in place).

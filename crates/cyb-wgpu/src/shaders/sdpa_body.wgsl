@@ -8,19 +8,6 @@ fn spf(i: u32) -> f32 { return pf(SP + i); }
 
 var<workgroup> red: array<f32, 256>;
 var<workgroup> redv: array<VV, 256>;
-// A row's scores and weights while it has at most SW_MAX keys (every decode step of a context
-// up to that); longer rows keep them in the scratch buffer S.
-const SW_MAX: u32 = 2048u;
-var<workgroup> sw: array<f32, SW_MAX>;
-
-// Score (then weight) j of query row `row` of `lk` keys: in `sw` or in S.
-fn s_get(row: u32, j: u32, lk: u32) -> f32 {
-    if (lk <= SW_MAX) { return sw[j]; }
-    return S[row * lk + j];
-}
-fn s_put(row: u32, j: u32, lk: u32, v: f32) {
-    if (lk <= SW_MAX) { sw[j] = v; } else { S[row * lk + j] = v; }
-}
 
 fn hidden(j: u32, pos: i32, win: i32) -> bool {
     let jj = i32(j);
@@ -56,24 +43,22 @@ fn attend(row: u32, t: u32) {
                 if (cap != 0.0) { s = cap * tanh(clamp(s / cap, -15.0, 15.0)); }
                 mx = max(mx, s);
             }
-            s_put(row, j, lk, s);
+            S[row * lk + j] = s;
         }
     }
     let m = wg_max(t, mx);
     var sum = 0.0;
     if (valid && m != neg_inf) {
         for (var j = t; j < lk; j += 256u) {
-            let s = s_get(row, j, lk);
+            let s = S[row * lk + j];
             var e = 0.0;
             if (s != neg_inf) { e = exp(s - m); }
-            s_put(row, j, lk, e);
+            S[row * lk + j] = e;
             sum += e;
         }
     }
-    // The weights written to S or `sw` are read back by other threads below (`wg_sum` also
-    // ends with a workgroup barrier).
+    // The weights written to S are read back by other threads below.
     storageBarrier();
-    workgroupBarrier();
     let total = wg_sum(t, sum);
     var cw = 1u;
     while (cw * VW < dv && cw < 256u) { cw *= 2u; }
@@ -90,14 +75,14 @@ fn attend(row: u32, t: u32) {
                 let j1 = j + groups;
                 let j2 = j1 + groups;
                 let j3 = j2 + groups;
-                let p = vec4<f32>(s_get(row, j, lk), s_get(row, j1, lk), s_get(row, j2, lk), s_get(row, j3, lk));
+                let p = vec4<f32>(S[row * lk + j], S[row * lk + j1], S[row * lk + j2], S[row * lk + j3]);
                 let x0 = V[((vrow + j) * dv + c) / VW];
                 let x1 = V[((vrow + j1) * dv + c) / VW];
                 let x2 = V[((vrow + j2) * dv + c) / VW];
                 let x3 = V[((vrow + j3) * dv + c) / VW];
                 acc += (p.x * x0 + p.y * x1) + (p.z * x2 + p.w * x3);
             }
-            for (; j < lk; j += groups) { acc += s_get(row, j, lk) * V[((vrow + j) * dv + c) / VW]; }
+            for (; j < lk; j += groups) { acc += S[row * lk + j] * V[((vrow + j) * dv + c) / VW]; }
         }
         redv[t] = acc;
         workgroupBarrier();
