@@ -461,6 +461,15 @@ fn sdpa_variants() {
         f32t(&[1, 1, 300, 260], 39),
     );
     check(&sdpa(true, None, None), &[q, k, v], 1e-5);
+    // Long rows (thousands of keys) with a sliding window and a softcap.
+    for (keys, seed) in [(2500, 44), (2048, 47)] {
+        let (q, k, v) = (
+            f32t(&[1, 2, 3, 8], seed),
+            f32t(&[1, 1, keys, 8], seed + 1),
+            f32t(&[1, 1, keys, 8], seed + 2),
+        );
+        check(&sdpa(true, Some(1500), Some(4.0)), &[q, k, v], 1e-5);
+    }
 }
 
 #[test]
