@@ -46,6 +46,12 @@ fn numbered_dequant(i: usize) -> String {
     s
 }
 
+/// Whether Q8_0 and Q4_0 decode matvecs take their blocks in pairs (`CYB_WGPU_PAIRWALK`).
+fn pair_walk() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CYB_WGPU_PAIRWALK").map_or(true, |v| v != "0"))
+}
+
 /// What every kernel starts with: `SG`, the subgroup size (0: no subgroup operations), `SGD`
 /// (the same, at least 1: a divisor), `SGR` (reductions use subgroups), and `sg_add` /
 /// `sg_max`, the sum and maximum over the subgroup (called only where `SGR`; naga takes
@@ -263,10 +269,13 @@ impl Kernels {
                 7..=9 => 32,
                 _ => 4,
             };
+            // Q8_0 and Q4_0 decode matvecs walk their blocks in pairs of one alignment each
+            // (matvec_fast.wgsl's `vdotp`; `CYB_WGPU_PAIRWALK=0`: one block per step).
+            let pairwalk = matches!(kind, 2 | 3) && pair_walk();
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
                  const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\
-                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\n"
+                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\nconst PAIRWALK: bool = {pairwalk};\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.

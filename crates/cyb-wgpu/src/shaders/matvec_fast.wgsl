@@ -169,9 +169,76 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
     }
 }
 
+// The word at the even byte offset `o`, known to be 4-aligned (`al`) or not: callers pass a
+// constant, so an aligned word is one load where `u32w` takes two.
+fn wd@(o: u32, al: bool) -> u32 {
+    if (al) { return W@[o >> 2u]; }
+    return u32w@(o);
+}
+
+// `udot` for Q8_0 and Q4_0 (PAIRWALK) with the alignment of the block's levels given: they
+// start 2 bytes into the block, so they are 4-aligned where the block is not.
+fn udp@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>, al: bool) -> f32 {
+    if (KIND == 2u) {
+        let lo = wd@(o + 2u + 8u * w, al) ^ 0x80808080u;
+        let hi = wd@(o + 6u + 8u * w, al) ^ 0x80808080u;
+        return rh@(o) * (dot(mbytes(lo) - (M23 + 128.0), x0) + dot(mbytes(hi) - (M23 + 128.0), x1));
+    }
+    let q = wd@(o + 2u + 4u * w, al);
+    let lo = q & 0x0f0f0f0fu;
+    let hi = (q >> 4u) & 0x0f0f0f0fu;
+    return rh@(o) * (dot(mbytes(lo) - (M23 + 8.0), x0) + dot(mbytes(hi) - (M23 + 8.0), x1));
+}
+
+// `vdot` for Q8_0 and Q4_0 (PAIRWALK): their 34- and 18-byte blocks alternate between 4-aligned
+// and 2-aligned levels, so lane group g (the UPB lanes of one block) takes the block pairs
+// (2g, 2g + 1), (2g + 2G, 2g + 2G + 1), ... (G groups per row): at every step the lanes of a
+// row read blocks of one alignment, known from the row's first byte, and an aligned word
+// costs one load instead of two. `ev`: the even blocks' levels are aligned.
+fn vdotp@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
+    let ev = ((j * rb) & 2u) != 0u;
+    if (ev) { return vdotp_al@(j, l, k, rb, true); }
+    return vdotp_al@(j, l, k, rb, false);
+}
+
+fn vdotp_al@(j: u32, l: u32, k: u32, rb: u32, ev: bool) -> f32 {
+    let w = l % UPB;
+    let cols = ucols(w);
+    let g = l / UPB;
+    let pstep = 2u * (LPR / UPB);
+    let nb = k / BLOCK;
+    let xb = BLOCK / 4u;
+    var b = 2u * g;
+    var o = j * rb + b * BYTES;
+    var x = b * xb;
+    var a0 = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    var a3 = 0.0;
+    for (; b + pstep + 1u < nb; b += 2u * pstep) {
+        let o2 = o + pstep * BYTES;
+        let x2 = x + pstep * xb;
+        a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev);
+        a1 += udp@(o + BYTES, w, A4[x + xb + cols.x], A4[x + xb + cols.y], !ev);
+        a2 += udp@(o2, w, A4[x2 + cols.x], A4[x2 + cols.y], ev);
+        a3 += udp@(o2 + BYTES, w, A4[x2 + xb + cols.x], A4[x2 + xb + cols.y], !ev);
+        o += 2u * pstep * BYTES;
+        x += 2u * pstep * xb;
+    }
+    for (; b + 1u < nb; b += pstep) {
+        a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev);
+        a1 += udp@(o + BYTES, w, A4[x + xb + cols.x], A4[x + xb + cols.y], !ev);
+        o += pstep * BYTES;
+        x += pstep * xb;
+    }
+    if (b < nb) { a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev); }
+    return (a0 + a1) + (a2 + a3);
+}
+
 // k: values per row (a multiple of 4; of BLOCK for the quantized formats); rb: bytes per row.
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     if (KIND <= 1u) { return vdot4@(j, l, k, rb); }
+    if (PAIRWALK) { return vdotp@(j, l, k, rb); }
     let u = unit_walk(j, l, k, rb);
     var b = u.b;
     var o = u.o;

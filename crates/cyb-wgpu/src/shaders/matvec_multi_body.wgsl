@@ -184,6 +184,10 @@ fn lanes_sum2(t: u32, s: vec2<f32>) -> vec2<f32> {
 // loop, each activation load serving both rows.
 fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
     if (KIND <= 1u) { return vdot_pair4(j, l, k, rb); }
+    if (PAIRWALK) {
+        if (((j * rb) & 2u) != 0u) { return vdot_pairp(j, l, k, rb, true); }
+        return vdot_pairp(j, l, k, rb, false);
+    }
     let u = unit_walk(j, l, k, rb);
     var b = u.b;
     var o = u.o;
@@ -230,6 +234,38 @@ fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
         a0 += vec2<f32>(udot0(o, u.w, x0, x1), udot1(o, u.w, x0, x1));
         o += u.ostep;
         x += u.xstep;
+    }
+    return a0 + a1;
+}
+
+// vdot_pair on matvec_fast.wgsl's pair walk (`vdotp`; PAIRWALK): `ev`, the even blocks'
+// levels are 4-aligned.
+fn vdot_pairp(j: u32, l: u32, k: u32, rb: u32, ev: bool) -> vec2<f32> {
+    let w = l % UPB;
+    let cols = ucols(w);
+    let g = l / UPB;
+    let pstep = 2u * (LPR / UPB);
+    let nb = k / BLOCK;
+    let xb = BLOCK / 4u;
+    var b = 2u * g;
+    var o = j * rb + b * BYTES;
+    var x = b * xb;
+    var a0 = vec2<f32>(0.0);
+    var a1 = vec2<f32>(0.0);
+    for (; b + 1u < nb; b += pstep) {
+        let x0 = A4[x + cols.x];
+        let x1 = A4[x + cols.y];
+        let y0 = A4[x + xb + cols.x];
+        let y1 = A4[x + xb + cols.y];
+        a0 += vec2<f32>(udp0(o, w, x0, x1, ev), udp1(o, w, x0, x1, ev));
+        a1 += vec2<f32>(udp0(o + BYTES, w, y0, y1, !ev), udp1(o + BYTES, w, y0, y1, !ev));
+        o += pstep * BYTES;
+        x += pstep * xb;
+    }
+    if (b < nb) {
+        let x0 = A4[x + cols.x];
+        let x1 = A4[x + cols.y];
+        a0 += vec2<f32>(udp0(o, w, x0, x1, ev), udp1(o, w, x0, x1, ev));
     }
     return a0 + a1;
 }
