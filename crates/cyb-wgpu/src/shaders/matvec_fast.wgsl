@@ -176,22 +176,17 @@ fn wd@(o: u32, al: bool) -> u32 {
     return u32w@(o);
 }
 
-// `udot` for Q8_0 and Q4_0 (PAIRWALK) with the alignment of the block's levels given: they
-// start 2 bytes into the block, so they are 4-aligned where the block is not.
+// `udot` for Q4_0 (PAIRWALK) with the alignment of the block's levels given: they start 2
+// bytes into the block, so they are 4-aligned where the block is not.
 fn udp@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>, al: bool) -> f32 {
-    if (KIND == 2u) {
-        let lo = wd@(o + 2u + 8u * w, al) ^ 0x80808080u;
-        let hi = wd@(o + 6u + 8u * w, al) ^ 0x80808080u;
-        return rh@(o) * (dot(mbytes(lo) - (M23 + 128.0), x0) + dot(mbytes(hi) - (M23 + 128.0), x1));
-    }
     let q = wd@(o + 2u + 4u * w, al);
     let lo = q & 0x0f0f0f0fu;
     let hi = (q >> 4u) & 0x0f0f0f0fu;
     return rh@(o) * (dot(mbytes(lo) - (M23 + 8.0), x0) + dot(mbytes(hi) - (M23 + 8.0), x1));
 }
 
-// `vdot` for Q8_0 and Q4_0 (PAIRWALK): their 34- and 18-byte blocks alternate between 4-aligned
-// and 2-aligned levels, so lane group g (the UPB lanes of one block) takes the block pairs
+// `vdot` for Q4_0 (PAIRWALK, kernels.rs): its 18-byte blocks alternate between 4-aligned and
+// 2-aligned levels, so lane group g (the UPB lanes of one block) takes the block pairs
 // (2g, 2g + 1), (2g + 2G, 2g + 2G + 1), ... (G groups per row): at every step the lanes of a
 // row read blocks of one alignment, known from the row's first byte, and an aligned word
 // costs one load instead of two. `ev`: the even blocks' levels are aligned.
