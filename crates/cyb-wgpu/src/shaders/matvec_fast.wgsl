@@ -197,36 +197,31 @@ fn vdotp@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
 }
 
 fn vdotp_al@(j: u32, l: u32, k: u32, rb: u32, ev: bool) -> f32 {
-    let w = l % UPB;
-    let cols = ucols(w);
-    let g = l / UPB;
-    let pstep = 2u * (LPR / UPB);
-    let nb = k / BLOCK;
-    let xb = BLOCK / 4u;
-    var b = 2u * g;
-    var o = j * rb + b * BYTES;
-    var x = b * xb;
+    let p = pair_walk(j, l, k, rb);
+    var b = p.b;
+    var o = p.o;
+    var x = p.x;
     var a0 = 0.0;
     var a1 = 0.0;
     var a2 = 0.0;
     var a3 = 0.0;
-    for (; b + pstep + 1u < nb; b += 2u * pstep) {
-        let o2 = o + pstep * BYTES;
-        let x2 = x + pstep * xb;
-        a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev);
-        a1 += udp@(o + BYTES, w, A4[x + xb + cols.x], A4[x + xb + cols.y], !ev);
-        a2 += udp@(o2, w, A4[x2 + cols.x], A4[x2 + cols.y], ev);
-        a3 += udp@(o2 + BYTES, w, A4[x2 + xb + cols.x], A4[x2 + xb + cols.y], !ev);
-        o += 2u * pstep * BYTES;
-        x += 2u * pstep * xb;
+    for (; b + p.pstep + 1u < p.nb; b += 2u * p.pstep) {
+        let o2 = o + p.pstep * BYTES;
+        let x2 = x + p.pstep * p.xb;
+        a0 += udp@(o, p.w, A4[x + p.cols.x], A4[x + p.cols.y], ev);
+        a1 += udp@(o + BYTES, p.w, A4[x + p.xb + p.cols.x], A4[x + p.xb + p.cols.y], !ev);
+        a2 += udp@(o2, p.w, A4[x2 + p.cols.x], A4[x2 + p.cols.y], ev);
+        a3 += udp@(o2 + BYTES, p.w, A4[x2 + p.xb + p.cols.x], A4[x2 + p.xb + p.cols.y], !ev);
+        o += 2u * p.pstep * BYTES;
+        x += 2u * p.pstep * p.xb;
     }
-    for (; b + 1u < nb; b += pstep) {
-        a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev);
-        a1 += udp@(o + BYTES, w, A4[x + xb + cols.x], A4[x + xb + cols.y], !ev);
-        o += pstep * BYTES;
-        x += pstep * xb;
+    for (; b + 1u < p.nb; b += p.pstep) {
+        a0 += udp@(o, p.w, A4[x + p.cols.x], A4[x + p.cols.y], ev);
+        a1 += udp@(o + BYTES, p.w, A4[x + p.xb + p.cols.x], A4[x + p.xb + p.cols.y], !ev);
+        o += p.pstep * BYTES;
+        x += p.pstep * p.xb;
     }
-    if (b < nb) { a0 += udp@(o, w, A4[x + cols.x], A4[x + cols.y], ev); }
+    if (b < p.nb) { a0 += udp@(o, p.w, A4[x + p.cols.x], A4[x + p.cols.y], ev); }
     return (a0 + a1) + (a2 + a3);
 }
 

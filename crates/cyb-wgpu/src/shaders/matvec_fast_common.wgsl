@@ -57,6 +57,20 @@ fn unit_walk(j: u32, l: u32, k: u32, rb: u32) -> UnitWalk {
                     j * rb + b * BYTES, b * (BLOCK / 4u));
 }
 
+// How lane l walks weight row j in block pairs (matvec_fast.wgsl's `vdotp`, PAIRWALK): unit w
+// of blocks b and b + 1, then b + pstep and b + pstep + 1, ... (< nb), the first at byte o with
+// its activations from A4[x]; xb vec4s of activations per block.
+struct PairWalk {
+    w: u32, cols: vec2<u32>, pstep: u32, nb: u32, xb: u32, b: u32, o: u32, x: u32,
+}
+
+fn pair_walk(j: u32, l: u32, k: u32, rb: u32) -> PairWalk {
+    let w = l % UPB;
+    let b = 2u * (l / UPB);
+    return PairWalk(w, ucols(w), 2u * (LPR / UPB), k / BLOCK, BLOCK / 4u, b, j * rb + b * BYTES,
+                    b * (BLOCK / 4u));
+}
+
 // Σ of `s` over the LPR lanes of thread t's row (lanes t - t % LPR ..), valid in the row's
 // lane 0. Every thread of the workgroup calls it (it may hold barriers); it uses `red` (≥ 256
 // values), whose earlier contents every thread must be done with.

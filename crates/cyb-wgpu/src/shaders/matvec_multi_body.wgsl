@@ -241,31 +241,26 @@ fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
 // vdot_pair on matvec_fast.wgsl's pair walk (`vdotp`; PAIRWALK): `ev`, the even blocks'
 // levels are 4-aligned.
 fn vdot_pairp(j: u32, l: u32, k: u32, rb: u32, ev: bool) -> vec2<f32> {
-    let w = l % UPB;
-    let cols = ucols(w);
-    let g = l / UPB;
-    let pstep = 2u * (LPR / UPB);
-    let nb = k / BLOCK;
-    let xb = BLOCK / 4u;
-    var b = 2u * g;
-    var o = j * rb + b * BYTES;
-    var x = b * xb;
+    let p = pair_walk(j, l, k, rb);
+    var b = p.b;
+    var o = p.o;
+    var x = p.x;
     var a0 = vec2<f32>(0.0);
     var a1 = vec2<f32>(0.0);
-    for (; b + 1u < nb; b += pstep) {
-        let x0 = A4[x + cols.x];
-        let x1 = A4[x + cols.y];
-        let y0 = A4[x + xb + cols.x];
-        let y1 = A4[x + xb + cols.y];
-        a0 += vec2<f32>(udp0(o, w, x0, x1, ev), udp1(o, w, x0, x1, ev));
-        a1 += vec2<f32>(udp0(o + BYTES, w, y0, y1, !ev), udp1(o + BYTES, w, y0, y1, !ev));
-        o += pstep * BYTES;
-        x += pstep * xb;
+    for (; b + 1u < p.nb; b += p.pstep) {
+        let x0 = A4[x + p.cols.x];
+        let x1 = A4[x + p.cols.y];
+        let y0 = A4[x + p.xb + p.cols.x];
+        let y1 = A4[x + p.xb + p.cols.y];
+        a0 += vec2<f32>(udp0(o, p.w, x0, x1, ev), udp1(o, p.w, x0, x1, ev));
+        a1 += vec2<f32>(udp0(o + BYTES, p.w, y0, y1, !ev), udp1(o + BYTES, p.w, y0, y1, !ev));
+        o += p.pstep * BYTES;
+        x += p.pstep * p.xb;
     }
-    if (b < nb) {
-        let x0 = A4[x + cols.x];
-        let x1 = A4[x + cols.y];
-        a0 += vec2<f32>(udp0(o, w, x0, x1, ev), udp1(o, w, x0, x1, ev));
+    if (b < p.nb) {
+        let x0 = A4[x + p.cols.x];
+        let x1 = A4[x + p.cols.y];
+        a0 += vec2<f32>(udp0(o, p.w, x0, x1, ev), udp1(o, p.w, x0, x1, ev));
     }
     return a0 + a1;
 }
