@@ -189,10 +189,9 @@ fn udp@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>, al: bool) -> f32 {
 // 2-aligned levels, so lane group g (the UPB lanes of one block) takes the block pairs
 // (2g, 2g + 1), (2g + 2G, 2g + 2G + 1), ... (G groups per row): at every step the lanes of a
 // row read blocks of one alignment, known from the row's first byte, and an aligned word
-// costs one load instead of two. `ev`: the even blocks' levels are aligned.
+// costs one load instead of two (`vdotp_al`'s `ev`: the even blocks' levels are aligned).
 fn vdotp@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
-    let ev = ((j * rb) & 2u) != 0u;
-    if (ev) { return vdotp_al@(j, l, k, rb, true); }
+    if (pair_even_aligned(j, rb)) { return vdotp_al@(j, l, k, rb, true); }
     return vdotp_al@(j, l, k, rb, false);
 }
 

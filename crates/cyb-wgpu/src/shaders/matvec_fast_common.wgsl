@@ -64,6 +64,12 @@ struct PairWalk {
     w: u32, cols: vec2<u32>, pstep: u32, nb: u32, xb: u32, b: u32, o: u32, x: u32,
 }
 
+// Whether the even blocks of row j (rb bytes per row) have 4-aligned levels: a block pair
+// starts where the row does (modulo 4), and the levels start 2 bytes into a block.
+fn pair_even_aligned(j: u32, rb: u32) -> bool {
+    return ((j * rb) & 2u) != 0u;
+}
+
 fn pair_walk(j: u32, l: u32, k: u32, rb: u32) -> PairWalk {
     let w = l % UPB;
     let b = 2u * (l / UPB);

@@ -185,7 +185,7 @@ fn lanes_sum2(t: u32, s: vec2<f32>) -> vec2<f32> {
 fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
     if (KIND <= 1u) { return vdot_pair4(j, l, k, rb); }
     if (PAIRWALK) {
-        if (((j * rb) & 2u) != 0u) { return vdot_pairp(j, l, k, rb, true); }
+        if (pair_even_aligned(j, rb)) { return vdot_pairp(j, l, k, rb, true); }
         return vdot_pairp(j, l, k, rb, false);
     }
     let u = unit_walk(j, l, k, rb);
