@@ -124,6 +124,39 @@ pub type Tile = unsafe fn(
     bias: Option<&[f32; NR]>,
 );
 
+/// One register tile over packed activation rows (`gemm_blocked`): the panel from the
+/// block's first `k` (`kc` steps), the row tile's packed values from the same `k` (`[kc][MR]`),
+/// `nr` rows, results at `out` (`ldo` apart) that hold the sums so far unless `first`, and
+/// `bias` to add at the block that ends `k`.
+pub type PackedTile = unsafe fn(
+    panel: &[u8],
+    ap: &[f32],
+    kc: usize,
+    nr: usize,
+    out: *mut f32,
+    ldo: usize,
+    first: bool,
+    bias: Option<&[f32; NR]>,
+);
+
+/// The packed-activation tile for weights of `dtype` in `set`, if there is one.
+#[cfg(target_arch = "x86_64")]
+pub fn packed_tile(dtype: DType, set: crate::KernelSet) -> Option<PackedTile> {
+    use crate::sgemm_x86 as x;
+    match (dtype, set) {
+        (DType::F32, crate::KernelSet::Avx512) => Some(x::f32_packed),
+        (DType::F16, crate::KernelSet::Avx512) => Some(x::f16_packed),
+        (DType::BF16, crate::KernelSet::Avx512) => Some(x::bf16_packed),
+        _ => None,
+    }
+}
+
+/// No packed GEMM off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn packed_tile(_dtype: DType, _set: crate::KernelSet) -> Option<PackedTile> {
+    None
+}
+
 /// The tile for weights of `dtype` in `set`, if this GEMM covers it.
 #[cfg(target_arch = "x86_64")]
 pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
@@ -256,4 +289,226 @@ pub unsafe fn gemm(
             }
         }
     });
+}
+
+/// Bytes of one panel's slice of `k` in `gemm_blocked`: it stays in L1 while every row tile
+/// passes over it.
+const SLICE_BYTES: usize = 16 * 1024;
+
+/// Values of `k` per block of `gemm_blocked` for weights of `elem` bytes per value.
+fn block_k(elem: usize) -> usize {
+    (SLICE_BYTES / (NR * elem)).max(16)
+}
+
+/// [`gemm`] for prefill-sized `m`, blocked along `k` (as BLIS): the activation rows are first
+/// packed tile by tile (`[k][MR]` per row tile, into `packed`), then for each block of `k` every
+/// panel's slice (`SLICE_BYTES`, in L1) meets every row tile's packed slice (all `m` rows of
+/// the block, in L2), the sums carried in `y` between blocks. Each weight byte is read once
+/// per call, and the activations come from L2 however long `k` and `m` are; the sums run over
+/// `k` in order, so results equal [`gemm`]'s bit for bit.
+///
+/// # Safety
+/// `tile` must come from [`packed_tile`] for the packed weight's dtype, and the CPU must have
+/// its kernel set.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_blocked(
+    pool: &ThreadPool,
+    tile: PackedTile,
+    w: &Panels,
+    rows: &[f32],
+    m: usize,
+    y: &mut [f32],
+    bias: Option<&[f32]>,
+    epi: Option<Epilogue<'_>>,
+    packed: &mut Vec<f32>,
+) {
+    let (n, k) = (w.n, w.k);
+    assert!(y.len() >= m * n && rows.len() >= m * k && bias.is_none_or(|b| b.len() == n));
+    let tiles = m.div_ceil(MR);
+    let threads = pool.threads();
+    let kc = block_k(w.elem);
+    packed.clear();
+    packed.resize(tiles * MR * k, 0.0);
+    {
+        let dst = DisjointOut::new(&mut packed[..]);
+        pool.run(&|t| {
+            for ti in split(tiles, threads, t) {
+                // SAFETY: row tile ti's values belong to this thread only.
+                let d = unsafe { dst.slice(ti * MR * k..(ti + 1) * MR * k) };
+                for r in 0..MR.min(m - ti * MR) {
+                    let src = &rows[(ti * MR + r) * k..][..k];
+                    for (i, &v) in src.iter().enumerate() {
+                        d[i * MR + r] = v;
+                    }
+                }
+            }
+        });
+    }
+    let packed = &packed[..];
+    let panels = w.panels();
+    let out = DisjointOut::new(y);
+    fn slice_of(w: &Panels, p: usize, k0: usize, kl: usize) -> &[u8] {
+        let at = k0 * NR * w.elem;
+        &w.panel(p)[at..at + kl * NR * w.elem]
+    }
+    let next = w
+        .successor
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade();
+    pool.run(&|t| {
+        let mine = split(panels, threads, t);
+        // A partial last panel's sums (fewer than NR outputs) wait here between blocks.
+        let mut part: Vec<f32> = Vec::new();
+        if mine.end == panels && n % NR != 0 && !mine.is_empty() {
+            part.resize(tiles * MR * NR, 0.0);
+        }
+        for k0 in (0..k).step_by(kc) {
+            let kl = kc.min(k - k0);
+            let (first, last) = (k0 == 0, k0 + kl == k);
+            for p in mine.clone() {
+                let (c0, nc) = (p * NR, NR.min(n - p * NR));
+                let slice = slice_of(w, p, k0, kl);
+                // The next slice this thread takes comes from memory (a model reads each
+                // weight once per pass): the row tiles fetch it into L2 meanwhile.
+                let ahead = if p + 1 < mine.end {
+                    slice_of(w, p + 1, k0, kl)
+                } else if !last {
+                    slice_of(w, mine.start, k0 + kl, kc.min(k - k0 - kl))
+                } else {
+                    &[]
+                };
+                let share = ahead.len().div_ceil(tiles);
+                let mut pb = [0f32; NR];
+                let pbias = bias.filter(|_| last).map(|b| {
+                    pb[..nc].copy_from_slice(&b[c0..c0 + nc]);
+                    &pb
+                });
+                for ti in 0..tiles {
+                    prefetch_l2(ahead.get(ti * share..).unwrap_or(&[]), share);
+                    let (r0, nr) = (ti * MR, MR.min(m - ti * MR));
+                    let ap = &packed[(ti * k + k0) * MR..(ti * k + k0 + kl) * MR];
+                    if nc == NR {
+                        let at = r0 * n + c0;
+                        // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
+                        // thread's panels only; the tile checks its input bounds.
+                        unsafe {
+                            let dst = out.strided(at, at + (nr - 1) * n + NR);
+                            tile(slice, ap, kl, nr, dst, n, first, pbias);
+                        }
+                    } else {
+                        let res = &mut part[r0 * NR..(r0 + MR) * NR];
+                        // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
+                        unsafe { tile(slice, ap, kl, nr, res.as_mut_ptr(), NR, first, pbias) };
+                        if last {
+                            for r in 0..nr {
+                                let at = (r0 + r) * n + c0;
+                                // SAFETY: columns c0..c0 + nc belong to this thread's panels.
+                                let dst = unsafe { out.slice(at..at + nc) };
+                                dst.copy_from_slice(&res[r * NR..r * NR + nc]);
+                            }
+                        }
+                    }
+                    if let (true, Some(f)) = (last, epi) {
+                        let mut segs: [&mut [f32]; MR] = Default::default();
+                        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
+                            let at = (r0 + r) * n + c0;
+                            // SAFETY: as above; the rows were just written (still in L1).
+                            *seg = unsafe { out.slice(at..at + nc) };
+                        }
+                        f(&mut segs[..nr]);
+                    }
+                }
+            }
+        }
+        // The next weight's first slice of this thread.
+        if let Some(next) = &next {
+            let first = split(next.panels(), threads, t).start;
+            if first < next.panels() {
+                prefetch_l2(
+                    slice_of(next, first, 0, block_k(next.elem).min(next.k)),
+                    SLICE_BYTES,
+                );
+            }
+        }
+    });
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::KernelSet;
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// The blocked GEMM against the unblocked one, bit for bit: several blocks of `k` with a
+    /// shorter last one, a partial last row tile and panel, bias and epilogue, 1–3 threads.
+    #[test]
+    fn blocked_equals_unblocked() {
+        if !KernelSet::Avx512.is_available() {
+            eprintln!("no AVX-512 on this CPU: the blocked GEMM is not used here");
+            return;
+        }
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for (m, n, k, threads) in [(13, 67, 1100, 3), (181, 33, 300, 2), (25, 96, 64, 1)] {
+                let pool = ThreadPool::new(threads);
+                let wf = values(n * k, 7 + k as u64);
+                let bytes: Vec<u8> = match dtype {
+                    DType::F32 => bytemuck::cast_slice(&wf).to_vec(),
+                    DType::F16 => wf
+                        .iter()
+                        .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                        .collect(),
+                    _ => wf
+                        .iter()
+                        .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                        .collect(),
+                };
+                let w = pack(&pool, dtype, &bytes, n, k).unwrap();
+                let rows = values(m * k, 3 + m as u64);
+                let bias = values(n, 5);
+                let epi = |segs: &mut [&mut [f32]]| {
+                    for s in segs.iter_mut() {
+                        for v in s.iter_mut() {
+                            *v = v.max(0.0) * 0.5;
+                        }
+                    }
+                };
+                let (mut y0, mut y1) = (vec![0f32; m * n], vec![0f32; m * n]);
+                let mut packed = Vec::new();
+                // SAFETY: the tiles for this dtype on AVX-512 (checked available above).
+                unsafe {
+                    let t0 = tile(dtype, KernelSet::Avx512).unwrap();
+                    let t1 = packed_tile(dtype, KernelSet::Avx512).unwrap();
+                    gemm(&pool, t0, &w, &rows, m, &mut y0, Some(&bias), Some(&epi));
+                    gemm_blocked(
+                        &pool,
+                        t1,
+                        &w,
+                        &rows,
+                        m,
+                        &mut y1,
+                        Some(&bias),
+                        Some(&epi),
+                        &mut packed,
+                    );
+                }
+                let what = format!("{dtype} m={m} n={n} k={k} threads={threads}");
+                assert!(y0.iter().any(|&v| v != 0.0), "{what}");
+                for (i, (a, b)) in y0.iter().zip(&y1).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{what}: output {i}: {a} vs {b}");
+                }
+            }
+        }
+    }
 }

@@ -112,6 +112,111 @@ macro_rules! sgemm_tile {
     };
 }
 
+/// Register tiles over packed activations (`sgemm::gemm_blocked`): `R` rows of one row tile,
+/// stored `[k][MR]` (`ap`, `kc · MR` values from the block's first `k`), times `kc` steps of
+/// a panel (`panel`, from the same `k`), continuing the sums left in `out` unless `first`;
+/// `bias` is added before the store of the block that ends `k`. A row's sum runs over `k` in
+/// order whatever `kc` is, the same operations as the tiles above.
+macro_rules! sgemm_packed_tile {
+    ($entry:ident, $rows:ident, $size:expr, $load:ident) => {
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $rows<const R: usize>(
+            panel: &[u8],
+            ap: &[f32],
+            kc: usize,
+            out: *mut f32,
+            ldo: usize,
+            first: bool,
+            bias: Option<&[f32; NR]>,
+        ) {
+            assert!(R <= MR && panel.len() >= kc * NR * $size && ap.len() >= kc * MR);
+            let mut lo = [_mm512_setzero_ps(); R];
+            let mut hi = [_mm512_setzero_ps(); R];
+            if !first {
+                for r in 0..R {
+                    // SAFETY: the caller's contract: NR values at each of the R rows of out.
+                    unsafe {
+                        lo[r] = _mm512_loadu_ps(out.add(r * ldo));
+                        hi[r] = _mm512_loadu_ps(out.add(r * ldo + 16));
+                    }
+                }
+            }
+            let (bp, ap) = (panel.as_ptr(), ap.as_ptr());
+            for i in 0..kc {
+                // SAFETY: i < kc keeps every load inside the asserted lengths.
+                unsafe {
+                    let b0 = $load(bp.add(i * NR * $size));
+                    let b1 = $load(bp.add((i * NR + 16) * $size));
+                    for r in 0..R {
+                        let v = _mm512_set1_ps(*ap.add(i * MR + r));
+                        lo[r] = _mm512_fmadd_ps(v, b0, lo[r]);
+                        hi[r] = _mm512_fmadd_ps(v, b1, hi[r]);
+                    }
+                }
+            }
+            if let Some(b) = bias {
+                // SAFETY: `b` holds NR = 32 values.
+                let (b0, b1) = unsafe {
+                    (
+                        _mm512_loadu_ps(b.as_ptr()),
+                        _mm512_loadu_ps(b.as_ptr().add(16)),
+                    )
+                };
+                for r in 0..R {
+                    lo[r] = _mm512_add_ps(lo[r], b0);
+                    hi[r] = _mm512_add_ps(hi[r], b1);
+                }
+            }
+            for r in 0..R {
+                // SAFETY: the caller's contract: NR writable values at each row of `out`.
+                unsafe {
+                    _mm512_storeu_ps(out.add(r * ldo), lo[r]);
+                    _mm512_storeu_ps(out.add(r * ldo + 16), hi[r]);
+                }
+            }
+        }
+
+        /// # Safety
+        /// The CPU must have AVX-512F; `out` must have `NR` readable and writable values at
+        /// each of its `nr` (1..=MR) rows, `ldo` apart.
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $entry(
+            panel: &[u8],
+            ap: &[f32],
+            kc: usize,
+            nr: usize,
+            out: *mut f32,
+            ldo: usize,
+            first: bool,
+            bias: Option<&[f32; NR]>,
+        ) {
+            // SAFETY: same features as this fn; the caller's contract on `out`.
+            unsafe {
+                match nr {
+                    1 => $rows::<1>(panel, ap, kc, out, ldo, first, bias),
+                    2 => $rows::<2>(panel, ap, kc, out, ldo, first, bias),
+                    3 => $rows::<3>(panel, ap, kc, out, ldo, first, bias),
+                    4 => $rows::<4>(panel, ap, kc, out, ldo, first, bias),
+                    5 => $rows::<5>(panel, ap, kc, out, ldo, first, bias),
+                    6 => $rows::<6>(panel, ap, kc, out, ldo, first, bias),
+                    7 => $rows::<7>(panel, ap, kc, out, ldo, first, bias),
+                    8 => $rows::<8>(panel, ap, kc, out, ldo, first, bias),
+                    9 => $rows::<9>(panel, ap, kc, out, ldo, first, bias),
+                    10 => $rows::<10>(panel, ap, kc, out, ldo, first, bias),
+                    11 => $rows::<11>(panel, ap, kc, out, ldo, first, bias),
+                    _ => $rows::<MR>(panel, ap, kc, out, ldo, first, bias),
+                }
+            }
+        }
+    };
+}
+
+sgemm_packed_tile!(f32_packed, f32_packed_rows, 4, load_f32);
+sgemm_packed_tile!(f16_packed, f16_packed_rows, 2, load_f16);
+sgemm_packed_tile!(bf16_packed, bf16_packed_rows, 2, load_bf16);
+
 sgemm_tile!(f32_tile, f32_rows, 4, load_f32);
 sgemm_tile!(f16_tile, f16_rows, 2, load_f16);
 sgemm_tile!(bf16_tile, bf16_rows, 2, load_bf16);
