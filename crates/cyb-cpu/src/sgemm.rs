@@ -147,6 +147,9 @@ pub fn packed_tile(dtype: DType, set: crate::KernelSet) -> Option<PackedTile> {
         (DType::F32, crate::KernelSet::Avx512) => Some(x::f32_packed),
         (DType::F16, crate::KernelSet::Avx512) => Some(x::f16_packed),
         (DType::BF16, crate::KernelSet::Avx512) => Some(x::bf16_packed),
+        (DType::F32, crate::KernelSet::Avx2) => Some(x::f32_packed_avx2),
+        (DType::F16, crate::KernelSet::Avx2) => Some(x::f16_packed_avx2),
+        (DType::BF16, crate::KernelSet::Avx2) => Some(x::bf16_packed_avx2),
         _ => None,
     }
 }
@@ -451,62 +454,69 @@ mod tests {
             .collect()
     }
 
-    /// The blocked GEMM against the unblocked one, bit for bit: several blocks of `k` with a
-    /// shorter last one, a partial last row tile and panel, bias and epilogue, 1–3 threads.
+    /// The blocked GEMM against the unblocked one, bit for bit, on every kernel set of this CPU
+    /// that has both: several blocks of `k` with a shorter last one, a partial last row tile
+    /// and panel, bias and epilogue, 1–3 threads.
     #[test]
     fn blocked_equals_unblocked() {
-        if !KernelSet::Avx512.is_available() {
-            eprintln!("no AVX-512 on this CPU: the blocked GEMM is not used here");
-            return;
+        let sets: Vec<KernelSet> = [KernelSet::Avx2, KernelSet::Avx512]
+            .into_iter()
+            .filter(|s| s.is_available())
+            .collect();
+        if sets.is_empty() {
+            eprintln!("no AVX2 on this CPU: the packed GEMM is not used here");
         }
-        for dtype in [DType::F32, DType::F16, DType::BF16] {
-            for (m, n, k, threads) in [(13, 67, 1100, 3), (181, 33, 300, 2), (25, 96, 64, 1)] {
-                let pool = ThreadPool::new(threads);
-                let wf = values(n * k, 7 + k as u64);
-                let bytes: Vec<u8> = match dtype {
-                    DType::F32 => bytemuck::cast_slice(&wf).to_vec(),
-                    DType::F16 => wf
-                        .iter()
-                        .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-                        .collect(),
-                    _ => wf
-                        .iter()
-                        .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-                        .collect(),
-                };
-                let w = pack(&pool, dtype, &bytes, n, k).unwrap();
-                let rows = values(m * k, 3 + m as u64);
-                let bias = values(n, 5);
-                let epi = |segs: &mut [&mut [f32]]| {
-                    for s in segs.iter_mut() {
-                        for v in s.iter_mut() {
-                            *v = v.max(0.0) * 0.5;
+        for set in sets {
+            for dtype in [DType::F32, DType::F16, DType::BF16] {
+                for (m, n, k, threads) in [(13, 67, 1100, 3), (181, 33, 300, 2), (25, 96, 64, 1)] {
+                    let pool = ThreadPool::new(threads);
+                    let wf = values(n * k, 7 + k as u64);
+                    let bytes: Vec<u8> = match dtype {
+                        DType::F32 => bytemuck::cast_slice(&wf).to_vec(),
+                        DType::F16 => wf
+                            .iter()
+                            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                            .collect(),
+                        _ => wf
+                            .iter()
+                            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                            .collect(),
+                    };
+                    let w = pack(&pool, dtype, &bytes, n, k).unwrap();
+                    let rows = values(m * k, 3 + m as u64);
+                    let bias = values(n, 5);
+                    let epi = |segs: &mut [&mut [f32]]| {
+                        for s in segs.iter_mut() {
+                            for v in s.iter_mut() {
+                                *v = v.max(0.0) * 0.5;
+                            }
                         }
+                    };
+                    let (mut y0, mut y1) = (vec![0f32; m * n], vec![0f32; m * n]);
+                    let mut packed = Vec::new();
+                    // SAFETY: the tiles for this dtype and set (checked available above).
+                    unsafe {
+                        let t0 = tile(dtype, set).unwrap();
+                        let t1 = packed_tile(dtype, set).unwrap();
+                        gemm(&pool, t0, &w, &rows, m, &mut y0, Some(&bias), Some(&epi));
+                        gemm_blocked(
+                            &pool,
+                            t1,
+                            &w,
+                            &rows,
+                            m,
+                            &mut y1,
+                            Some(&bias),
+                            Some(&epi),
+                            &mut packed,
+                        );
                     }
-                };
-                let (mut y0, mut y1) = (vec![0f32; m * n], vec![0f32; m * n]);
-                let mut packed = Vec::new();
-                // SAFETY: the tiles for this dtype on AVX-512 (checked available above).
-                unsafe {
-                    let t0 = tile(dtype, KernelSet::Avx512).unwrap();
-                    let t1 = packed_tile(dtype, KernelSet::Avx512).unwrap();
-                    gemm(&pool, t0, &w, &rows, m, &mut y0, Some(&bias), Some(&epi));
-                    gemm_blocked(
-                        &pool,
-                        t1,
-                        &w,
-                        &rows,
-                        m,
-                        &mut y1,
-                        Some(&bias),
-                        Some(&epi),
-                        &mut packed,
-                    );
-                }
-                let what = format!("{dtype} m={m} n={n} k={k} threads={threads}");
-                assert!(y0.iter().any(|&v| v != 0.0), "{what}");
-                for (i, (a, b)) in y0.iter().zip(&y1).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{what}: output {i}: {a} vs {b}");
+                    let what =
+                        format!("{} {dtype} m={m} n={n} k={k} threads={threads}", set.name());
+                    assert!(y0.iter().any(|&v| v != 0.0), "{what}");
+                    for (i, (a, b)) in y0.iter().zip(&y1).enumerate() {
+                        assert_eq!(a.to_bits(), b.to_bits(), "{what}: output {i}: {a} vs {b}");
+                    }
                 }
             }
         }

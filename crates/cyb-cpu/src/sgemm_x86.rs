@@ -329,6 +329,97 @@ macro_rules! sgemm_tile_avx2 {
     };
 }
 
+/// The AVX2 tiles over packed activations (`sgemm::gemm_blocked`): `$mr` rows of the packed
+/// row tile at a time, as the tiles above.
+macro_rules! sgemm_packed_tile_avx2 {
+    ($entry:ident, $rows:ident, $size:expr, $load:ident, $mr:expr) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $rows<const R: usize>(
+            panel: &[u8],
+            ap: &[f32],
+            kc: usize,
+            out: *mut f32,
+            ldo: usize,
+            first: bool,
+            bias: Option<&[f32; NR]>,
+        ) {
+            assert!(R <= $mr && panel.len() >= kc * NR * $size);
+            assert!(kc == 0 || ap.len() >= (kc - 1) * MR + R);
+            let mut acc = [[_mm256_setzero_ps(); 4]; R];
+            if !first {
+                for r in 0..R {
+                    for q in 0..4 {
+                        // SAFETY: the caller's contract: NR values at each of the R rows.
+                        acc[r][q] = unsafe { _mm256_loadu_ps(out.add(r * ldo + 8 * q)) };
+                    }
+                }
+            }
+            let (bp, ap) = (panel.as_ptr(), ap.as_ptr());
+            for i in 0..kc {
+                // SAFETY: i < kc keeps every load inside the asserted lengths.
+                unsafe {
+                    let v: [__m256; R] =
+                        std::array::from_fn(|r| _mm256_set1_ps(*ap.add(i * MR + r)));
+                    for q in 0..4 {
+                        let b = $load(bp.add((i * NR + 8 * q) * $size));
+                        for r in 0..R {
+                            acc[r][q] = _mm256_fmadd_ps(v[r], b, acc[r][q]);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for q in 0..4 {
+                    if let Some(b) = bias {
+                        // SAFETY: `b` holds NR = 32 values.
+                        let bq = unsafe { _mm256_loadu_ps(b.as_ptr().add(8 * q)) };
+                        acc[r][q] = _mm256_add_ps(acc[r][q], bq);
+                    }
+                    // SAFETY: the caller's contract: NR writable values at each row of `out`.
+                    unsafe { _mm256_storeu_ps(out.add(r * ldo + 8 * q), acc[r][q]) };
+                }
+            }
+        }
+
+        /// # Safety
+        /// The CPU must have AVX2, FMA and F16C; `out` must have `NR` readable and writable
+        /// values at each of its `nr` (1..=MR) rows, `ldo` apart.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $entry(
+            panel: &[u8],
+            ap: &[f32],
+            kc: usize,
+            nr: usize,
+            out: *mut f32,
+            ldo: usize,
+            first: bool,
+            bias: Option<&[f32; NR]>,
+        ) {
+            let mut r0 = 0;
+            while r0 < nr {
+                let take = (nr - r0).min($mr);
+                let (a, o) = (&ap[r0..], out.wrapping_add(r0 * ldo));
+                // SAFETY: same features as this fn; rows r0.. of `out` per the contract; the
+                // tiles check their inputs.
+                unsafe {
+                    match take {
+                        1 => $rows::<1>(panel, a, kc, o, ldo, first, bias),
+                        2 => $rows::<2>(panel, a, kc, o, ldo, first, bias),
+                        _ => $rows::<$mr>(panel, a, kc, o, ldo, first, bias),
+                    }
+                }
+                r0 += take;
+            }
+        }
+    };
+}
+
+sgemm_packed_tile_avx2!(f32_packed_avx2, f32_packed_rows_avx2, 4, load8_f32, 3);
+sgemm_packed_tile_avx2!(f16_packed_avx2, f16_packed_rows_avx2, 2, load8_f16, 2);
+sgemm_packed_tile_avx2!(bf16_packed_avx2, bf16_packed_rows_avx2, 2, load8_bf16, 2);
+
 sgemm_tile_avx2!(f32_tile_avx2, f32_rows_avx2, 4, load8_f32, 3);
 sgemm_tile_avx2!(f16_tile_avx2, f16_rows_avx2, 2, load8_f16, 2);
 sgemm_tile_avx2!(bf16_tile_avx2, bf16_rows_avx2, 2, load8_bf16, 2);
