@@ -404,6 +404,7 @@ unsafe fn tile_scores(
                 n,
                 scores[jb * KB..].as_mut_ptr(),
                 stride,
+                true,
                 None,
             )
         };
@@ -444,6 +445,7 @@ unsafe fn tile_weighted(
                 n,
                 out,
                 NR,
+                true,
                 None,
             );
         }

@@ -98,9 +98,10 @@ pub(crate) struct Scratch {
     panels: crate::repack::WeightCache<crate::sgemm::Panels>,
     /// The float weight of the previous packed GEMM (to link it to its successor).
     last_panels: Mutex<std::sync::Weak<crate::sgemm::Panels>>,
-    /// Activation rows packed by row tile for the blocked float GEMM.
+    /// Each thread's block of activation rows in the blocked float GEMM.
     packed_rows: Mutex<Vec<f32>>,
-    /// Whether prefill-sized float matmuls take the blocked GEMM (`CYB_CPU_BLOCKED=0`: not).
+    /// Whether prefill-sized float matmuls with long rows take the blocked GEMM
+    /// (`CYB_CPU_BLOCKED=0`: not).
     pub(crate) blocked: bool,
     /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
     pub(crate) amx: bool,
@@ -188,15 +189,13 @@ fn repacked(
                     }
                 }
                 drop(last);
-                let blocked = crate::sgemm::packed_tile(dtype, set)
-                    .filter(|_| scratch.blocked && m > crate::sgemm::MR);
-                if let Some(tile) = blocked {
+                if scratch.blocked && m > crate::sgemm::MR && k >= crate::sgemm::BLOCKED_MIN_K {
                     let mut packed = scratch
                         .packed_rows
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    // SAFETY: `tile` is the packed tile for this dtype, and `set` was checked
-                    // available when the backend was made.
+                    // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
+                    // when the backend was made.
                     unsafe {
                         crate::sgemm::gemm_blocked(pool, tile, &w, a, m, y, bias, epi, &mut packed)
                     };

@@ -111,8 +111,10 @@ fn pack_panels<V: bytemuck::Pod + Send + Sync>(
 /// `MR × NR` results of one register tile.
 pub type TileOut = [[f32; NR]; MR];
 
-/// One register tile: `nr` activation rows (`rows`, `lda` apart) times `panel` over `k` values,
-/// plus `bias` when given, into `nr` rows of `NR` values at `out`, `ldo` apart.
+/// One register tile: `nr` activation rows (`rows`, `lda` apart) times `panel` over `k` values
+/// (a block of the weight's `k`: `panel` and `rows` start at its first value), into `nr` rows
+/// of `NR` values at `out`, `ldo` apart, which hold the sums of the blocks before it unless
+/// `first`; `bias`, when given, is added before the store (at the block that ends `k`).
 pub type Tile = unsafe fn(
     panel: &[u8],
     rows: &[f32],
@@ -121,44 +123,9 @@ pub type Tile = unsafe fn(
     nr: usize,
     out: *mut f32,
     ldo: usize,
-    bias: Option<&[f32; NR]>,
-);
-
-/// One register tile over packed activation rows (`gemm_blocked`): the panel from the
-/// block's first `k` (`kc` steps), the row tile's packed values from the same `k` (`[kc][MR]`),
-/// `nr` rows, results at `out` (`ldo` apart) that hold the sums so far unless `first`, and
-/// `bias` to add at the block that ends `k`.
-pub type PackedTile = unsafe fn(
-    panel: &[u8],
-    ap: &[f32],
-    kc: usize,
-    nr: usize,
-    out: *mut f32,
-    ldo: usize,
     first: bool,
     bias: Option<&[f32; NR]>,
 );
-
-/// The packed-activation tile for weights of `dtype` in `set`, if there is one.
-#[cfg(target_arch = "x86_64")]
-pub fn packed_tile(dtype: DType, set: crate::KernelSet) -> Option<PackedTile> {
-    use crate::sgemm_x86 as x;
-    match (dtype, set) {
-        (DType::F32, crate::KernelSet::Avx512) => Some(x::f32_packed),
-        (DType::F16, crate::KernelSet::Avx512) => Some(x::f16_packed),
-        (DType::BF16, crate::KernelSet::Avx512) => Some(x::bf16_packed),
-        (DType::F32, crate::KernelSet::Avx2) => Some(x::f32_packed_avx2),
-        (DType::F16, crate::KernelSet::Avx2) => Some(x::f16_packed_avx2),
-        (DType::BF16, crate::KernelSet::Avx2) => Some(x::bf16_packed_avx2),
-        _ => None,
-    }
-}
-
-/// No packed GEMM off x86-64.
-#[cfg(not(target_arch = "x86_64"))]
-pub fn packed_tile(_dtype: DType, _set: crate::KernelSet) -> Option<PackedTile> {
-    None
-}
 
 /// The tile for weights of `dtype` in `set`, if this GEMM covers it.
 #[cfg(target_arch = "x86_64")]
@@ -262,11 +229,23 @@ pub unsafe fn gemm(
                         // thread's panels only; the tile checks its input bounds.
                         unsafe {
                             let dst = out.strided(at, at + (nr - 1) * n + NR);
-                            tile(panel, tile_rows, k, k, nr, dst, n, pbias);
+                            tile(panel, tile_rows, k, k, nr, dst, n, true, pbias);
                         }
                     } else {
                         // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
-                        unsafe { tile(panel, tile_rows, k, k, nr, res[0].as_mut_ptr(), NR, pbias) };
+                        unsafe {
+                            tile(
+                                panel,
+                                tile_rows,
+                                k,
+                                k,
+                                nr,
+                                res[0].as_mut_ptr(),
+                                NR,
+                                true,
+                                pbias,
+                            )
+                        };
                         for (r, row) in res.iter().enumerate().take(nr) {
                             // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
                             let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
@@ -298,25 +277,41 @@ pub unsafe fn gemm(
 /// passes over it.
 const SLICE_BYTES: usize = 16 * 1024;
 
+/// Row length from which prefill-sized matmuls take `gemm_blocked`. On a Zen 4 VM, 2 threads,
+/// `gemm_bench M N K 2` (GMAC/s, [`gemm`] → `gemm_blocked`): Llama-3.2-1B's F16 shapes at
+/// m = 128 and 4096, k = 2048 and 8192, 63–86 → 77–94; MiniLM's F32 shapes (k = 384 and 1536)
+/// 92–109 → 55–99, where a block of rows as long as [`gemm`]'s already stays in L2.
+pub const BLOCKED_MIN_K: usize = 2048;
+
+/// Bytes of activations (one block of rows, one block of `k`) that `gemm_blocked` keeps in L2
+/// while the panels' slices pass over them.
+const ROWS_BLOCK_BYTES: usize = 256 * 1024;
+
 /// Values of `k` per block of `gemm_blocked` for weights of `elem` bytes per value.
 fn block_k(elem: usize) -> usize {
     (SLICE_BYTES / (NR * elem)).max(16)
 }
 
-/// [`gemm`] for prefill-sized `m`, blocked along `k` (as BLIS): the activation rows are first
-/// packed tile by tile (`[k][MR]` per row tile, into `packed`), then for each block of `k` every
-/// panel's slice (`SLICE_BYTES`, in L1) meets every row tile's packed slice (all `m` rows of
-/// the block, in L2), the sums carried in `y` between blocks. Each weight byte is read once
-/// per call, and the activations come from L2 however long `k` and `m` are; the sums run over
-/// `k` in order, so results equal [`gemm`]'s bit for bit.
+/// The panel slice of `p` over `kl` values of `k` from `k0`.
+fn slice_of(w: &Panels, p: usize, k0: usize, kl: usize) -> &[u8] {
+    let at = k0 * NR * w.elem;
+    &w.panel(p)[at..at + kl * NR * w.elem]
+}
+
+/// [`gemm`] blocked along `k` as well (as BLIS blocks): for each block of rows and each block of
+/// `k` in turn, each thread copies the block's activations into its own part of `packed`
+/// (`ROWS_BLOCK_BYTES`, in L2), then every one of its panels' slices (`SLICE_BYTES`, in L1)
+/// meets every row tile of the block, the sums carried in `y` between blocks of `k`. Each weight byte is read once per block of rows, and the activations come
+/// from L2 however long `k` is; the sums run over `k` in order, so results equal [`gemm`]'s bit
+/// for bit.
 ///
 /// # Safety
-/// `tile` must come from [`packed_tile`] for the packed weight's dtype, and the CPU must have
-/// its kernel set.
+/// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
+/// kernel set.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_blocked(
     pool: &ThreadPool,
-    tile: PackedTile,
+    tile: Tile,
     w: &Panels,
     rows: &[f32],
     m: usize,
@@ -330,30 +325,14 @@ pub unsafe fn gemm_blocked(
     let tiles = m.div_ceil(MR);
     let threads = pool.threads();
     let kc = block_k(w.elem);
-    packed.clear();
-    packed.resize(tiles * MR * k, 0.0);
-    {
-        let dst = DisjointOut::new(&mut packed[..]);
-        pool.run(&|t| {
-            for ti in split(tiles, threads, t) {
-                // SAFETY: row tile ti's values belong to this thread only.
-                let d = unsafe { dst.slice(ti * MR * k..(ti + 1) * MR * k) };
-                for r in 0..MR.min(m - ti * MR) {
-                    let src = &rows[(ti * MR + r) * k..][..k];
-                    for (i, &v) in src.iter().enumerate() {
-                        d[i * MR + r] = v;
-                    }
-                }
-            }
-        });
+    let block_tiles = (ROWS_BLOCK_BYTES / (kc * MR * 4)).clamp(1, tiles.max(1));
+    let per_thread = block_tiles * MR * kc;
+    if packed.len() < threads * per_thread {
+        packed.resize(threads * per_thread, 0.0);
     }
-    let packed = &packed[..];
+    let bufs = DisjointOut::new(&mut packed[..threads * per_thread]);
     let panels = w.panels();
     let out = DisjointOut::new(y);
-    fn slice_of(w: &Panels, p: usize, k0: usize, kl: usize) -> &[u8] {
-        let at = k0 * NR * w.elem;
-        &w.panel(p)[at..at + kl * NR * w.elem]
-    }
     let next = w
         .successor
         .lock()
@@ -361,65 +340,87 @@ pub unsafe fn gemm_blocked(
         .upgrade();
     pool.run(&|t| {
         let mine = split(panels, threads, t);
+        if mine.is_empty() {
+            return;
+        }
+        // SAFETY: part t of the buffers belongs to thread t only.
+        let buf = unsafe { bufs.slice(t * per_thread..(t + 1) * per_thread) };
         // A partial last panel's sums (fewer than NR outputs) wait here between blocks.
         let mut part: Vec<f32> = Vec::new();
-        if mine.end == panels && n % NR != 0 && !mine.is_empty() {
+        if mine.end == panels && n % NR != 0 {
             part.resize(tiles * MR * NR, 0.0);
         }
-        for k0 in (0..k).step_by(kc) {
-            let kl = kc.min(k - k0);
-            let (first, last) = (k0 == 0, k0 + kl == k);
-            for p in mine.clone() {
-                let (c0, nc) = (p * NR, NR.min(n - p * NR));
-                let slice = slice_of(w, p, k0, kl);
-                // The next slice this thread takes comes from memory (a model reads each
-                // weight once per pass): the row tiles fetch it into L2 meanwhile.
-                let ahead = if p + 1 < mine.end {
-                    slice_of(w, p + 1, k0, kl)
-                } else if !last {
-                    slice_of(w, mine.start, k0 + kl, kc.min(k - k0 - kl))
-                } else {
-                    &[]
-                };
-                let share = ahead.len().div_ceil(tiles);
-                let mut pb = [0f32; NR];
-                let pbias = bias.filter(|_| last).map(|b| {
-                    pb[..nc].copy_from_slice(&b[c0..c0 + nc]);
-                    &pb
-                });
-                for ti in 0..tiles {
-                    prefetch_l2(ahead.get(ti * share..).unwrap_or(&[]), share);
-                    let (r0, nr) = (ti * MR, MR.min(m - ti * MR));
-                    let ap = &packed[(ti * k + k0) * MR..(ti * k + k0 + kl) * MR];
-                    if nc == NR {
-                        let at = r0 * n + c0;
-                        // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
-                        // thread's panels only; the tile checks its input bounds.
-                        unsafe {
-                            let dst = out.strided(at, at + (nr - 1) * n + NR);
-                            tile(slice, ap, kl, nr, dst, n, first, pbias);
-                        }
+        for tb in (0..tiles).step_by(block_tiles) {
+            let tb_end = (tb + block_tiles).min(tiles);
+            for k0 in (0..k).step_by(kc) {
+                let kl = kc.min(k - k0);
+                let (first, last) = (k0 == 0, k0 + kl == k);
+                // The block's rows, `kl` values each, one after the other: its tiles then read
+                // one contiguous run each, from L2 (rows strided by a long `k` come from
+                // further away).
+                let rows_in = (tb_end * MR).min(m) - tb * MR;
+                for r in 0..rows_in {
+                    let src = &rows[(tb * MR + r) * k + k0..][..kl];
+                    buf[r * kl..(r + 1) * kl].copy_from_slice(src);
+                }
+                let buf = &buf[..rows_in * kl];
+                for p in mine.clone() {
+                    let (c0, nc) = (p * NR, NR.min(n - p * NR));
+                    let slice = slice_of(w, p, k0, kl);
+                    // The next slice this thread takes comes from memory (a model reads each
+                    // weight once per pass): the row tiles fetch it into L2 meanwhile.
+                    let ahead = if p + 1 < mine.end {
+                        slice_of(w, p + 1, k0, kl)
+                    } else if !last {
+                        slice_of(w, mine.start, k0 + kl, kc.min(k - k0 - kl))
+                    } else if tb_end < tiles {
+                        slice_of(w, mine.start, 0, kc.min(k))
                     } else {
-                        let res = &mut part[r0 * NR..(r0 + MR) * NR];
-                        // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
-                        unsafe { tile(slice, ap, kl, nr, res.as_mut_ptr(), NR, first, pbias) };
-                        if last {
-                            for r in 0..nr {
-                                let at = (r0 + r) * n + c0;
-                                // SAFETY: columns c0..c0 + nc belong to this thread's panels.
-                                let dst = unsafe { out.slice(at..at + nc) };
-                                dst.copy_from_slice(&res[r * NR..r * NR + nc]);
+                        &[]
+                    };
+                    let share = ahead.len().div_ceil(tb_end - tb);
+                    let mut pb = [0f32; NR];
+                    let pbias = bias.filter(|_| last).map(|b| {
+                        pb[..nc].copy_from_slice(&b[c0..c0 + nc]);
+                        &pb
+                    });
+                    for ti in tb..tb_end {
+                        prefetch_l2(ahead.get((ti - tb) * share..).unwrap_or(&[]), share);
+                        let (r0, nr) = (ti * MR, MR.min(m - ti * MR));
+                        let a = &buf[(r0 - tb * MR) * kl..(r0 - tb * MR + nr) * kl];
+                        if nc == NR {
+                            let at = r0 * n + c0;
+                            // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
+                            // thread's panels only; the tile checks its input bounds.
+                            unsafe {
+                                let dst = out.strided(at, at + (nr - 1) * n + NR);
+                                tile(slice, a, kl, kl, nr, dst, n, first, pbias);
+                            }
+                        } else {
+                            let res = &mut part[r0 * NR..(r0 + MR) * NR];
+                            // SAFETY: `res` holds MR rows of NR values; the tile checks its
+                            // inputs.
+                            unsafe {
+                                tile(slice, a, kl, kl, nr, res.as_mut_ptr(), NR, first, pbias)
+                            };
+                            if last {
+                                for r in 0..nr {
+                                    let at = (r0 + r) * n + c0;
+                                    // SAFETY: columns c0..c0 + nc belong to this thread only.
+                                    let dst = unsafe { out.slice(at..at + nc) };
+                                    dst.copy_from_slice(&res[r * NR..r * NR + nc]);
+                                }
                             }
                         }
-                    }
-                    if let (true, Some(f)) = (last, epi) {
-                        let mut segs: [&mut [f32]; MR] = Default::default();
-                        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
-                            let at = (r0 + r) * n + c0;
-                            // SAFETY: as above; the rows were just written (still in L1).
-                            *seg = unsafe { out.slice(at..at + nc) };
+                        if let (true, Some(f)) = (last, epi) {
+                            let mut segs: [&mut [f32]; MR] = Default::default();
+                            for (r, seg) in segs.iter_mut().enumerate().take(nr) {
+                                let at = (r0 + r) * n + c0;
+                                // SAFETY: as above; the rows were just written (still in L1).
+                                *seg = unsafe { out.slice(at..at + nc) };
+                            }
+                            f(&mut segs[..nr]);
                         }
-                        f(&mut segs[..nr]);
                     }
                 }
             }
@@ -428,10 +429,8 @@ pub unsafe fn gemm_blocked(
         if let Some(next) = &next {
             let first = split(next.panels(), threads, t).start;
             if first < next.panels() {
-                prefetch_l2(
-                    slice_of(next, first, 0, block_k(next.elem).min(next.k)),
-                    SLICE_BYTES,
-                );
+                let kl = block_k(next.elem).min(next.k);
+                prefetch_l2(slice_of(next, first, 0, kl), SLICE_BYTES);
             }
         }
     });
@@ -493,15 +492,15 @@ mod tests {
                         }
                     };
                     let (mut y0, mut y1) = (vec![0f32; m * n], vec![0f32; m * n]);
-                    let mut packed = Vec::new();
                     // SAFETY: the tiles for this dtype and set (checked available above).
                     unsafe {
                         let t0 = tile(dtype, set).unwrap();
-                        let t1 = packed_tile(dtype, set).unwrap();
+
                         gemm(&pool, t0, &w, &rows, m, &mut y0, Some(&bias), Some(&epi));
+                        let mut packed = Vec::new();
                         gemm_blocked(
                             &pool,
-                            t1,
+                            t0,
                             &w,
                             &rows,
                             m,

@@ -1,5 +1,6 @@
 //! AVX-512 register tiles of `sgemm.rs`: `R` activation rows × 32 packed outputs, two
-//! accumulators per row, all of `k` in registers.
+//! accumulators per row, a block of `k` in registers (continuing the sums in `out` unless
+//! `first`: a row's sum runs over `k` in order however `k` is cut into blocks).
 
 use crate::sgemm::{MR, NR};
 use std::arch::x86_64::*;
@@ -36,11 +37,21 @@ macro_rules! sgemm_tile {
             k: usize,
             out: *mut f32,
             ldo: usize,
+            first: bool,
             bias: Option<&[f32; NR]>,
         ) {
             assert!(R <= MR && panel.len() >= k * NR * $size && rows.len() >= (R - 1) * lda + k);
             let mut lo = [_mm512_setzero_ps(); R];
             let mut hi = [_mm512_setzero_ps(); R];
+            if !first {
+                for r in 0..R {
+                    // SAFETY: the caller's contract: NR values at each of the R rows of out.
+                    unsafe {
+                        lo[r] = _mm512_loadu_ps(out.add(r * ldo));
+                        hi[r] = _mm512_loadu_ps(out.add(r * ldo + 16));
+                    }
+                }
+            }
             let (bp, ap) = (panel.as_ptr(), rows.as_ptr());
             for i in 0..k {
                 // SAFETY: i < k keeps every load inside the asserted lengths.
@@ -77,8 +88,9 @@ macro_rules! sgemm_tile {
         }
 
         /// # Safety
-        /// The CPU must have AVX-512F; `out` must have `NR` writable values at each of its
-        /// `nr` rows, `ldo` apart. `bias`, when given, is added to every row before the store.
+        /// The CPU must have AVX-512F; `out` must have `NR` writable (and, unless `first`,
+        /// readable: the sums so far) values at each of its `nr` rows, `ldo` apart. `bias`,
+        /// when given, is added to every row before the store.
         #[target_feature(enable = "avx512f")]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $entry(
@@ -89,133 +101,29 @@ macro_rules! sgemm_tile {
             nr: usize,
             out: *mut f32,
             ldo: usize,
+            first: bool,
             bias: Option<&[f32; NR]>,
         ) {
             // SAFETY: same features as this fn; the tiles check their own bounds.
             unsafe {
                 match nr {
-                    1 => $rows::<1>(panel, rows, lda, k, out, ldo, bias),
-                    2 => $rows::<2>(panel, rows, lda, k, out, ldo, bias),
-                    3 => $rows::<3>(panel, rows, lda, k, out, ldo, bias),
-                    4 => $rows::<4>(panel, rows, lda, k, out, ldo, bias),
-                    5 => $rows::<5>(panel, rows, lda, k, out, ldo, bias),
-                    6 => $rows::<6>(panel, rows, lda, k, out, ldo, bias),
-                    7 => $rows::<7>(panel, rows, lda, k, out, ldo, bias),
-                    8 => $rows::<8>(panel, rows, lda, k, out, ldo, bias),
-                    9 => $rows::<9>(panel, rows, lda, k, out, ldo, bias),
-                    10 => $rows::<10>(panel, rows, lda, k, out, ldo, bias),
-                    11 => $rows::<11>(panel, rows, lda, k, out, ldo, bias),
-                    _ => $rows::<MR>(panel, rows, lda, k, out, ldo, bias),
+                    1 => $rows::<1>(panel, rows, lda, k, out, ldo, first, bias),
+                    2 => $rows::<2>(panel, rows, lda, k, out, ldo, first, bias),
+                    3 => $rows::<3>(panel, rows, lda, k, out, ldo, first, bias),
+                    4 => $rows::<4>(panel, rows, lda, k, out, ldo, first, bias),
+                    5 => $rows::<5>(panel, rows, lda, k, out, ldo, first, bias),
+                    6 => $rows::<6>(panel, rows, lda, k, out, ldo, first, bias),
+                    7 => $rows::<7>(panel, rows, lda, k, out, ldo, first, bias),
+                    8 => $rows::<8>(panel, rows, lda, k, out, ldo, first, bias),
+                    9 => $rows::<9>(panel, rows, lda, k, out, ldo, first, bias),
+                    10 => $rows::<10>(panel, rows, lda, k, out, ldo, first, bias),
+                    11 => $rows::<11>(panel, rows, lda, k, out, ldo, first, bias),
+                    _ => $rows::<MR>(panel, rows, lda, k, out, ldo, first, bias),
                 }
             }
         }
     };
 }
-
-/// Register tiles over packed activations (`sgemm::gemm_blocked`): `R` rows of one row tile,
-/// stored `[k][MR]` (`ap`, `kc · MR` values from the block's first `k`), times `kc` steps of
-/// a panel (`panel`, from the same `k`), continuing the sums left in `out` unless `first`;
-/// `bias` is added before the store of the block that ends `k`. A row's sum runs over `k` in
-/// order whatever `kc` is, the same operations as the tiles above.
-macro_rules! sgemm_packed_tile {
-    ($entry:ident, $rows:ident, $size:expr, $load:ident) => {
-        #[target_feature(enable = "avx512f")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $rows<const R: usize>(
-            panel: &[u8],
-            ap: &[f32],
-            kc: usize,
-            out: *mut f32,
-            ldo: usize,
-            first: bool,
-            bias: Option<&[f32; NR]>,
-        ) {
-            assert!(R <= MR && panel.len() >= kc * NR * $size && ap.len() >= kc * MR);
-            let mut lo = [_mm512_setzero_ps(); R];
-            let mut hi = [_mm512_setzero_ps(); R];
-            if !first {
-                for r in 0..R {
-                    // SAFETY: the caller's contract: NR values at each of the R rows of out.
-                    unsafe {
-                        lo[r] = _mm512_loadu_ps(out.add(r * ldo));
-                        hi[r] = _mm512_loadu_ps(out.add(r * ldo + 16));
-                    }
-                }
-            }
-            let (bp, ap) = (panel.as_ptr(), ap.as_ptr());
-            for i in 0..kc {
-                // SAFETY: i < kc keeps every load inside the asserted lengths.
-                unsafe {
-                    let b0 = $load(bp.add(i * NR * $size));
-                    let b1 = $load(bp.add((i * NR + 16) * $size));
-                    for r in 0..R {
-                        let v = _mm512_set1_ps(*ap.add(i * MR + r));
-                        lo[r] = _mm512_fmadd_ps(v, b0, lo[r]);
-                        hi[r] = _mm512_fmadd_ps(v, b1, hi[r]);
-                    }
-                }
-            }
-            if let Some(b) = bias {
-                // SAFETY: `b` holds NR = 32 values.
-                let (b0, b1) = unsafe {
-                    (
-                        _mm512_loadu_ps(b.as_ptr()),
-                        _mm512_loadu_ps(b.as_ptr().add(16)),
-                    )
-                };
-                for r in 0..R {
-                    lo[r] = _mm512_add_ps(lo[r], b0);
-                    hi[r] = _mm512_add_ps(hi[r], b1);
-                }
-            }
-            for r in 0..R {
-                // SAFETY: the caller's contract: NR writable values at each row of `out`.
-                unsafe {
-                    _mm512_storeu_ps(out.add(r * ldo), lo[r]);
-                    _mm512_storeu_ps(out.add(r * ldo + 16), hi[r]);
-                }
-            }
-        }
-
-        /// # Safety
-        /// The CPU must have AVX-512F; `out` must have `NR` readable and writable values at
-        /// each of its `nr` (1..=MR) rows, `ldo` apart.
-        #[target_feature(enable = "avx512f")]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $entry(
-            panel: &[u8],
-            ap: &[f32],
-            kc: usize,
-            nr: usize,
-            out: *mut f32,
-            ldo: usize,
-            first: bool,
-            bias: Option<&[f32; NR]>,
-        ) {
-            // SAFETY: same features as this fn; the caller's contract on `out`.
-            unsafe {
-                match nr {
-                    1 => $rows::<1>(panel, ap, kc, out, ldo, first, bias),
-                    2 => $rows::<2>(panel, ap, kc, out, ldo, first, bias),
-                    3 => $rows::<3>(panel, ap, kc, out, ldo, first, bias),
-                    4 => $rows::<4>(panel, ap, kc, out, ldo, first, bias),
-                    5 => $rows::<5>(panel, ap, kc, out, ldo, first, bias),
-                    6 => $rows::<6>(panel, ap, kc, out, ldo, first, bias),
-                    7 => $rows::<7>(panel, ap, kc, out, ldo, first, bias),
-                    8 => $rows::<8>(panel, ap, kc, out, ldo, first, bias),
-                    9 => $rows::<9>(panel, ap, kc, out, ldo, first, bias),
-                    10 => $rows::<10>(panel, ap, kc, out, ldo, first, bias),
-                    11 => $rows::<11>(panel, ap, kc, out, ldo, first, bias),
-                    _ => $rows::<MR>(panel, ap, kc, out, ldo, first, bias),
-                }
-            }
-        }
-    };
-}
-
-sgemm_packed_tile!(f32_packed, f32_packed_rows, 4, load_f32);
-sgemm_packed_tile!(f16_packed, f16_packed_rows, 2, load_f16);
-sgemm_packed_tile!(bf16_packed, bf16_packed_rows, 2, load_bf16);
 
 sgemm_tile!(f32_tile, f32_rows, 4, load_f32);
 sgemm_tile!(f16_tile, f16_rows, 2, load_f16);
@@ -259,11 +167,20 @@ macro_rules! sgemm_tile_avx2 {
             k: usize,
             out: *mut f32,
             ldo: usize,
+            first: bool,
             bias: Option<&[f32; NR]>,
         ) {
             assert!(R <= $mr && panel.len() >= k * NR * $size);
             assert!(rows.len() >= (R - 1) * lda + k);
             let mut acc = [[_mm256_setzero_ps(); 4]; R];
+            if !first {
+                for r in 0..R {
+                    for q in 0..4 {
+                        // SAFETY: the caller's contract: NR values at each of the R rows.
+                        acc[r][q] = unsafe { _mm256_loadu_ps(out.add(r * ldo + 8 * q)) };
+                    }
+                }
+            }
             let (bp, ap) = (panel.as_ptr(), rows.as_ptr());
             for i in 0..k {
                 // SAFETY: i < k keeps every load inside the asserted lengths.
@@ -295,9 +212,9 @@ macro_rules! sgemm_tile_avx2 {
         }
 
         /// # Safety
-        /// The CPU must have AVX2, FMA and F16C; `out` must have `NR` writable values at each
-        /// of its `nr` rows, `ldo` apart. `bias`, when given, is added to every row before the
-        /// store.
+        /// The CPU must have AVX2, FMA and F16C; `out` must have `NR` writable (and, unless
+        /// `first`, readable: the sums so far) values at each of its `nr` rows, `ldo` apart.
+        /// `bias`, when given, is added to every row before the store.
         #[target_feature(enable = "avx2,fma,f16c")]
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $entry(
@@ -308,6 +225,7 @@ macro_rules! sgemm_tile_avx2 {
             nr: usize,
             out: *mut f32,
             ldo: usize,
+            first: bool,
             bias: Option<&[f32; NR]>,
         ) {
             let mut r0 = 0;
@@ -318,9 +236,9 @@ macro_rules! sgemm_tile_avx2 {
                 // tiles check their inputs.
                 unsafe {
                     match take {
-                        1 => $rows::<1>(panel, a, lda, k, o, ldo, bias),
-                        2 => $rows::<2>(panel, a, lda, k, o, ldo, bias),
-                        _ => $rows::<$mr>(panel, a, lda, k, o, ldo, bias),
+                        1 => $rows::<1>(panel, a, lda, k, o, ldo, first, bias),
+                        2 => $rows::<2>(panel, a, lda, k, o, ldo, first, bias),
+                        _ => $rows::<$mr>(panel, a, lda, k, o, ldo, first, bias),
                     }
                 }
                 r0 += take;
@@ -328,97 +246,6 @@ macro_rules! sgemm_tile_avx2 {
         }
     };
 }
-
-/// The AVX2 tiles over packed activations (`sgemm::gemm_blocked`): `$mr` rows of the packed
-/// row tile at a time, as the tiles above.
-macro_rules! sgemm_packed_tile_avx2 {
-    ($entry:ident, $rows:ident, $size:expr, $load:ident, $mr:expr) => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn $rows<const R: usize>(
-            panel: &[u8],
-            ap: &[f32],
-            kc: usize,
-            out: *mut f32,
-            ldo: usize,
-            first: bool,
-            bias: Option<&[f32; NR]>,
-        ) {
-            assert!(R <= $mr && panel.len() >= kc * NR * $size);
-            assert!(kc == 0 || ap.len() >= (kc - 1) * MR + R);
-            let mut acc = [[_mm256_setzero_ps(); 4]; R];
-            if !first {
-                for r in 0..R {
-                    for q in 0..4 {
-                        // SAFETY: the caller's contract: NR values at each of the R rows.
-                        acc[r][q] = unsafe { _mm256_loadu_ps(out.add(r * ldo + 8 * q)) };
-                    }
-                }
-            }
-            let (bp, ap) = (panel.as_ptr(), ap.as_ptr());
-            for i in 0..kc {
-                // SAFETY: i < kc keeps every load inside the asserted lengths.
-                unsafe {
-                    let v: [__m256; R] =
-                        std::array::from_fn(|r| _mm256_set1_ps(*ap.add(i * MR + r)));
-                    for q in 0..4 {
-                        let b = $load(bp.add((i * NR + 8 * q) * $size));
-                        for r in 0..R {
-                            acc[r][q] = _mm256_fmadd_ps(v[r], b, acc[r][q]);
-                        }
-                    }
-                }
-            }
-            for r in 0..R {
-                for q in 0..4 {
-                    if let Some(b) = bias {
-                        // SAFETY: `b` holds NR = 32 values.
-                        let bq = unsafe { _mm256_loadu_ps(b.as_ptr().add(8 * q)) };
-                        acc[r][q] = _mm256_add_ps(acc[r][q], bq);
-                    }
-                    // SAFETY: the caller's contract: NR writable values at each row of `out`.
-                    unsafe { _mm256_storeu_ps(out.add(r * ldo + 8 * q), acc[r][q]) };
-                }
-            }
-        }
-
-        /// # Safety
-        /// The CPU must have AVX2, FMA and F16C; `out` must have `NR` readable and writable
-        /// values at each of its `nr` (1..=MR) rows, `ldo` apart.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe fn $entry(
-            panel: &[u8],
-            ap: &[f32],
-            kc: usize,
-            nr: usize,
-            out: *mut f32,
-            ldo: usize,
-            first: bool,
-            bias: Option<&[f32; NR]>,
-        ) {
-            let mut r0 = 0;
-            while r0 < nr {
-                let take = (nr - r0).min($mr);
-                let (a, o) = (&ap[r0..], out.wrapping_add(r0 * ldo));
-                // SAFETY: same features as this fn; rows r0.. of `out` per the contract; the
-                // tiles check their inputs.
-                unsafe {
-                    match take {
-                        1 => $rows::<1>(panel, a, kc, o, ldo, first, bias),
-                        2 => $rows::<2>(panel, a, kc, o, ldo, first, bias),
-                        _ => $rows::<$mr>(panel, a, kc, o, ldo, first, bias),
-                    }
-                }
-                r0 += take;
-            }
-        }
-    };
-}
-
-sgemm_packed_tile_avx2!(f32_packed_avx2, f32_packed_rows_avx2, 4, load8_f32, 3);
-sgemm_packed_tile_avx2!(f16_packed_avx2, f16_packed_rows_avx2, 2, load8_f16, 2);
-sgemm_packed_tile_avx2!(bf16_packed_avx2, bf16_packed_rows_avx2, 2, load8_bf16, 2);
 
 sgemm_tile_avx2!(f32_tile_avx2, f32_rows_avx2, 4, load8_f32, 3);
 sgemm_tile_avx2!(f16_tile_avx2, f16_rows_avx2, 2, load8_f16, 2);

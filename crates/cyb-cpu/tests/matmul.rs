@@ -229,12 +229,18 @@ fn batched_activations_share_the_weight() {
 
 /// Float weights in shared storage take the packed-panel GEMM once there are two or more rows;
 /// enough rows here to cross its row blocks (and its 12-row tiles, and 32-output panels with a
-/// partial last one).
+/// partial last one); rows of 2100 values take its blocked form (`sgemm::BLOCKED_MIN_K`),
+/// several blocks of `k` with a shorter last one.
 #[test]
 fn float_formats_many_rows() {
     let mut rng = Rng::new(11);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (m, n, k) in [(181usize, 67usize, 1100usize), (2, 33, 3), (25, 96, 64)] {
+        for (m, n, k) in [
+            (181usize, 67usize, 1100usize),
+            (2, 33, 3),
+            (25, 96, 64),
+            (29, 45, 2100),
+        ] {
             let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
             let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
             let what = format!("{dtype} m={m} n={n} k={k} shared");
