@@ -168,6 +168,76 @@ pub(crate) fn prefetch_l2(data: &[u8], len: usize) {
 /// element-wise activation: the biases are added in registers).
 pub type Epilogue<'a> = &'a (dyn Fn(&mut [&mut [f32]]) + Sync);
 
+/// The weight multiplied after `w` last time, if it is still alive.
+fn successor(w: &Panels) -> Option<std::sync::Arc<Panels>> {
+    w.successor
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .upgrade()
+}
+
+/// Asks for up to `bytes` of thread `t`'s first panel of `next` to be brought into L2.
+fn prefetch_first(next: Option<&Panels>, threads: usize, t: usize, bytes: usize) {
+    if let Some(next) = next {
+        let first = split(next.panels(), threads, t).start;
+        if first < next.panels() {
+            prefetch_l2(next.panel(first), bytes);
+        }
+    }
+}
+
+/// One tile of a GEMM: `nr` rows from `r0` (`a`, `lda` apart) against panel columns
+/// `c0..c0 + nc` of `slice` over `kl` values; a partial panel (`nc < NR`) keeps its sums in
+/// `part` (`MR × NR`) and goes to `y` at the `last` block; the epilogue runs at the `last`
+/// block too, on rows still in L1.
+///
+/// # Safety
+/// `tile` must be runnable on this CPU; columns `c0..c0 + nc` of rows `r0..r0 + nr` of `out`
+/// (`n` wide) belong to the calling thread only.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_into(
+    tile: Tile,
+    slice: &[u8],
+    a: &[f32],
+    lda: usize,
+    kl: usize,
+    (r0, nr): (usize, usize),
+    (c0, nc, n): (usize, usize, usize),
+    out: &DisjointOut<'_>,
+    part: &mut [f32],
+    (first, last): (bool, bool),
+    bias: Option<&[f32; NR]>,
+    epi: Option<Epilogue<'_>>,
+) {
+    let at = r0 * n + c0;
+    if nc == NR {
+        // SAFETY: the caller's contract; the tile checks its input bounds.
+        unsafe {
+            let dst = out.strided(at, at + (nr - 1) * n + NR);
+            tile(slice, a, lda, kl, nr, dst, n, first, bias);
+        }
+    } else {
+        assert!(part.len() >= MR * NR);
+        // SAFETY: `part` holds MR rows of NR values; the tile checks its inputs.
+        unsafe { tile(slice, a, lda, kl, nr, part.as_mut_ptr(), NR, first, bias) };
+        if last {
+            for r in 0..nr {
+                // SAFETY: the caller's contract.
+                let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
+                dst.copy_from_slice(&part[r * NR..r * NR + nc]);
+            }
+        }
+    }
+    if let (true, Some(f)) = (last, epi) {
+        let mut segs: [&mut [f32]; MR] = Default::default();
+        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
+            // SAFETY: as above; the rows were just written (still in L1).
+            *seg = unsafe { out.slice(at + r * n..at + r * n + nc) };
+        }
+        f(&mut segs[..nr]);
+    }
+}
+
 /// Computes `m` rows of `y` (`m × w.n`) from the activation rows `rows` (`m × k`), plus `bias`
 /// (`[n]`, added in registers) when given, then `epi` on each stored tile.
 ///
@@ -191,13 +261,9 @@ pub unsafe fn gemm(
     let panels = w.panels();
     let threads = pool.threads();
     let out = DisjointOut::new(y);
-    let next = w
-        .successor
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .upgrade();
+    let next = successor(w);
     pool.run(&|t| {
-        let mut res: TileOut = [[0.0; NR]; MR];
+        let mut res = [0f32; MR * NR];
         let mine = split(panels, threads, t);
         for m0 in (0..m).step_by(block) {
             let m1 = (m0 + block).min(m);
@@ -222,54 +288,30 @@ pub unsafe fn gemm(
                 for (ti, r0) in (m0..m1).step_by(MR).enumerate() {
                     prefetch_l2(ahead.get(ti * share..).unwrap_or(&[]), share);
                     let nr = (m1 - r0).min(MR);
-                    let tile_rows = &rows[r0 * k..(r0 + nr) * k];
-                    let at = r0 * n + c0;
-                    if nc == NR {
-                        // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
-                        // thread's panels only; the tile checks its input bounds.
-                        unsafe {
-                            let dst = out.strided(at, at + (nr - 1) * n + NR);
-                            tile(panel, tile_rows, k, k, nr, dst, n, true, pbias);
-                        }
-                    } else {
-                        // SAFETY: `res` holds MR rows of NR values; the tile checks its inputs.
-                        unsafe {
-                            tile(
-                                panel,
-                                tile_rows,
-                                k,
-                                k,
-                                nr,
-                                res[0].as_mut_ptr(),
-                                NR,
-                                true,
-                                pbias,
-                            )
-                        };
-                        for (r, row) in res.iter().enumerate().take(nr) {
-                            // SAFETY: columns c0..c0 + nc belong to this thread's panels only.
-                            let dst = unsafe { out.slice(at + r * n..at + r * n + nc) };
-                            dst.copy_from_slice(&row[..nc]);
-                        }
-                    }
-                    if let Some(f) = epi {
-                        let mut segs: [&mut [f32]; MR] = Default::default();
-                        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
-                            // SAFETY: as above; the rows were just written (still in L1).
-                            *seg = unsafe { out.slice(at + r * n..at + r * n + nc) };
-                        }
-                        f(&mut segs[..nr]);
-                    }
+                    let a = &rows[r0 * k..(r0 + nr) * k];
+                    // SAFETY: rows r0..r0 + nr of columns c0..c0 + nc belong to this thread's
+                    // panels only; `tile` per this fn's contract.
+                    unsafe {
+                        let (cols, flags) = ((c0, nc, n), (true, true));
+                        tile_into(
+                            tile,
+                            panel,
+                            a,
+                            k,
+                            k,
+                            (r0, nr),
+                            cols,
+                            &out,
+                            &mut res,
+                            flags,
+                            pbias,
+                            epi,
+                        )
+                    };
                 }
             }
         }
-        if let Some(next) = &next {
-            let first = split(next.panels(), threads, t).start;
-            if first < next.panels() {
-                let panel = next.panel(first);
-                prefetch_l2(panel, panel.len());
-            }
-        }
+        prefetch_first(next.as_deref(), threads, t, usize::MAX);
     });
 }
 
@@ -333,11 +375,7 @@ pub unsafe fn gemm_blocked(
     let bufs = DisjointOut::new(&mut packed[..threads * per_thread]);
     let panels = w.panels();
     let out = DisjointOut::new(y);
-    let next = w
-        .successor
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .upgrade();
+    let next = successor(w);
     pool.run(&|t| {
         let mine = split(panels, threads, t);
         if mine.is_empty() {
@@ -388,51 +426,35 @@ pub unsafe fn gemm_blocked(
                         prefetch_l2(ahead.get((ti - tb) * share..).unwrap_or(&[]), share);
                         let (r0, nr) = (ti * MR, MR.min(m - ti * MR));
                         let a = &buf[(r0 - tb * MR) * kl..(r0 - tb * MR + nr) * kl];
-                        if nc == NR {
-                            let at = r0 * n + c0;
-                            // SAFETY: rows r0..r0 + nr of columns c0..c0 + NR belong to this
-                            // thread's panels only; the tile checks its input bounds.
-                            unsafe {
-                                let dst = out.strided(at, at + (nr - 1) * n + NR);
-                                tile(slice, a, kl, kl, nr, dst, n, first, pbias);
-                            }
-                        } else {
-                            let res = &mut part[r0 * NR..(r0 + MR) * NR];
-                            // SAFETY: `res` holds MR rows of NR values; the tile checks its
-                            // inputs.
-                            unsafe {
-                                tile(slice, a, kl, kl, nr, res.as_mut_ptr(), NR, first, pbias)
-                            };
-                            if last {
-                                for r in 0..nr {
-                                    let at = (r0 + r) * n + c0;
-                                    // SAFETY: columns c0..c0 + nc belong to this thread only.
-                                    let dst = unsafe { out.slice(at..at + nc) };
-                                    dst.copy_from_slice(&res[r * NR..r * NR + nc]);
-                                }
-                            }
-                        }
-                        if let (true, Some(f)) = (last, epi) {
-                            let mut segs: [&mut [f32]; MR] = Default::default();
-                            for (r, seg) in segs.iter_mut().enumerate().take(nr) {
-                                let at = (r0 + r) * n + c0;
-                                // SAFETY: as above; the rows were just written (still in L1).
-                                *seg = unsafe { out.slice(at..at + nc) };
-                            }
-                            f(&mut segs[..nr]);
-                        }
+                        let part = part.get_mut(r0 * NR..).unwrap_or(&mut []);
+                        // SAFETY: rows r0..r0 + nr of columns c0..c0 + nc belong to this
+                        // thread's panels only; `tile` per this fn's contract.
+                        unsafe {
+                            let (cols, flags) = ((c0, nc, n), (first, last));
+                            tile_into(
+                                tile,
+                                slice,
+                                a,
+                                kl,
+                                kl,
+                                (r0, nr),
+                                cols,
+                                &out,
+                                part,
+                                flags,
+                                pbias,
+                                epi,
+                            )
+                        };
                     }
                 }
             }
         }
         // The next weight's first slice of this thread.
-        if let Some(next) = &next {
-            let first = split(next.panels(), threads, t).start;
-            if first < next.panels() {
-                let kl = block_k(next.elem).min(next.k);
-                prefetch_l2(slice_of(next, first, 0, kl), SLICE_BYTES);
-            }
-        }
+        let first_slice = next
+            .as_ref()
+            .map_or(0, |nx| block_k(nx.elem).min(nx.k) * NR * nx.elem);
+        prefetch_first(next.as_deref(), threads, t, first_slice);
     });
 }
 
