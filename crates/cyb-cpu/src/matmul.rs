@@ -99,7 +99,7 @@ pub(crate) struct Scratch {
     /// The float weight of the previous packed GEMM (to link it to its successor).
     last_panels: Mutex<std::sync::Weak<crate::sgemm::Panels>>,
     /// Each thread's block of activation rows in the blocked float GEMM.
-    packed_rows: Mutex<Vec<f32>>,
+    row_blocks: Mutex<Vec<f32>>,
     /// Whether prefill-sized float matmuls with long rows take the blocked GEMM
     /// (`CYB_CPU_BLOCKED=0`: not).
     pub(crate) blocked: bool,
@@ -119,7 +119,7 @@ impl Default for Scratch {
             repacked: RepackCache::default(),
             panels: crate::repack::WeightCache::default(),
             last_panels: Mutex::default(),
-            packed_rows: Mutex::default(),
+            row_blocks: Mutex::default(),
             blocked: std::env::var("CYB_CPU_BLOCKED").map_or(true, |v| v.trim() != "0"),
             amx: std::env::var("CYB_CPU_AMX").map_or(true, |v| v.trim() != "0"),
         }
@@ -190,14 +190,14 @@ fn repacked(
                 }
                 drop(last);
                 if scratch.blocked && m > crate::sgemm::MR && k >= crate::sgemm::BLOCKED_MIN_K {
-                    let mut packed = scratch
-                        .packed_rows
+                    let mut blocks = scratch
+                        .row_blocks
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
                     // SAFETY: `tile` is the tile for this dtype, and `set` was checked available
                     // when the backend was made.
                     unsafe {
-                        crate::sgemm::gemm_blocked(pool, tile, &w, a, m, y, bias, epi, &mut packed)
+                        crate::sgemm::gemm_blocked(pool, tile, &w, a, m, y, bias, epi, &mut blocks)
                     };
                     return Done::WithEpilogue;
                 }

@@ -341,11 +341,11 @@ fn slice_of(w: &Panels, p: usize, k0: usize, kl: usize) -> &[u8] {
 }
 
 /// [`gemm`] blocked along `k` as well (as BLIS blocks): for each block of rows and each block of
-/// `k` in turn, each thread copies the block's activations into its own part of `packed`
+/// `k` in turn, each thread copies the block's activations into its own part of `blocks`
 /// (`ROWS_BLOCK_BYTES`, in L2), then every one of its panels' slices (`SLICE_BYTES`, in L1)
-/// meets every row tile of the block, the sums carried in `y` between blocks of `k`. Each weight byte is read once per block of rows, and the activations come
-/// from L2 however long `k` is; the sums run over `k` in order, so results equal [`gemm`]'s bit
-/// for bit.
+/// meets every row tile of the block, the sums carried in `y` between blocks of `k`. Each
+/// weight byte is read once per block of rows, and the activations come from L2 however long
+/// `k` is; the sums run over `k` in order, so results equal [`gemm`]'s bit for bit.
 ///
 /// # Safety
 /// `tile` must come from [`tile`] for the packed weight's dtype, and the CPU must have its
@@ -360,7 +360,7 @@ pub unsafe fn gemm_blocked(
     y: &mut [f32],
     bias: Option<&[f32]>,
     epi: Option<Epilogue<'_>>,
-    packed: &mut Vec<f32>,
+    blocks: &mut Vec<f32>,
 ) {
     let (n, k) = (w.n, w.k);
     assert!(y.len() >= m * n && rows.len() >= m * k && bias.is_none_or(|b| b.len() == n));
@@ -369,10 +369,10 @@ pub unsafe fn gemm_blocked(
     let kc = block_k(w.elem);
     let block_tiles = (ROWS_BLOCK_BYTES / (kc * MR * 4)).clamp(1, tiles.max(1));
     let per_thread = block_tiles * MR * kc;
-    if packed.len() < threads * per_thread {
-        packed.resize(threads * per_thread, 0.0);
+    if blocks.len() < threads * per_thread {
+        blocks.resize(threads * per_thread, 0.0);
     }
-    let bufs = DisjointOut::new(&mut packed[..threads * per_thread]);
+    let bufs = DisjointOut::new(&mut blocks[..threads * per_thread]);
     let panels = w.panels();
     let out = DisjointOut::new(y);
     let next = successor(w);
@@ -485,7 +485,7 @@ mod tests {
             .filter(|s| s.is_available())
             .collect();
         if sets.is_empty() {
-            eprintln!("no AVX2 on this CPU: the packed GEMM is not used here");
+            eprintln!("no AVX2 on this CPU: the panel GEMM is not used here");
         }
         for set in sets {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -517,9 +517,8 @@ mod tests {
                     // SAFETY: the tiles for this dtype and set (checked available above).
                     unsafe {
                         let t0 = tile(dtype, set).unwrap();
-
                         gemm(&pool, t0, &w, &rows, m, &mut y0, Some(&bias), Some(&epi));
-                        let mut packed = Vec::new();
+                        let mut blocks = Vec::new();
                         gemm_blocked(
                             &pool,
                             t0,
@@ -529,7 +528,7 @@ mod tests {
                             &mut y1,
                             Some(&bias),
                             Some(&epi),
-                            &mut packed,
+                            &mut blocks,
                         );
                     }
                     let what =
