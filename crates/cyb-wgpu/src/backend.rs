@@ -56,6 +56,9 @@ pub struct WgpuBackend {
     /// quantize their activations and use integer dot products (`ops::matmul::MVQ_MIN_ROWS`;
     /// `CYB_WGPU_MVQ_ROWS`, `CYB_WGPU_MVQ=0` for never).
     pub(crate) mvq_min_rows: std::sync::atomic::AtomicUsize,
+    /// Prefill matmuls of non-F32 weights run on cooperative matrices (matmul_coop.wgsl),
+    /// where the device has them (`GpuContext::coop`; `CYB_WGPU_COOPMAT=0` for never).
+    pub(crate) coop: std::sync::atomic::AtomicBool,
 }
 
 /// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
@@ -184,6 +187,7 @@ impl WgpuBackend {
         let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
         let host_time = crate::host_time::HostTime::from_env().map(Arc::new);
         Ok(WgpuBackend {
+            coop: std::sync::atomic::AtomicBool::new(ctx.coop),
             submitter: crate::submit::Submitter::new(&ctx.queue, host_time.clone()),
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
@@ -325,6 +329,22 @@ impl WgpuBackend {
             rows.unwrap_or(usize::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+
+    /// Runs prefill matmuls of F16 and quantized weights on cooperative matrices (`true`,
+    /// where the device has them: see `coop_matmul`) or on the f32 tiled kernel (`false`); for
+    /// tests and comparisons.
+    pub fn set_coop_matmul(&self, on: bool) {
+        self.coop.store(
+            on && self.ctx.coop,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Whether prefill matmuls of F16 and quantized weights run on cooperative matrices
+    /// (tensor cores): products of f16-rounded activations and weights summed in f32.
+    pub fn coop_matmul(&self) -> bool {
+        self.coop.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {

@@ -21,6 +21,8 @@ pub struct AdapterReport {
     pub max_workgroup_storage: u32,
     /// The subgroup size the kernels would use on it (0: none; `subgroup_size`).
     pub subgroup: u32,
+    /// Whether prefill matmuls would run on its cooperative matrices (`coop_matrices`).
+    pub coop: bool,
 }
 
 impl AdapterReport {
@@ -39,6 +41,7 @@ impl AdapterReport {
             max_workgroup_invocations: limits.max_compute_invocations_per_workgroup,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
             subgroup: subgroup_size(adapter),
+            coop: coop_matrices(adapter),
         }
     }
 
@@ -46,7 +49,7 @@ impl AdapterReport {
     pub fn summary(&self) -> String {
         format!(
             "{} ({}, {}, driver {}): max storage binding {} MiB, max buffer {} MiB, \
-             {} invocations/workgroup, {} KiB workgroup memory, {}",
+             {} invocations/workgroup, {} KiB workgroup memory, {}{}",
             self.name,
             self.backend,
             self.device_type,
@@ -62,6 +65,11 @@ impl AdapterReport {
             match self.subgroup {
                 0 => "no subgroup reductions".to_string(),
                 n => format!("subgroups of {n}"),
+            },
+            if self.coop {
+                ", prefill on 16×16×16 f16 cooperative matrices"
+            } else {
+                ""
             }
         )
     }
@@ -99,6 +107,9 @@ pub struct GpuContext {
     /// The adapter's subgroup size where the device has subgroup operations and one fixed
     /// size of 4 to 32 lanes (the kernels' reductions then use them); else 0.
     pub subgroup: u32,
+    /// Whether the device was opened with f16 and cooperative matrices for the prefill
+    /// matmuls (`coop_matrices`).
+    pub coop: bool,
     errors: Arc<Mutex<Option<String>>>,
 }
 
@@ -209,10 +220,24 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
     if subgroup != 0 {
         features |= wgpu::Features::SUBGROUP;
     }
+    let coop = coop_matrices(adapter);
+    if coop {
+        features |= wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    }
     let desc = wgpu::DeviceDescriptor {
         label: Some("cyb-wgpu"),
         required_features: features,
         required_limits: limits.clone(),
+        experimental_features: if coop {
+            // SAFETY: of the experimental features only cooperative matrices are requested,
+            // and only matmul_coop.wgsl uses them, as their specification allows: 16 × 16 × 16
+            // f16 products with f32 sums (a configuration the adapter lists), operands in
+            // workgroup memory at 16-byte aligned rows, every operation in uniform control
+            // flow of subgroups of 32 (the size the kernel assumes, checked here).
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
         ..Default::default()
     };
     let (device, queue) =
@@ -231,7 +256,31 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
         adapter: AdapterReport::of(adapter),
         limits,
         subgroup,
+        coop,
         errors,
+    })
+}
+
+/// Whether prefill matmuls may run on cooperative matrices (tensor cores): the adapter offers
+/// f16 shaders and a 16 × 16 × 16 product of f16 operands with f32 sums, its subgroups are 32
+/// lanes (matmul_coop.wgsl gives each 32 threads one product), and `CYB_WGPU_COOPMAT` is not
+/// `0`.
+fn coop_matrices(adapter: &wgpu::Adapter) -> bool {
+    let need = wgpu::Features::SHADER_F16
+        | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SUBGROUP;
+    if std::env::var("CYB_WGPU_COOPMAT").is_ok_and(|v| v.trim() == "0")
+        || !adapter.features().contains(need)
+        || subgroup_size(adapter) != 32
+    {
+        return false;
+    }
+    adapter.cooperative_matrix_properties().iter().any(|p| {
+        p.m_size == 16
+            && p.n_size == 16
+            && p.k_size == 16
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
     })
 }
 

@@ -100,12 +100,16 @@ pub enum Family {
     SdpaRope,
     BinaryPair,
     NormPair,
+    /// Prefill matmuls on cooperative matrices (matmul_coop.wgsl; needs the device's f16 and
+    /// cooperative matrix features, `GpuContext::coop`).
+    MatMulCoop,
 }
 
 impl Family {
     fn source(self) -> &'static str {
         match self {
             Family::MatMul => include_str!("shaders/matmul.wgsl"),
+            Family::MatMulCoop => include_str!("shaders/matmul_coop.wgsl"),
             Family::Embedding => include_str!("shaders/embedding.wgsl"),
             Family::Unary => include_str!("shaders/unary.wgsl"),
             Family::Binary => include_str!("shaders/binary.wgsl"),
@@ -132,9 +136,12 @@ impl Family {
     /// (read-only inputs, read-write outputs) of the family's bindings.
     fn bindings(self) -> (usize, usize) {
         match self {
-            Family::MatMul | Family::Embedding | Family::Binary | Family::Norm | Family::Rope => {
-                (2, 1)
-            }
+            Family::MatMul
+            | Family::MatMulCoop
+            | Family::Embedding
+            | Family::Binary
+            | Family::Norm
+            | Family::Rope => (2, 1),
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
             Family::Sdpa => (3, 2),
             Family::LayerNorm => (3, 1),
@@ -242,16 +249,16 @@ impl Kernels {
         self.subgroup
     }
 
-    /// The pipeline for `key`, compiled on first use.
-    pub fn get(&self, device: &wgpu::Device, key: &KernelKey) -> Arc<Kernel> {
-        let mut map = self
-            .pipelines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = map.get(key) {
-            return k.clone();
-        }
-        let mut src = subgroup_prelude(self.subgroup);
+    /// The WGSL module of `key`: the shared preludes, the weight readers where it reads
+    /// weights, and the family's file.
+    pub fn source(&self, key: &KernelKey) -> String {
+        // Enable directives come before everything else in a module.
+        let mut src = if key.family == Family::MatMulCoop {
+            "enable f16;\nenable wgpu_cooperative_matrix;\n".to_string()
+        } else {
+            String::new()
+        };
+        src.push_str(&subgroup_prelude(self.subgroup));
         src.push_str(COMMON);
         if let Some(dt) = key.weights {
             let (kind, block, bytes) = weight_format(dt).unwrap_or((0, 1, 4));
@@ -352,6 +359,19 @@ impl Kernels {
             _ => {}
         }
         src.push_str(key.family.source());
+        src
+    }
+
+    /// The pipeline for `key`, compiled on first use.
+    pub fn get(&self, device: &wgpu::Device, key: &KernelKey) -> Arc<Kernel> {
+        let mut map = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = map.get(key) {
+            return k.clone();
+        }
+        let src = self.source(key);
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(key.entry),
             source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -410,5 +430,57 @@ impl Kernels {
         let k = Arc::new(Kernel { pipeline, layout });
         map.insert(key.clone(), k.clone());
         k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses and validates `src` as naga does for a device with f16, subgroups and cooperative
+    /// matrices, then lowers it to SPIR-V as the Vulkan backend would.
+    fn validate(src: &str, what: &str) {
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
+        let caps = naga::valid::Capabilities::COOPERATIVE_MATRIX
+            | naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+            | naga::valid::Capabilities::SUBGROUP;
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
+        let options = naga::back::spv::Options {
+            lang_version: (1, 3),
+            ..Default::default()
+        };
+        naga::back::spv::write_vec(&module, &info, &options, None)
+            .unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"));
+    }
+
+    /// The cooperative matrix prefill compiles for every weight format, though no adapter of
+    /// a CI machine (lavapipe) runs it; tests/kernels.rs checks its results where one does.
+    #[test]
+    fn coop_matmul_validates_for_every_weight_format() {
+        let kernels = Kernels::new(false, 32);
+        for dt in [
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+        ] {
+            let key = KernelKey {
+                family: Family::MatMulCoop,
+                entry: "coop",
+                weights: Some(dt),
+                rows: 1,
+            };
+            validate(&kernels.source(&key), &format!("coop {dt}"));
+        }
     }
 }

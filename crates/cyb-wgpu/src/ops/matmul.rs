@@ -112,9 +112,17 @@ pub(crate) fn matmul(
         mvq(gpu, st, [&abuf, &wbuf, &ybuf], w.dtype(), n, k, row_bytes)?;
         return Ok(y);
     }
-    // Many rows (prefill): 64 × 64 output tiles; one (decode): `mv_lanes` lanes per weight
-    // row; a few: one workgroup per weight row.
-    let (entry, rows, groups) = if m >= TILED_MIN_ROWS {
+    // Many rows (prefill): 64 × 64 output tiles, on cooperative matrices where the device has
+    // them and the weights are not F32 (whose products stay f32 throughout); one (decode):
+    // `mv_lanes` lanes per weight row; a few: one workgroup per weight row.
+    let mut family = Family::MatMul;
+    let (entry, rows, groups) = if m >= TILED_MIN_ROWS
+        && w.dtype() != DType::F32
+        && gpu.coop_matmul()
+    {
+        family = Family::MatMulCoop;
+        ("coop", 1, n.div_ceil(64) * m.div_ceil(64))
+    } else if m >= TILED_MIN_ROWS {
         ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
     } else if m == 1 && whole_words(w.dtype(), k) {
         let mr = mv_rows_per_lane(n, w.dtype());
@@ -129,7 +137,7 @@ pub(crate) fn matmul(
         ("main", rows, n * m.div_ceil(rows as usize))
     };
     let key = KernelKey {
-        family: Family::MatMul,
+        family,
         entry,
         weights: Some(w.dtype()),
         rows,
