@@ -18,6 +18,7 @@ mod submit;
 
 pub use backend::WgpuBackend;
 pub use context::{adapters, AdapterReport};
+pub use kernels::WEIGHT_DTYPES;
 
 /// Registers `"wgpu"` (also reachable as `"wgpu+rs"`) with cyb-backend's registry. Idempotent.
 pub fn register() {

@@ -16,18 +16,7 @@ use cyb_tensor::{DType, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
-const WEIGHT_DTYPES: [DType; 10] = [
-    DType::F32,
-    DType::F16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-];
+use cyb_wgpu::WEIGHT_DTYPES;
 
 /// Tests of this binary count launches of the one shared backend and toggle its merging, so
 /// they take turns.
