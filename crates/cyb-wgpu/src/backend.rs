@@ -335,10 +335,8 @@ impl WgpuBackend {
     /// where the device has them: see `coop_matmul`) or on the f32 tiled kernel (`false`); for
     /// tests and comparisons.
     pub fn set_coop_matmul(&self, on: bool) {
-        self.coop.store(
-            on && self.ctx.coop,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.coop
+            .store(on && self.ctx.coop, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether prefill matmuls of F16 and quantized weights run on cooperative matrices

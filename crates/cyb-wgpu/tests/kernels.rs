@@ -129,7 +129,9 @@ fn matmul_every_weight_format() {
 fn matmul_on_cooperative_matrices() {
     let Some(gpu) = gpu() else { return };
     if !gpu.coop_matmul() {
-        eprintln!("no cooperative matrices on this adapter: the f32 tiled kernel takes these cases");
+        eprintln!(
+            "no cooperative matrices on this adapter: the f32 tiled kernel takes these cases"
+        );
     }
     // `CYB_TEST_COOP_TOL` tightens it, e.g. for operands split in two f16 parts
     // (`CYB_WGPU_COOP_SPLIT=1`).

@@ -134,28 +134,30 @@ pub(crate) fn matmul(
     // them and the weights are not F32 (whose products stay f32 throughout); one (decode):
     // `mv_lanes` lanes per weight row; a few: one workgroup per weight row.
     let mut family = Family::MatMul;
-    let (entry, rows, groups) = if m >= TILED_MIN_ROWS
-        && w.dtype() != DType::F32
-        && gpu.coop_matmul()
-    {
-        family = Family::MatMulCoop;
-        let rows = coop_rows();
-        let split = if coop_split() { 0x1_0000 } else { 0 };
-        ("coop", rows | split, n.div_ceil(64) * m.div_ceil(rows as usize))
-    } else if m >= TILED_MIN_ROWS {
-        ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
-    } else if m == 1 && whole_words(w.dtype(), k) {
-        let mr = mv_rows_per_lane(n, w.dtype());
-        let lanes = mv_lanes(n.div_ceil(mr as usize), k, w.dtype());
-        (
-            "mv",
-            lanes | (mr << 16),
-            n.div_ceil(256 / lanes as usize * mr as usize),
-        )
-    } else {
-        let rows = if m == 1 { 1 } else { 4 };
-        ("main", rows, n * m.div_ceil(rows as usize))
-    };
+    let (entry, rows, groups) =
+        if m >= TILED_MIN_ROWS && w.dtype() != DType::F32 && gpu.coop_matmul() {
+            family = Family::MatMulCoop;
+            let rows = coop_rows();
+            let split = if coop_split() { 0x1_0000 } else { 0 };
+            (
+                "coop",
+                rows | split,
+                n.div_ceil(64) * m.div_ceil(rows as usize),
+            )
+        } else if m >= TILED_MIN_ROWS {
+            ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
+        } else if m == 1 && whole_words(w.dtype(), k) {
+            let mr = mv_rows_per_lane(n, w.dtype());
+            let lanes = mv_lanes(n.div_ceil(mr as usize), k, w.dtype());
+            (
+                "mv",
+                lanes | (mr << 16),
+                n.div_ceil(256 / lanes as usize * mr as usize),
+            )
+        } else {
+            let rows = if m == 1 { 1 } else { 4 };
+            ("main", rows, n * m.div_ceil(rows as usize))
+        };
     let key = KernelKey {
         family,
         entry,
