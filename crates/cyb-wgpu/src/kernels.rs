@@ -279,16 +279,11 @@ impl Kernels {
             // `rows` is, for the decode matvec's entries `mv*`, the lanes per weight row (low
             // 16 bits) and the weight rows per lane (high bits, 0 meaning 1: matvec_fast.wgsl's
             // `vdotm`); for the others the activation rows per workgroup.
-            // For `coop`, the activation rows per tile (low 16 bits) and whether operands are
-            // split into two f16 parts (bit 16: matmul_coop.wgsl's `SPLIT`).
             let (mb, lpr, mr) = if key.entry.starts_with("mv") {
                 (1, key.rows & 0xffff, (key.rows >> 16).max(1))
-            } else if key.entry == "coop" {
-                (key.rows & 0xffff, 32, 1)
             } else {
                 (key.rows, 32, 1)
             };
-            let split = key.entry == "coop" && key.rows & 0x1_0000 != 0;
             // Units of eight values per block for the decode matvec (matvec_fast.wgsl's `udot`).
             let upb = match kind {
                 0 | 1 => 1,
@@ -304,8 +299,7 @@ impl Kernels {
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
                  const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\
-                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\nconst PAIRWALK: bool = {pairwalk};\n\
-                 const SPLIT: bool = {split};\n"
+                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\nconst PAIRWALK: bool = {pairwalk};\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
@@ -485,15 +479,13 @@ mod tests {
         let kernels = Kernels::new(false, 32);
         // F32 weights never take it (their prefill stays f32 throughout).
         for dt in WEIGHT_DTYPES.into_iter().filter(|&d| d != DType::F32) {
-            for rows in [32, 64, 128, 0x1_0000 | 32, 0x1_0000 | 64, 0x1_0000 | 128] {
-                let key = KernelKey {
-                    family: Family::MatMulCoop,
-                    entry: "coop",
-                    weights: Some(dt),
-                    rows,
-                };
-                validate(&kernels.source(&key), &format!("coop {dt} {rows} rows"));
-            }
+            let key = KernelKey {
+                family: Family::MatMulCoop,
+                entry: "coop",
+                weights: Some(dt),
+                rows: 1,
+            };
+            validate(&kernels.source(&key), &format!("coop {dt}"));
         }
     }
 }

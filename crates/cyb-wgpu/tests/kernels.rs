@@ -133,8 +133,7 @@ fn matmul_on_cooperative_matrices() {
             "no cooperative matrices on this adapter: the f32 tiled kernel takes these cases"
         );
     }
-    // `CYB_TEST_COOP_TOL` tightens it, e.g. for operands split in two f16 parts
-    // (`CYB_WGPU_COOP_SPLIT=1`).
+    // `CYB_TEST_COOP_TOL` sets another (to see how close it comes).
     let tol = std::env::var("CYB_TEST_COOP_TOL")
         .ok()
         .and_then(|v| v.parse().ok())

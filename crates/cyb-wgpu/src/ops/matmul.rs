@@ -76,24 +76,6 @@ fn q16_format(dtype: DType) -> bool {
     matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q6_K)
 }
 
-/// Activation rows per tile of the cooperative matrix prefill (matmul_coop.wgsl's `MB`: 32,
-/// 64 or 128; `CYB_WGPU_COOP_ROWS`, default 64).
-fn coop_rows() -> u32 {
-    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| match std::env::var("CYB_WGPU_COOP_ROWS").as_deref() {
-        Ok("32") => 32,
-        Ok("128") => 128,
-        _ => 64,
-    })
-}
-
-/// Whether the cooperative matrix prefill splits activations and weights into two f16 parts
-/// each (`CYB_WGPU_COOP_SPLIT=1`).
-fn coop_split() -> bool {
-    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| std::env::var("CYB_WGPU_COOP_SPLIT").is_ok_and(|v| v == "1"))
-}
-
 /// `a [.., m, k]` F32 times `w [n, k]ᵀ` with `w` in a format `dequant.wgsl` reads.
 pub(crate) fn supports(gpu: &WgpuBackend, rhs_transposed: bool, inputs: &[TensorInfo]) -> bool {
     let [a, w] = inputs else {
@@ -137,13 +119,7 @@ pub(crate) fn matmul(
     let (entry, rows, groups) =
         if m >= TILED_MIN_ROWS && w.dtype() != DType::F32 && gpu.coop_matmul() {
             family = Family::MatMulCoop;
-            let rows = coop_rows();
-            let split = if coop_split() { 0x1_0000 } else { 0 };
-            (
-                "coop",
-                rows | split,
-                n.div_ceil(64) * m.div_ceil(rows as usize),
-            )
+            ("coop", 1, n.div_ceil(64) * m.div_ceil(64))
         } else if m >= TILED_MIN_ROWS {
             ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
         } else if m == 1 && whole_words(w.dtype(), k) {
