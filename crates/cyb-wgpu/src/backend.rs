@@ -57,7 +57,7 @@ pub struct WgpuBackend {
     /// `CYB_WGPU_MVQ_ROWS`, `CYB_WGPU_MVQ=0` for never).
     pub(crate) mvq_min_rows: std::sync::atomic::AtomicUsize,
     /// Prefill matmuls of non-F32 weights run on cooperative matrices (matmul_coop.wgsl),
-    /// where the device has them (`GpuContext::coop`; `CYB_WGPU_COOPMAT=0` for never).
+    /// where the device has them (`AdapterReport::coop`; `CYB_WGPU_COOPMAT=0` for never).
     pub(crate) coop: std::sync::atomic::AtomicBool,
 }
 
@@ -187,7 +187,7 @@ impl WgpuBackend {
         let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
         let host_time = crate::host_time::HostTime::from_env().map(Arc::new);
         Ok(WgpuBackend {
-            coop: std::sync::atomic::AtomicBool::new(ctx.coop),
+            coop: std::sync::atomic::AtomicBool::new(ctx.adapter.coop),
             submitter: crate::submit::Submitter::new(&ctx.queue, host_time.clone()),
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
@@ -335,8 +335,10 @@ impl WgpuBackend {
     /// where the device has them: see `coop_matmul`) or on the f32 tiled kernel (`false`); for
     /// tests and comparisons.
     pub fn set_coop_matmul(&self, on: bool) {
-        self.coop
-            .store(on && self.ctx.coop, std::sync::atomic::Ordering::Relaxed);
+        self.coop.store(
+            on && self.ctx.adapter.coop,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Whether prefill matmuls of F16 and quantized weights run on cooperative matrices

@@ -107,9 +107,6 @@ pub struct GpuContext {
     /// The adapter's subgroup size where the device has subgroup operations and one fixed
     /// size of 4 to 32 lanes (the kernels' reductions then use them); else 0.
     pub subgroup: u32,
-    /// Whether the device was opened with f16 and cooperative matrices for the prefill
-    /// matmuls (`coop_matrices`).
-    pub coop: bool,
     errors: Arc<Mutex<Option<String>>>,
 }
 
@@ -220,7 +217,10 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
     if subgroup != 0 {
         features |= wgpu::Features::SUBGROUP;
     }
-    let coop = coop_matrices(adapter);
+    let report = AdapterReport::of(adapter);
+    // The device gets f16 and cooperative matrices for the prefill matmuls where the report
+    // says they would run (`coop_matrices`).
+    let coop = report.coop;
     if coop {
         features |= wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
     }
@@ -253,10 +253,9 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
     Ok(GpuContext {
         device,
         queue,
-        adapter: AdapterReport::of(adapter),
+        adapter: report,
         limits,
         subgroup,
-        coop,
         errors,
     })
 }

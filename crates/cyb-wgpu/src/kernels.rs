@@ -101,7 +101,7 @@ pub enum Family {
     BinaryPair,
     NormPair,
     /// Prefill matmuls on cooperative matrices (matmul_coop.wgsl; needs the device's f16 and
-    /// cooperative matrix features, `GpuContext::coop`).
+    /// cooperative matrix features, `AdapterReport::coop`).
     MatMulCoop,
 }
 

@@ -115,25 +115,25 @@ pub(crate) fn matmul(
     // Many rows (prefill): 64 × 64 output tiles, on cooperative matrices where the device has
     // them and the weights are not F32 (whose products stay f32 throughout); one (decode):
     // `mv_lanes` lanes per weight row; a few: one workgroup per weight row.
-    let mut family = Family::MatMul;
-    let (entry, rows, groups) =
-        if m >= TILED_MIN_ROWS && w.dtype() != DType::F32 && gpu.coop_matmul() {
-            family = Family::MatMulCoop;
-            ("coop", 1, n.div_ceil(64) * m.div_ceil(64))
-        } else if m >= TILED_MIN_ROWS {
-            ("tiled", 1, n.div_ceil(64) * m.div_ceil(64))
-        } else if m == 1 && whole_words(w.dtype(), k) {
-            let mr = mv_rows_per_lane(n, w.dtype());
-            let lanes = mv_lanes(n.div_ceil(mr as usize), k, w.dtype());
-            (
-                "mv",
-                lanes | (mr << 16),
-                n.div_ceil(256 / lanes as usize * mr as usize),
-            )
-        } else {
-            let rows = if m == 1 { 1 } else { 4 };
-            ("main", rows, n * m.div_ceil(rows as usize))
-        };
+    let coop = m >= TILED_MIN_ROWS && w.dtype() != DType::F32 && gpu.coop_matmul();
+    let (family, entry, rows, groups) = if coop {
+        (
+            Family::MatMulCoop,
+            "coop",
+            1,
+            n.div_ceil(64) * m.div_ceil(64),
+        )
+    } else if m >= TILED_MIN_ROWS {
+        (Family::MatMul, "tiled", 1, n.div_ceil(64) * m.div_ceil(64))
+    } else if m == 1 && whole_words(w.dtype(), k) {
+        let mr = mv_rows_per_lane(n, w.dtype());
+        let lanes = mv_lanes(n.div_ceil(mr as usize), k, w.dtype());
+        let groups = n.div_ceil(256 / lanes as usize * mr as usize);
+        (Family::MatMul, "mv", lanes | (mr << 16), groups)
+    } else {
+        let rows = if m == 1 { 1 } else { 4 };
+        (Family::MatMul, "main", rows, n * m.div_ceil(rows as usize))
+    };
     let key = KernelKey {
         family,
         entry,
