@@ -6,13 +6,17 @@
 //! - tg<N>: N single-token forwards from an empty context, each fed a random id (llama-bench
 //!   does not sample either); t/s = N / time.
 //!
+//! - `-d D` (llama-bench's `--n-depth`): both tests run after D tokens already in the context
+//!   ("pp128 @ d1024"); the D tokens are prefilled untimed once per test, and every repeat
+//!   starts from them (the cache cut back to D).
+//!
 //! Each test runs once untimed to warm up (pp: the full prompt; tg: one token), then R timed
-//! repeats, each from an empty cache. Tokenization and sampling are never timed. The human
+//! repeats, each from an empty cache (or the D-token context). Tokenization and sampling are never timed. The human
 //! table shows the median ± the sample standard deviation; `--json` prints llama-bench's
 //! field names (`avg_ts` is the mean, as there) plus `median_ts`, `load_ms` and
 //! `peak_rss_bytes`.
 
-use cyb_runtime::{ExecPath, Model, Runtime, RuntimeOptions};
+use cyb_runtime::{BenchSession, ExecPath, Model, Runtime, RuntimeOptions};
 use cyb_tensor::{Error, Result};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -28,6 +32,9 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test.
     #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
     pub n_gen: usize,
+    /// Tokens already in the context when each test starts (llama-bench's `-d`).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
     /// Timed repeats of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -44,6 +51,7 @@ pub struct BenchArgs {
 
 /// One finished test.
 struct TestResult {
+    n_depth: usize,
     n_prompt: usize,
     n_gen: usize,
     samples_ns: Vec<u64>,
@@ -65,10 +73,14 @@ impl TestResult {
     }
 
     fn name(&self) -> String {
-        if self.n_gen == 0 {
+        let test = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        match self.n_depth {
+            0 => test,
+            d => format!("{test} @ d{d}"),
         }
     }
 }
@@ -112,16 +124,38 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ..describe(&model)?
     };
 
-    let ctx = args.n_prompt.max(args.n_gen);
+    let ctx = args
+        .n_prompt
+        .max(args.n_gen)
+        .checked_add(args.n_depth)
+        .ok_or_else(|| Error::invalid("bench", "-d is too large"))?;
     let mut session = model.bench_session(ctx)?;
     let vocab = model.config().vocab_size as u64;
-    let first = match (model.tokenizer().add_bos(), model.tokenizer().bos_id()) {
+    let bos = match (model.tokenizer().add_bos(), model.tokenizer().bos_id()) {
         (true, Some(b)) => Some(b),
         _ => None,
     };
     // A fixed seed: every run feeds the same ids, which only matters for MoE routing.
     let mut rng = SplitMix64(0x5eed_cb11);
     let mut draw = move || (rng.next() % vocab) as u32;
+    // The context's first id is BOS when the model adds one: the depth's, else the test's.
+    let depth_ids: Vec<u32> = (0..args.n_depth)
+        .map(|i| match (i, bos) {
+            (0, Some(b)) => b,
+            _ => draw(),
+        })
+        .collect();
+    let first = bos.filter(|_| args.n_depth == 0);
+    let depth = args.n_depth;
+    // The untimed context every repeat of a test starts from: prefilled in chunks of at most
+    // DEPTH_CHUNK tokens (bounding the activations of a deep context).
+    let fill = |session: &mut BenchSession| -> Result<()> {
+        session.clear();
+        for chunk in depth_ids.chunks(DEPTH_CHUNK) {
+            session.feed(chunk)?;
+        }
+        Ok(())
+    };
 
     let mut results = Vec::new();
     // pp: one bulk forward.
@@ -131,24 +165,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
             _ => draw(),
         })
         .collect();
-    session.clear();
+    fill(&mut session)?;
     session.feed(&prompt)?;
     let mut samples = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
-        session.clear();
+        session.truncate(depth);
         let t0 = Instant::now();
         session.feed(&prompt)?;
         samples.push(elapsed_ns(t0));
     }
-    results.push(finish(args.n_prompt, 0, samples));
+    results.push(finish(depth, args.n_prompt, 0, samples));
 
     // tg: single-token forwards.
     let start = first.unwrap_or_else(&mut draw);
-    session.clear();
+    fill(&mut session)?;
     session.feed(&[start])?;
     let mut samples = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
-        session.clear();
+        session.truncate(depth);
         let ids: Vec<u32> = std::iter::once(start)
             .chain((1..args.n_gen).map(|_| draw()))
             .collect();
@@ -158,7 +192,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         samples.push(elapsed_ns(t0));
     }
-    results.push(finish(0, args.n_gen, samples));
+    results.push(finish(depth, 0, args.n_gen, samples));
 
     if args.json {
         let arr: Vec<Value> = results.iter().map(|r| to_json(&info, r)).collect();
@@ -186,8 +220,12 @@ fn set_threads(threads: usize) {
     }
 }
 
-fn finish(n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> TestResult {
+/// Most tokens of the `-d` context prefilled in one forward.
+const DEPTH_CHUNK: usize = 512;
+
+fn finish(n_depth: usize, n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> TestResult {
     TestResult {
+        n_depth,
         n_prompt,
         n_gen,
         samples_ns,
@@ -282,7 +320,7 @@ fn to_json(info: &RunInfo, r: &TestResult) -> Value {
         "n_threads": info.threads,
         "n_prompt": r.n_prompt,
         "n_gen": r.n_gen,
-        "n_depth": 0,
+        "n_depth": r.n_depth,
         "test_time": r.test_time,
         "avg_ns": mean(&ns).round() as u64,
         "stddev_ns": stddev(&ns).round() as u64,

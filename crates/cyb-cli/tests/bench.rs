@@ -156,3 +156,48 @@ fn bad_arguments_are_refused() {
         assert!(out.stdout.is_empty(), "{args:?} printed results");
     }
 }
+
+#[test]
+fn depth_runs_each_test_after_a_filled_context() {
+    let tests = bench_json(&["-p", "3", "-n", "2", "-d", "600", "-r", "2", "-t", "2"]);
+    assert_eq!(tests.len(), 2);
+    for (t, (n_prompt, n_gen)) in tests.iter().zip([(3u64, 0u64), (0, 2)]) {
+        assert_eq!(t["n_depth"].as_u64(), Some(600), "{t}");
+        assert_eq!(t["n_prompt"].as_u64(), Some(n_prompt));
+        assert_eq!(t["n_gen"].as_u64(), Some(n_gen));
+        // avg_ts counts the test's own tokens, not the context's.
+        let ts = f64s(t, "samples_ts");
+        let ns = f64s(t, "samples_ns");
+        let tokens = (n_prompt + n_gen) as f64;
+        for (n, s) in ns.iter().zip(&ts) {
+            assert!((s - tokens * 1e9 / n).abs() <= 1e-9 * s);
+        }
+    }
+    let model = fixture();
+    let out = bench(&[
+        model.to_str().expect("utf-8"),
+        "-p",
+        "4",
+        "-n",
+        "3",
+        "-d",
+        "9",
+        "-r",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| pp4 @ d9 |"), "{text}");
+    assert!(text.contains("| tg3 @ d9 |"), "{text}");
+    // A context that cannot be allocated is an error, not an abort.
+    let out = bench(&[
+        model.to_str().expect("utf-8"),
+        "-d",
+        "1000000000000000",
+        "-r",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kv cache"), "{err}");
+}

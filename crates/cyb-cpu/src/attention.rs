@@ -9,8 +9,12 @@
 //! GEMM's register tile (scores against each block of 32 keys, then the weights against the
 //! values packed into 32-column panels), elsewhere up to 4 rows share each key and value load.
 //! Every score is one running sum over `d` and every output one over the keys in order, so a
-//! row's result does not depend on its group (nor on the thread count). Decode rows (few per
-//! head) take dot products on the keys in place.
+//! row's result does not depend on its group (nor on the thread count).
+//!
+//! Decode rows (few per KV head) read the keys and values in place, in either layout (a KV
+//! cache hands attention its token-major prefix without copying it): a head's keys are taken
+//! in fixed chunks spread over the threads, each chunk read once for all of the head's query
+//! rows, and each row's chunks merged in key order (`decode_rows`).
 
 use crate::math::exp;
 use crate::par::{f32_tensor, wide, Par};
@@ -83,21 +87,44 @@ fn mask_strides(mask: &[usize], scores: &[usize]) -> Option<Vec<usize>> {
     Some(strides)
 }
 
-/// Σ a·b in `LANES` partial sums.
+/// The `LANES` partial sums of `Σ a·b` over whole chunks of `LANES` (the caller folds them).
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot_lanes<const F: bool>(a: &[f32], b: &[f32]) -> [f32; LANES] {
     let mut acc = [0f32; LANES];
-    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
+    for (x, y) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
+        let (x, y) = (*lanes(x), *lanes(y));
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] = madd::<F>(x[l], y[l], acc[l]);
         }
     }
-    for ((s, x), y) in acc.iter_mut().zip(ar).zip(br) {
-        *s += x * y;
+    acc
+}
+
+/// A `LANES`-long chunk as an array (`chunks_exact` hands out exactly that length).
+#[inline(always)]
+fn lanes(x: &[f32]) -> &[f32; LANES] {
+    x.try_into().expect("a chunk of LANES values")
+}
+
+/// `acc += w · x` over `acc.len()` values (`x` at least as long): `LANES` at a time.
+#[inline(always)]
+fn axpy<const F: bool>(acc: &mut [f32], w: f32, x: &[f32]) {
+    let x = &x[..acc.len()];
+    let mut ac = acc.chunks_exact_mut(LANES);
+    let mut xc = x.chunks_exact(LANES);
+    for (a, x) in (&mut ac).zip(&mut xc) {
+        // Loaded into locals before the store: the compiler cannot tell the two slices apart,
+        // and would otherwise keep the lanes' order scalar.
+        let a: &mut [f32; LANES] = a.try_into().expect("a chunk of LANES values");
+        let (x, mut s) = (*lanes(x), *a);
+        for l in 0..LANES {
+            s[l] = madd::<F>(w, x[l], s[l]);
+        }
+        *a = s;
     }
-    fold_lanes(acc, |a, b| a + b)
+    for (a, &x) in ac.into_remainder().iter_mut().zip(xc.remainder()) {
+        *a = madd::<F>(w, x, *a);
+    }
 }
 
 #[inline(always)]
@@ -169,7 +196,8 @@ fn scores_rows<const F: bool, const R: usize>(
 }
 
 /// `y_r = Σ_j p_rj v_j` over `lo..hi` for `R` rows (`y` rows `dv` apart, weights `stride`
-/// apart), a register block of `W` outputs at `off`: one running sum per output in key order,
+/// apart, value rows `vs` apart), a register block of `W` outputs at `off`: one running sum
+/// per output in key order,
 /// so a row's result does not depend on `R`. Keys weighted 0 (excluded) are skipped, so a
 /// non-finite value there cannot leak in.
 #[inline(always)]
@@ -178,14 +206,14 @@ fn weighted_rows<const F: bool, const R: usize, const W: usize>(
     y: &mut [f32],
     p: &[f32],
     stride: usize,
-    v: &[f32],
+    (v, vs): (&[f32], usize),
     dv: usize,
     off: usize,
     (lo, hi): (usize, usize),
 ) {
     let mut acc = [[0f32; W]; R];
     for j in lo..hi {
-        let vr = &v[j * dv + off..][..W];
+        let vr = &v[j * vs + off..][..W];
         for r in 0..R {
             let pj = p[r * stride + j];
             if pj != 0.0 {
@@ -206,7 +234,7 @@ fn weighted_group<const F: bool, const R: usize>(
     y: &mut [f32],
     p: &[f32],
     stride: usize,
-    v: &[f32],
+    v: (&[f32], usize),
     span: (usize, usize),
 ) {
     let dv = y.len() / R;
@@ -221,64 +249,6 @@ fn weighted_group<const F: bool, const R: usize>(
     }
     while off < dv {
         weighted_rows::<F, R, 1>(y, p, stride, v, dv, off, span);
-        off += 1;
-    }
-}
-
-/// `y = Σ_j p_j v_j` over `lo..hi`, a register block of `W` outputs at `off`, the keys dealt
-/// round-robin to four partial sums (`4 × W` independent additions). Keys weighted 0
-/// (excluded) are skipped, so a non-finite value there cannot leak in.
-#[inline(always)]
-fn weighted<const F: bool, const W: usize>(
-    y: &mut [f32],
-    p: &[f32],
-    v: &[f32],
-    dv: usize,
-    off: usize,
-    (lo, hi): (usize, usize),
-) {
-    #[inline(always)]
-    fn add<const F: bool, const W: usize>(a: &mut [f32; W], pj: f32, vr: &[f32]) {
-        if pj != 0.0 {
-            let vr = &vr[..W];
-            for l in 0..W {
-                a[l] = madd::<F>(pj, vr[l], a[l]);
-            }
-        }
-    }
-    let (mut a0, mut a1, mut a2, mut a3) = ([0f32; W], [0f32; W], [0f32; W], [0f32; W]);
-    let row = |j: usize| &v[j * dv + off..];
-    let mut j = lo;
-    while j + 4 <= hi {
-        add::<F, W>(&mut a0, p[j], row(j));
-        add::<F, W>(&mut a1, p[j + 1], row(j + 1));
-        add::<F, W>(&mut a2, p[j + 2], row(j + 2));
-        add::<F, W>(&mut a3, p[j + 3], row(j + 3));
-        j += 4;
-    }
-    for (a, jj) in [&mut a0, &mut a1, &mut a2].into_iter().zip(j..hi) {
-        add::<F, W>(a, p[jj], row(jj));
-    }
-    for l in 0..W {
-        y[off + l] = (a0[l] + a1[l]) + (a2[l] + a3[l]);
-    }
-}
-
-/// [`weighted`] over all `dv` outputs: register blocks of `VB`, then 8, then 1.
-#[inline(always)]
-fn weighted_row<const F: bool>(y: &mut [f32], p: &[f32], v: &[f32], span: (usize, usize)) {
-    let dv = y.len();
-    let mut off = 0;
-    while off + VB <= dv {
-        weighted::<F, VB>(y, p, v, dv, off, span);
-        off += VB;
-    }
-    while off + 8 <= dv {
-        weighted::<F, 8>(y, p, v, dv, off, span);
-        off += 8;
-    }
-    while off < dv {
-        weighted::<F, 1>(y, p, v, dv, off, span);
         off += 1;
     }
 }
@@ -312,7 +282,7 @@ fn group_weighted<const F: bool>(
     y: &mut [f32],
     p: &[f32],
     stride: usize,
-    v: &[f32],
+    v: (&[f32], usize),
     span: (usize, usize),
 ) {
     match n {
@@ -582,10 +552,14 @@ impl Params<'_> {
     }
 }
 
-/// Softmax weights of keys `lo..hi` in place (raw scores in, `p_j` out, 0 for excluded keys);
-/// false when every key is excluded.
+/// The unnormalized softmax of keys `lo..hi` in place (raw scores in, `exp(x_j - max)` out, 0
+/// for excluded keys) and its `(max, Σ)`; `None` when every key is excluded.
 #[inline(always)]
-fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool {
+fn softmax_partial(
+    p: &Params<'_>,
+    mask: Option<(&[f32], usize)>,
+    s: &mut [f32],
+) -> Option<(f32, f32)> {
     for x in s.iter_mut() {
         *x *= p.scale;
     }
@@ -621,7 +595,7 @@ fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool
     }
     let max = fold_lanes(lanes, |a, b| if b > a { b } else { a });
     if max == f32::NEG_INFINITY {
-        return false;
+        return None;
     }
     let mut sums = [0f32; LANES];
     let mut chunks = s.chunks_exact_mut(LANES);
@@ -635,13 +609,248 @@ fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool
         *x = exp(*x - max);
         *a += *x;
     }
-    let sum = fold_lanes(sums, |a, b| a + b);
+    Some((max, fold_lanes(sums, |a, b| a + b)))
+}
+
+/// Softmax weights of keys `lo..hi` in place (raw scores in, `p_j` out, 0 for excluded keys);
+/// false when every key is excluded.
+#[inline(always)]
+fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool {
+    let Some((_, sum)) = softmax_partial(p, mask, s) else {
+        return false;
+    };
     // One division: a multiply per weight rounds differently from `e / sum` by at most 1 ulp.
     let inv = 1.0 / sum;
     for x in s.iter_mut() {
         *x *= inv;
     }
     true
+}
+
+/// Keys per chunk of the decode path: a KV head's keys are taken a chunk at a time, the
+/// chunks spread over the threads, and each row's chunks merged in key order, so results do
+/// not depend on the thread count (one chunk: the plain softmax).
+const CHUNK: usize = 256;
+
+/// Attention of rows with few query rows per KV head (decode: `lq · group` below
+/// [`TRANSPOSE_MIN_ROWS`]), keys and values read in place in either layout. Work items are
+/// (chunk, KV head) pairs, chunk-major, split into contiguous ranges over the threads: with
+/// token-major inputs a thread walks its part of the cache in address order. Each item reads
+/// every key and value of its chunk once for all of the head's query rows. With more than
+/// one chunk, an item leaves each row's `(max, Σ, Σ p·v)` over its keys, and the rows are
+/// merged afterwards (`y = Σ_c e^(m_c - M) acc_c / Σ_c e^(m_c - M) l_c`, chunks in order).
+#[inline(always)]
+fn decode_rows<const F: bool>(
+    g: &Geometry,
+    p: &Params<'_>,
+    par: Par<'_>,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (d, dv): (usize, usize),
+    y: &mut [f32],
+) {
+    let n = g.group * g.lq;
+    let rows = y.len() / dv;
+    let heads = rows / n.max(1);
+    let chunks = g.lk.div_ceil(CHUNK).max(1);
+    let items = heads * chunks;
+    // Per row and chunk: max, Σ, then dv sums.
+    let width = dv + 2;
+    let mut parts = vec![0f32; if chunks > 1 { rows * chunks * width } else { 0 }];
+    let threads = par.pool.threads().min(items).max(1);
+    {
+        let (yout, pout) = (DisjointOut::new(y), DisjointOut::new(&mut parts));
+        let (yout, pout) = (&yout, &pout);
+        let job = |t: usize| {
+            if t >= threads {
+                return;
+            }
+            let range = split(items, threads, t);
+            wide(
+                par.set,
+                #[inline(always)]
+                || {
+                    let mut sc = vec![0f32; n * CHUNK];
+                    let mut acc = vec![0f32; n * dv];
+                    for item in range {
+                        let (c, kv) = (item / heads, item % heads);
+                        let stats = decode_chunk::<F>(
+                            g,
+                            p,
+                            (q, k, v),
+                            (d, dv),
+                            (c, kv),
+                            chunks == 1,
+                            &mut sc,
+                            &mut acc,
+                        );
+                        for (r, (a, st)) in acc.chunks_exact(dv).zip(stats).take(n).enumerate() {
+                            let row = kv * n + r;
+                            if chunks == 1 {
+                                let at = g.q_at(row) * dv;
+                                // SAFETY: query row `row` belongs to this item only.
+                                let dst = unsafe { yout.slice(at..at + dv) };
+                                match st {
+                                    Some(_) => dst.copy_from_slice(a),
+                                    None => dst.fill(0.0),
+                                }
+                                continue;
+                            }
+                            let at = (row * chunks + c) * width;
+                            // SAFETY: row `row` of chunk `c` belongs to this item only.
+                            let dst = unsafe { pout.slice(at..at + width) };
+                            let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
+                            dst[0] = m;
+                            dst[1] = l;
+                            dst[2..].copy_from_slice(a);
+                        }
+                    }
+                },
+            );
+        };
+        if threads == 1 {
+            job(0);
+        } else {
+            par.pool.run(&job);
+        }
+    }
+    if chunks == 1 {
+        return;
+    }
+    for row in 0..rows {
+        let part = |c: usize| &parts[(row * chunks + c) * width..][..width];
+        let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| m.max(part(c)[0]));
+        let dst = &mut y[g.q_at(row) * dv..][..dv];
+        dst.fill(0.0);
+        if top == f32::NEG_INFINITY {
+            continue;
+        }
+        let mut sum = 0f32;
+        for c in 0..chunks {
+            let pc = part(c);
+            if pc[0] != f32::NEG_INFINITY {
+                sum += exp(pc[0] - top) * pc[1];
+            }
+        }
+        let inv = 1.0 / sum;
+        for c in 0..chunks {
+            let pc = part(c);
+            if pc[0] == f32::NEG_INFINITY {
+                continue;
+            }
+            let w = exp(pc[0] - top) * inv;
+            for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
+                *o = madd::<F>(w, a, *o);
+            }
+        }
+    }
+}
+
+/// One decode item: the `n` query rows of KV head `kv` against the keys of chunk `c`. Leaves
+/// each row's `Σ p·v` in `acc` (rows `dv` apart) and returns its `(max, Σ)` (`None`: no key
+/// visible); with `whole` (the only chunk) the weights are normalized, so `acc` is the output.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn decode_chunk<const F: bool>(
+    g: &Geometry,
+    p: &Params<'_>,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (d, dv): (usize, usize),
+    (c, kv): (usize, usize),
+    whole: bool,
+    sc: &mut [f32],
+    acc: &mut [f32],
+) -> [Option<(f32, f32)>; TRANSPOSE_MIN_ROWS] {
+    let n = g.group * g.lq;
+    let row0 = kv * n;
+    let (c0, c1) = (c * CHUNK, ((c + 1) * CHUNK).min(g.lk));
+    let mut stats = [None; TRANSPOSE_MIN_ROWS];
+    // Each row's visible keys in the chunk, and their union.
+    let mut spans = [(0, 0); TRANSPOSE_MIN_ROWS];
+    let (mut lo, mut hi) = (c1, c0);
+    for (r, span) in spans.iter_mut().enumerate().take(n) {
+        let (_, l, h) = g.visible(row0 + r);
+        let (l, h) = (l.max(c0), h.min(c1));
+        if l < h {
+            (lo, hi) = (lo.min(l), hi.max(h));
+        }
+        *span = (l, h);
+    }
+    acc[..n * dv].fill(0.0);
+    if lo >= hi {
+        return stats;
+    }
+    // Key `j` of the head is row `base + j · step` of `k` and `v`.
+    let base = g.k_at(kv, 0);
+    let step = if g.tokens { g.hkv } else { 1 };
+    // Scores a block of `LANES` keys at a time: each key's lanes of partial sums first, then
+    // their folds, in separate loops (a fold next to the products keeps the compiler from
+    // widening them); the block's keys stay in L1 for all rows.
+    let mut part = [[0f32; LANES]; LANES];
+    let full = d / LANES * LANES;
+    // Rows of one head are `step` rows apart in a token-major cache, a pattern the hardware
+    // prefetchers follow poorly: the next block's keys and values are asked for ahead.
+    let ahead = |x: &[f32], j: usize, w: usize| {
+        if j < hi {
+            crate::sgemm::prefetch_l2(
+                bytemuck::cast_slice(&x[(base + j * step) * w..][..w]),
+                w * 4,
+            );
+        }
+    };
+    for j0 in (lo..hi).step_by(LANES) {
+        let m = (hi - j0).min(LANES);
+        for j in j0..j0 + m {
+            ahead(k, j + 2 * LANES, d);
+            // The values pass comes after the chunk's scores: its rows are in L2 by then.
+            ahead(v, j, dv);
+        }
+        for r in 0..n {
+            let qr = &q[g.q_at(row0 + r) * d..][..d];
+            for (t, j) in part.iter_mut().zip(j0..j0 + m) {
+                *t = dot_lanes::<F>(&qr[..full], &k[(base + j * step) * d..][..full]);
+            }
+            let out = &mut sc[r * CHUNK + j0 - c0..][..m];
+            for ((o, t), j) in out.iter_mut().zip(&part).zip(j0..) {
+                let key = &k[(base + j * step) * d..][..d];
+                let tail = (full..d).fold(0f32, |a, c| madd::<F>(qr[c], key[c], a));
+                *o = fold_lanes(*t, |a, b| a + b) + tail;
+            }
+        }
+    }
+    for (r, (&(l, h), st)) in spans.iter().zip(stats.iter_mut()).take(n).enumerate() {
+        let s = &mut sc[r * CHUNK..(r + 1) * CHUNK];
+        let (ul, uh) = (lo - c0, hi - c0);
+        if l >= h {
+            s[ul..uh].fill(0.0);
+            continue;
+        }
+        s[ul..l - c0].fill(0.0);
+        s[h - c0..uh].fill(0.0);
+        let mask = p
+            .mask_row(row0 + r)
+            .map(|(m, st)| if st == 1 { (&m[l..], 1) } else { (m, st) });
+        let w = &mut s[l - c0..h - c0];
+        *st = if whole {
+            softmax(p, mask, w).then_some((0.0, 1.0))
+        } else {
+            softmax_partial(p, mask, w)
+        };
+        if st.is_none() {
+            w.fill(0.0);
+        }
+    }
+    // The weighted values, each value row read once for all rows (keys weighted 0, excluded,
+    // skipped, so a non-finite value there cannot leak in).
+    for j in lo..hi {
+        let val = &v[(base + j * step) * dv..][..dv];
+        for (r, a) in acc.chunks_exact_mut(dv).enumerate().take(n) {
+            let w = sc[r * CHUNK + j - c0];
+            if w != 0.0 {
+                axpy::<F>(a, w, val);
+            }
+        }
+    }
+    stats
 }
 
 pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
@@ -696,8 +905,6 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
     let mut buf = AlignedBuf::for_overwrite(rows * dv * 4);
     if rows > 0 && dv > 0 && d > 0 {
         let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
-        let out = DisjointOut::new(y);
-        let threads = par.pool.threads().min(rows);
         let transpose = lq * group >= TRANSPOSE_MIN_ROWS;
         // Fused multiply-adds where the kernel set has them (the portable build would call
         // libm's software fma); each set stays deterministic across thread counts.
@@ -713,10 +920,19 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
             sliding_window,
             tokens,
         };
+        if !transpose {
+            match fma {
+                true => decode_rows::<true>(g, p, par, (q, k, v), (d, dv), y),
+                false => decode_rows::<false>(g, p, par, (q, k, v), (d, dv), y),
+            }
+            return f32_tensor(&dims, buf);
+        }
+        let out = DisjointOut::new(y);
+        let threads = par.pool.threads().min(rows);
         let set = par.set;
         // The packed GEMM's register tile where the kernel set has one: a group of query rows
         // times 32 keys (scores) or 32 value columns (the weighted sum) per call.
-        let tile = crate::sgemm::tile(DType::F32, set).filter(|_| transpose);
+        let tile = crate::sgemm::tile(DType::F32, set);
         let out = &out;
         let job = |t: usize| {
             if t >= threads {
@@ -736,13 +952,12 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                     let mut head = Head::default();
                     // Token-major rows off the tile path: this thread's copies of its KV head,
                     // query rows and outputs.
-                    let (mut kbuf, mut vbuf, mut qbuf) = (Vec::new(), Vec::new(), Vec::new());
+                    let mut qbuf = Vec::new();
                     let mut ybuf = if tokens {
                         vec![0f32; most * dv]
                     } else {
                         Vec::new()
                     };
-                    let mut copied = None;
                     let mut row = range.start;
                     while row < range.end {
                         let (kv, mut lo, mut hi) = g.visible(row);
@@ -750,11 +965,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                         // the union of their visible keys (each row's own keys weighted, the
                         // rest 0, so a row's result does not depend on its group).
                         let mut n = 1;
-                        while transpose
-                            && n < most
-                            && row + n < range.end
-                            && g.visible(row + n).0 == kv
-                        {
+                        while n < most && row + n < range.end && g.visible(row + n).0 == kv {
                             let (_, l, h) = g.visible(row + n);
                             if l < h {
                                 (lo, hi) = if lo < hi {
@@ -774,7 +985,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                 false => (kv * lk, 1),
                                 true => (g.k_at(kv, 0), hkv),
                             };
-                            if transpose && head.kv != Some(kv) {
+                            if head.kv != Some(kv) {
                                 let kvs = (&k[k0 * d..], &v[k0 * dv..], heads);
                                 head.load(kvs, lk, d, dv, tile.is_some());
                                 head.kv = Some(kv);
@@ -785,25 +996,9 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                             let direct_tile =
                                 tile.filter(|_| tokens && head.finite && row % lq + n <= lq);
                             direct = direct_tile.is_some();
-                            let (keys, vals) = if !tokens {
-                                (
-                                    &k[kv * lk * d..(kv + 1) * lk * d],
-                                    &v[kv * lk * dv..(kv + 1) * lk * dv],
-                                )
-                            } else if direct {
-                                // The tile reads `head` only.
-                                (&[][..], &[][..])
-                            } else {
-                                if copied != Some(kv) {
-                                    // Transposing reads the keys from `head` (loaded above).
-                                    if !transpose {
-                                        gather(&mut kbuf, k, lk, d, |j| g.k_at(kv, j));
-                                    }
-                                    gather(&mut vbuf, v, lk, dv, |j| g.k_at(kv, j));
-                                    copied = Some(kv);
-                                }
-                                (&kbuf[..], &vbuf[..])
-                            };
+                            // The values in place, rows `heads` times `dv` apart (the keys
+                            // are read from `head`, loaded above).
+                            let vals = (&v[k0 * dv..], heads * dv);
                             let q0 = g.q_at(row) * d;
                             let qs = if !tokens {
                                 (&q[q0..(row + n) * d], d)
@@ -819,12 +1014,11 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
                                 n,
                                 d,
                                 span: (lo, hi),
-                                transpose,
                                 tile,
                                 fma,
                                 stride,
                             };
-                            let kvs = (&head, keys, vals);
+                            let kvs = (&head, vals);
                             if let Some(t) = direct_tile {
                                 let put = |r: usize, c0: usize, a: &[f32]| {
                                     let at = g.q_at(row + r) * dv + c0;
@@ -877,7 +1071,6 @@ struct GroupRun<'a> {
     d: usize,
     /// The union of the rows' visible keys (not empty).
     span: (usize, usize),
-    transpose: bool,
     tile: Option<crate::sgemm::Tile>,
     fma: bool,
     /// Distance between the rows of `scores`.
@@ -891,12 +1084,13 @@ enum GroupOut<'a, F: FnMut(usize, usize, &[f32])> {
     Put(usize, crate::sgemm::Tile, F),
 }
 
-/// Attention of the `n` query rows `qs` (`lda` apart) over one KV head: `head` when
-/// transposing (loaded for it), else `keys` and `vals` (contiguous, and `lda == d`).
+/// Attention of the `n` query rows `qs` (`lda` apart) over one KV head: keys from `head`
+/// (loaded for it), values from its panels on the tile, else in place (`vals`: rows and
+/// their distance).
 #[inline(always)]
 fn group_rows<F: FnMut(usize, usize, &[f32])>(
     run: GroupRun<'_>,
-    (head, keys, vals): (&Head, &[f32], &[f32]),
+    (head, vals): (&Head, (&[f32], usize)),
     (qs, lda): (&[f32], usize),
     scores: &mut [f32],
     out: GroupOut<'_, F>,
@@ -908,7 +1102,6 @@ fn group_rows<F: FnMut(usize, usize, &[f32])>(
         n,
         d,
         span,
-        transpose,
         tile,
         fma,
         stride,
@@ -918,11 +1111,6 @@ fn group_rows<F: FnMut(usize, usize, &[f32])>(
     match tile {
         // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
         Some(tile) => unsafe { tile_scores(tile, n, (qs, lda), &head.kt, d, span, sc, stride) },
-        None if !transpose => {
-            for (s, key) in sc[lo..hi].iter_mut().zip(keys[lo * d..].chunks_exact(d)) {
-                *s = dot(qs, key);
-            }
-        }
         None if fma => group_scores::<true>(n, qs, &head.kt, d, span, sc, stride),
         None => group_scores::<false>(n, qs, &head.kt, d, span, sc, stride),
     }
@@ -953,17 +1141,15 @@ fn group_rows<F: FnMut(usize, usize, &[f32])>(
         }
         GroupOut::Rows(ys) => ys,
     };
-    match (transpose, tile.filter(|_| head.finite), fma) {
-        (false, _, true) => weighted_row::<true>(ys, sc, vals, span),
-        (false, _, false) => weighted_row::<false>(ys, sc, vals, span),
-        (true, Some(tile), _) => {
-            let dv = ys.len() / n;
+    let dv = ys.len() / n;
+    match (tile.filter(|_| head.finite), fma) {
+        (Some(tile), _) => {
             let put =
                 |r: usize, c0: usize, a: &[f32]| ys[r * dv + c0..][..a.len()].copy_from_slice(a);
             // SAFETY: as above.
             unsafe { tile_weighted(tile, n, (dv, put), sc, stride, &head.vp, lk, span) }
         }
-        (true, None, true) => group_weighted::<true>(n, ys, sc, stride, vals, span),
-        (true, None, false) => group_weighted::<false>(n, ys, sc, stride, vals, span),
+        (None, true) => group_weighted::<true>(n, ys, sc, stride, vals, span),
+        (None, false) => group_weighted::<false>(n, ys, sc, stride, vals, span),
     }
 }

@@ -275,3 +275,81 @@ fn fused_attention() {
         }
     }
 }
+
+/// Decode-sized attention (few query rows per KV head) over caches longer than one chunk of
+/// keys (the chunks run on different threads and merge per row), in both layouts: windows that
+/// end inside a chunk or hide whole chunks, a mask that hides a whole chunk of one row, softcap,
+/// head sizes that are not multiples of 16, a row with every key hidden.
+#[test]
+fn decode_attention_over_long_caches() {
+    let mut rng = Rng::new(15);
+    for (hq, hkv, lq, lk, d, dv) in [
+        (8, 2, 1, 600, 64, 64),
+        (9, 3, 2, 517, 24, 27),
+        (4, 1, 3, 257, 5, 7),
+        (2, 2, 1, 1030, 16, 16),
+    ] {
+        let (q, k, v) = (
+            t(&mut rng, &[lq, hq, d]),
+            t(&mut rng, &[lk, hkv, d]),
+            t(&mut rng, &[lk, hkv, dv]),
+        );
+        // Row 0 of the queries sees nothing in keys 256..512; the last row sees no key at all.
+        let mut mask = vec![0f32; lq * lk];
+        for (i, m) in mask.iter_mut().enumerate() {
+            let (row, key) = (i / lk, i % lk);
+            if (row == 0 && (256..512).contains(&key)) || (lq > 1 && row == lq - 1) {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+        let mask = Tensor::from_f32(&[lq, lk], &mask).unwrap();
+        for (causal, window, softcap, masked) in [
+            (true, None, None, false),
+            (true, Some(300), None, false),
+            (true, Some(40), Some(20.0), false),
+            (false, None, Some(0.5), true),
+            (true, Some(700), None, true),
+        ] {
+            let op = |layout| Op::Sdpa {
+                layout,
+                scale: 0.3,
+                causal,
+                sliding_window: window,
+                softcap,
+                alibi_max_bias: None,
+            };
+            let mut tokens = vec![q.clone(), k.clone(), v.clone()];
+            let swap = |x: &Tensor| {
+                let dims = x.dims();
+                let y = common::reference(
+                    &Op::Permute {
+                        perm: vec![1, 0, 2],
+                    },
+                    std::slice::from_ref(x),
+                );
+                Tensor::from_f32(&[dims[1], dims[0], dims[2]], &y).unwrap()
+            };
+            let mut heads: Vec<Tensor> = tokens.iter().map(swap).collect();
+            if masked {
+                tokens.push(mask.clone());
+                heads.push(mask.clone());
+            }
+            let what = format!(
+                "decode sdpa {hq}/{hkv} {lq}x{lk} d {d}/{dv} {:?}",
+                op(SdpaLayout::TokenMajor)
+            );
+            check(
+                &op(SdpaLayout::TokenMajor),
+                &tokens,
+                1e-5,
+                &format!("{what}, token-major"),
+            );
+            check(
+                &op(SdpaLayout::HeadMajor),
+                &heads,
+                1e-5,
+                &format!("{what}, head-major"),
+            );
+        }
+    }
+}

@@ -1,11 +1,14 @@
 //! The key/value cache of one generation session: per layer, the keys and values of every
 //! token seen so far, so a forward step only computes the new tokens.
 //!
-//! Storage is preallocated for the context asked for (`capacity` tokens) in the layout
-//! attention reads, `[kv_heads, capacity, head_dim]`; a step writes its rows in place and
-//! attention gets the valid prefix `[kv_heads, len, head_dim]`. A step writes every layer
-//! first and commits the new length once at the end, so a step that fails half-way leaves the
-//! cache as it was (its rows are overwritten by the next step).
+//! Host storage is preallocated for the context asked for (`capacity` tokens), token-major,
+//! `[capacity, kv_heads, head_dim]`, so that the keys and values of the first `len` tokens are
+//! a prefix of the buffer: a step writes its rows in place and attention gets that prefix as a
+//! `[len, kv_heads, head_dim]` tensor sharing the buffer (no copy; the buffer's visible length
+//! is moved instead). A buffer is written only while no such tensor is alive; one still held
+//! elsewhere keeps its contents, the cache copying the buffer before writing. A step writes
+//! every layer first and commits the new length once at the end, so a step that fails
+//! half-way leaves the cache as it was (its rows are overwritten by the next step).
 //!
 //! With a device backend the cache lives in that backend's memory instead: the model appends
 //! each step's rows with `Op::KvAppend` (in place on the device) and attention reads the valid
@@ -15,11 +18,18 @@ use cyb_backend::Backend;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor};
 use std::sync::Arc;
 
-/// Keys and values of one layer, each `[kv_heads, capacity, head_dim]`.
-#[derive(Clone, Debug)]
+/// Keys and values of one layer, each F32 `[capacity, kv_heads, head_dim]` (the buffer's
+/// length: the tokens handed out last).
+#[derive(Clone)]
 struct LayerKv {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Arc<AlignedBuf>,
+    v: Arc<AlignedBuf>,
+}
+
+impl std::fmt::Debug for LayerKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LayerKv({} bytes each)", self.k.capacity())
+    }
 }
 
 /// Where the layers live.
@@ -82,15 +92,16 @@ impl KvCache {
             backend: "host (kv cache)".into(),
             requested_bytes: n,
         };
-        let per_tensor = per_tensor.ok_or_else(|| oom(usize::MAX))?;
-        let bytes = per_tensor.saturating_mul(8).saturating_mul(num_layers);
+        let per_tensor = per_tensor
+            .and_then(|x| x.checked_mul(4))
+            .ok_or_else(|| oom(usize::MAX))?;
+        let bytes = per_tensor.saturating_mul(2).saturating_mul(num_layers);
         let mut layers = Vec::with_capacity(num_layers);
         for _ in 0..num_layers {
-            let buffer = || -> Result<Vec<f32>> {
-                let mut b = Vec::new();
-                b.try_reserve_exact(per_tensor).map_err(|_| oom(bytes))?;
-                b.resize(per_tensor, 0.0);
-                Ok(b)
+            let buffer = || -> Result<Arc<AlignedBuf>> {
+                AlignedBuf::try_with_capacity(per_tensor)
+                    .map(Arc::new)
+                    .ok_or_else(|| oom(bytes))
             };
             layers.push(LayerKv {
                 k: buffer()?,
@@ -229,13 +240,23 @@ impl KvCache {
 
     /// Writes the keys and values of `n` new tokens (`k`, `v` F32 `[n, kv_heads, head_dim]`)
     /// of `layer` after the committed tokens, and returns the keys and values of every token
-    /// (committed and new) as `[kv_heads, len + n, head_dim]` tensors. Call [`commit`] once all
-    /// layers are written.
+    /// (committed and new) as `[len + n, kv_heads, head_dim]` tensors sharing the cache's
+    /// buffers (drop them before the next write of the layer, or that write copies the
+    /// buffer). Call [`commit`] once all layers are written.
     ///
     /// [`commit`]: KvCache::commit
     pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let n = self.store(layer, k, v)?;
-        self.gather(layer, self.len + n)
+        let (h, d, total) = (self.kv_heads, self.head_dim, self.len + n);
+        let slot = self.host_layer_mut(layer)?;
+        let view = |buf: &Arc<AlignedBuf>| {
+            Tensor::new(
+                Shape::new(vec![total, h, d])?,
+                DType::F32,
+                Storage::Host(buf.clone()),
+            )
+        };
+        Ok((view(&slot.k)?, view(&slot.v)?))
     }
 
     /// As [`write`](KvCache::write) without returning the prefix (the graph path, whose
@@ -245,12 +266,40 @@ impl KvCache {
     }
 
     /// The committed keys and values of `layer`, each `[kv_heads, len, head_dim]` (a host
-    /// cache; the graph path feeds them to its template as the past).
+    /// cache; the graph path feeds them to its template as the past): copies, head-major.
     pub fn host_prefix(&self, layer: usize) -> Result<(Tensor, Tensor)> {
-        self.gather(layer, self.len)
+        let (h, d, len) = (self.kv_heads, self.head_dim, self.len);
+        let Layers::Host(layers) = &self.layers else {
+            return Err(host_only());
+        };
+        let slot = layers.get(layer).ok_or_else(|| outside(layer))?;
+        let one = |buf: &AlignedBuf| {
+            let src: &[f32] = bytemuck::cast_slice(buf.as_bytes());
+            if src.len() < len * h * d {
+                return Err(Error::invalid(
+                    "kv_cache",
+                    "internal: a layer was not written",
+                ));
+            }
+            let mut out = AlignedBuf::for_overwrite(h * len * d * 4);
+            let dst: &mut [f32] = bytemuck::cast_slice_mut(out.as_bytes_mut());
+            for t in 0..len {
+                for head in 0..h {
+                    dst[(head * len + t) * d..][..d]
+                        .copy_from_slice(&src[(t * h + head) * d..][..d]);
+                }
+            }
+            Tensor::new(
+                Shape::new(vec![h, len, d])?,
+                DType::F32,
+                Storage::Host(Arc::new(out)),
+            )
+        };
+        Ok((one(&slot.k)?, one(&slot.v)?))
     }
 
-    /// Copies the new rows into place; returns how many tokens they hold.
+    /// Copies the new rows into place and makes the buffers' length cover them; returns how
+    /// many tokens they hold.
     fn store(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<usize> {
         let (h, d, cap, start) = (self.kv_heads, self.head_dim, self.capacity, self.len);
         let n = k.dims().first().copied().unwrap_or(0);
@@ -269,42 +318,22 @@ impl KvCache {
                 format!("{n} new tokens do not fit: {start} of {cap} positions are used"),
             ));
         }
+        let row = h * d;
         let slot = self.host_layer_mut(layer)?;
         for (src, buf) in [(k, &mut slot.k), (v, &mut slot.v)] {
             let src = src.as_f32()?;
-            for t in 0..n {
-                for head in 0..h {
-                    let from = (t * h + head) * d;
-                    let to = (head * cap + start + t) * d;
-                    buf[to..to + d].copy_from_slice(&src[from..from + d]);
-                }
+            // The buffer itself when no tensor of an earlier write is alive, else a copy.
+            let buf = Arc::make_mut(buf);
+            if !buf.set_len((start + n) * row * 4) {
+                return Err(Error::invalid(
+                    "kv_cache",
+                    "internal: buffer below capacity",
+                ));
             }
+            let dst: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+            dst[start * row..].copy_from_slice(&src[..n * row]);
         }
         Ok(n)
-    }
-
-    /// The first `total` tokens of each head of `layer`, gathered into contiguous
-    /// `[kv_heads, total, head_dim]` tensors.
-    fn gather(&self, layer: usize, total: usize) -> Result<(Tensor, Tensor)> {
-        let (h, d, cap) = (self.kv_heads, self.head_dim, self.capacity);
-        let Layers::Host(layers) = &self.layers else {
-            return Err(host_only());
-        };
-        let slot = layers.get(layer).ok_or_else(|| outside(layer))?;
-        // One copy per step, straight into the tensor's buffer (a recycled one when it fits).
-        let one = |buf: &[f32]| {
-            let mut out = AlignedBuf::for_overwrite(h * total * d * 4);
-            let dst: &mut [f32] = bytemuck::cast_slice_mut(out.as_bytes_mut());
-            for (head, part) in dst.chunks_exact_mut((total * d).max(1)).enumerate().take(h) {
-                part.copy_from_slice(&buf[head * cap * d..][..total * d]);
-            }
-            Tensor::new(
-                Shape::new(vec![h, total, d])?,
-                DType::F32,
-                Storage::Host(Arc::new(out)),
-            )
-        };
-        Ok((one(&slot.k)?, one(&slot.v)?))
     }
 
     fn host_layer_mut(&mut self, layer: usize) -> Result<&mut LayerKv> {
@@ -335,7 +364,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_then_commit_keeps_the_prefix_in_head_major_order() {
+    fn write_then_commit_keeps_the_prefix_in_token_order() {
         let mut c = KvCache::new(1, 2, 3, 4).unwrap();
         let step = |base: f32, n: usize| {
             let v: Vec<f32> = (0..n * 6).map(|i| base + i as f32).collect();
@@ -344,18 +373,41 @@ mod tests {
         let (k, _) = c.write(0, &step(0.0, 2), &step(100.0, 2)).unwrap();
         assert_eq!(k.dims(), [2, 2, 3]);
         c.commit(2).unwrap();
-        let (k, v) = c.write(0, &step(50.0, 1), &step(150.0, 1)).unwrap();
+        // `k` is still held: the next write must not change what it shows.
+        let (k2, v2) = c.write(0, &step(50.0, 1), &step(150.0, 1)).unwrap();
         c.commit(1).unwrap();
-        let k = k.to_f32_vec().unwrap();
-        // head 0: token 0, token 1, token 2; then head 1.
-        assert_eq!(&k[..9], &[0., 1., 2., 6., 7., 8., 50., 51., 52.]);
-        assert_eq!(&k[9..], &[3., 4., 5., 9., 10., 11., 53., 54., 55.]);
-        assert_eq!(v.to_f32_vec().unwrap()[6..9], [150., 151., 152.]);
+        assert_eq!(
+            k.to_f32_vec().unwrap(),
+            (0..12).map(|i| i as f32).collect::<Vec<_>>()
+        );
+        let k2 = k2.to_f32_vec().unwrap();
+        // token 0 (heads 0, 1), token 1, token 2.
+        assert_eq!(
+            &k2[..12],
+            &(0..12).map(|i| i as f32).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(&k2[12..], &[50., 51., 52., 53., 54., 55.]);
+        assert_eq!(v2.to_f32_vec().unwrap()[12..15], [150., 151., 152.]);
         assert_eq!((c.len(), c.remaining()), (3, 1));
+        // The graph path's prefix is head-major.
+        let (hk, _) = c.host_prefix(0).unwrap();
+        assert_eq!(hk.dims(), [2, 3, 3]);
+        assert_eq!(
+            hk.to_f32_vec().unwrap(),
+            [0., 1., 2., 6., 7., 8., 50., 51., 52., 3., 4., 5., 9., 10., 11., 53., 54., 55.]
+        );
         assert!(c.write(0, &step(0.0, 2), &step(0.0, 2)).is_err());
         assert!(c.write(1, &step(0.0, 1), &step(0.0, 1)).is_err());
         c.truncate(1);
         assert_eq!(c.len(), 1);
+        // Written over in place once nothing else holds the buffer.
+        drop((k, k2, v2, hk));
+        let (k3, _) = c.write(0, &step(70.0, 1), &step(170.0, 1)).unwrap();
+        assert_eq!(k3.dims(), [2, 2, 3]);
+        assert_eq!(
+            &k3.to_f32_vec().unwrap()[6..],
+            &[70., 71., 72., 73., 74., 75.]
+        );
         c.clear();
         assert!(c.is_empty());
     }

@@ -535,7 +535,10 @@ impl LlamaModel {
                 step.run(rope, &[&k, positions])?,
             ),
         };
-        let (k_all, v_all) = if cache.on_device() {
+        // A device cache is head-major (`[kv_heads, capacity, d]`, the prefix sliced there); a
+        // host cache hands out its token-major prefix in place (`[len, kv_heads, d]`), which
+        // attention reads as it is, with q and the output in the projections' layout.
+        let (k_all, v_all, layout) = if cache.on_device() {
             let (start, (ck, cv)) = (cache.len(), cache.device_layer(i)?);
             let append = Op::KvAppend { start };
             let k_cap = step.run(append.clone(), &[&ck, &k])?;
@@ -550,21 +553,25 @@ impl LlamaModel {
             (
                 step.run(prefix.clone(), &[&k_cap])?,
                 step.run(prefix, &[&v_cap])?,
+                SdpaLayout::HeadMajor,
             )
         } else {
             // A host cache keeps f32 rows; a device backend's outputs are brought back first.
             let k = self.dispatcher.to_host(&k)?;
             let v = self.dispatcher.to_host(&v)?;
-            cache.write(i, &k, &v)?
+            let (k_all, v_all) = cache.write(i, &k, &v)?;
+            (k_all, v_all, SdpaLayout::TokenMajor)
         };
-        let q = step.run(
-            Op::Permute {
-                perm: vec![1, 0, 2],
-            },
-            &[&q],
-        )?;
+        let swap = Op::Permute {
+            perm: vec![1, 0, 2],
+        };
+        let head_major = layout == SdpaLayout::HeadMajor;
+        let q = match head_major {
+            true => step.run(swap.clone(), &[&q])?,
+            false => q,
+        };
         let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
+            layout,
             scale: cfg.attention_scale,
             causal: true,
             sliding_window: attn.sliding_window,
@@ -572,12 +579,11 @@ impl LlamaModel {
             alibi_max_bias: None,
         };
         let a = step.run(sdpa, &[&q, &k_all, &v_all])?;
-        let a = step.run(
-            Op::Permute {
-                perm: vec![1, 0, 2],
-            },
-            &[&a],
-        )?;
+        drop((k_all, v_all));
+        let a = match head_major {
+            true => step.run(swap, &[&a])?,
+            false => a,
+        };
         let a = step.reshape(&a, &[n, hq * d])?;
         let a = step.linear(&a, &layer.attn_out, None)?;
         match &layer.post_attn_norm {

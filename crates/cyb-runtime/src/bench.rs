@@ -34,6 +34,11 @@ impl BenchSession {
         self.cache.clear();
     }
 
+    /// Keeps the first `len` tokens (a context filled once, then reused by every repeat).
+    pub fn truncate(&mut self, len: usize) {
+        self.cache.truncate(len);
+    }
+
     /// Tokens the cache holds.
     pub fn len(&self) -> usize {
         self.cache.len()

@@ -51,6 +51,32 @@ impl AlignedBuf {
         b
     }
 
+    /// An empty buffer with room for `capacity` zero bytes, or `None` when that much memory
+    /// cannot be had (instead of aborting).
+    pub fn try_with_capacity(capacity: usize) -> Option<AlignedBuf> {
+        let n = capacity.div_ceil(64);
+        let mut chunks = Vec::new();
+        chunks.try_reserve_exact(n).ok()?;
+        chunks.resize(n, Chunk([0; 64]));
+        Some(AlignedBuf { chunks, len: 0 })
+    }
+
+    /// Bytes the buffer can hold without reallocating.
+    pub fn capacity(&self) -> usize {
+        self.chunks.len() * 64
+    }
+
+    /// Sets the length to `len` (at most [`capacity`](AlignedBuf::capacity)); bytes that come
+    /// into view hold what was last written there (zero if nothing was). False, and nothing
+    /// changed, when `len` exceeds the capacity.
+    pub fn set_len(&mut self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &bytemuck::cast_slice::<Chunk, u8>(&self.chunks)[..self.len]
     }
@@ -179,6 +205,20 @@ impl fmt::Debug for Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn length_moves_within_the_capacity() {
+        let mut b = AlignedBuf::try_with_capacity(100).unwrap();
+        assert_eq!((b.len(), b.capacity()), (0, 128));
+        assert!(b.set_len(100));
+        b.as_bytes_mut().fill(3);
+        assert!(b.set_len(10) && b.set_len(128));
+        assert_eq!(&b.as_bytes()[..100], &[3; 100][..]);
+        assert_eq!(&b.as_bytes()[100..], &[0; 28][..]);
+        assert!(!b.set_len(129));
+        assert_eq!(b.len(), 128);
+        assert!(AlignedBuf::try_with_capacity(usize::MAX).is_none());
+    }
 
     #[test]
     fn for_overwrite_reuses_dropped_buffers() {
