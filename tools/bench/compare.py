@@ -133,6 +133,7 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-d", type=int, default=0, help="tokens already in the context (llama-bench -d)")
     ap.add_argument("--bandwidth", type=float, default=None, help="read bandwidth, GB/s")
     ap.add_argument("--only", choices=["cyb", "llama"], default=None)
     ap.add_argument("--quiet-busy", type=float, default=0.15)
@@ -146,6 +147,8 @@ def main() -> None:
     results.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     common = ["-t", str(args.t), "-p", str(args.p), "-n", str(args.n), "-r", str(args.r)]
+    if args.d:
+        common += ["-d", str(args.d)]
 
     rows = [json.loads(p.read_text()) for p in args.report]
     for model in args.models:
@@ -164,6 +167,8 @@ def main() -> None:
         rows.append(rec)
 
     p, n = args.p, args.n
+    if args.d:
+        p, n = f"{p} @ d{args.d}", f"{n} @ d{args.d}"
     print(f"| file | llama.cpp pp{p} | cyb pp{p} | ratio | llama.cpp tg{n} | cyb tg{n} | ratio "
           f"| MB/token | floor tg t/s | cyb % of floor | others' CPU llama/cyb |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
