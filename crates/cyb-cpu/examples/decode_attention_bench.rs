@@ -12,13 +12,8 @@ use cyb_ops::{Op, SdpaLayout};
 use cyb_tensor::{Result, Tensor};
 use std::time::Instant;
 
-fn filled(dims: &[usize], seed: u32) -> Result<Tensor> {
-    let n: usize = dims.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
-        .collect();
-    Tensor::from_f32(dims, &v)
-}
+mod common;
+use common::filled;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

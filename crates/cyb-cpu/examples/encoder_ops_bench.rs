@@ -8,13 +8,8 @@ use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{Result, Tensor};
 use std::time::{Duration, Instant};
 
-fn filled(dims: &[usize], seed: u32) -> Result<Tensor> {
-    let n: usize = dims.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
-        .collect();
-    Tensor::from_f32(dims, &v)
-}
+mod common;
+use common::filled;
 
 fn best(be: &CpuBackend, op: &Op, inputs: &[Tensor]) -> Result<Duration> {
     let mut best = Duration::MAX;

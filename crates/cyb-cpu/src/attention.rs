@@ -632,6 +632,32 @@ fn softmax(p: &Params<'_>, mask: Option<(&[f32], usize)>, s: &mut [f32]) -> bool
 /// not depend on the thread count (one chunk: the plain softmax).
 const CHUNK: usize = 256;
 
+thread_local! {
+    /// Scratch of the decode path, kept per thread between calls so that a decode step
+    /// allocates nothing once they have grown: an item's scores and sums (every thread), the
+    /// chunks' partial results (the calling thread).
+    static ITEM_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PART_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `f` on `len` values of this thread's `cell` (grown when short; a fresh buffer if the cell
+/// is in use). The values are whatever the last user left.
+fn scratch<R>(
+    cell: &'static std::thread::LocalKey<std::cell::RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    cell.with(|c| match c.try_borrow_mut() {
+        Ok(mut b) => {
+            if b.len() < len {
+                b.resize(len, 0.0);
+            }
+            f(&mut b[..len])
+        }
+        Err(_) => f(&mut vec![0f32; len]),
+    })
+}
+
 /// Attention of rows with few query rows per KV head (decode: `lq · group` below
 /// [`TRANSPOSE_MIN_ROWS`]), keys and values read in place in either layout. Work items are
 /// (chunk, KV head) pairs, chunk-major, split into contiguous ranges over the threads: with
@@ -655,96 +681,101 @@ fn decode_rows<const F: bool>(
     let items = heads * chunks;
     // Per row and chunk: max, Σ, then dv sums.
     let width = dv + 2;
-    let mut parts = vec![0f32; if chunks > 1 { rows * chunks * width } else { 0 }];
-    let threads = par.pool.threads().min(items).max(1);
-    let avx512 =
-        cfg!(target_arch = "x86_64") && par.set == KernelSet::Avx512 && par.set.is_available();
-    {
-        let (yout, pout) = (DisjointOut::new(y), DisjointOut::new(&mut parts));
-        let (yout, pout) = (&yout, &pout);
-        let job = |t: usize| {
-            if t >= threads {
-                return;
-            }
-            let range = split(items, threads, t);
-            wide(
-                par.set,
-                #[inline(always)]
-                || {
-                    let mut sc = vec![0f32; n * CHUNK];
-                    let mut acc = vec![0f32; n * dv];
-                    for item in range {
-                        let (c, kv) = (item / heads, item % heads);
-                        let stats = decode_chunk::<F>(
-                            g,
-                            p,
-                            (q, k, v),
-                            (d, dv),
-                            (c, kv),
-                            (chunks == 1, avx512),
-                            &mut sc,
-                            &mut acc,
-                        );
-                        for (r, (a, st)) in acc.chunks_exact(dv).zip(stats).take(n).enumerate() {
-                            let row = kv * n + r;
-                            if chunks == 1 {
-                                let at = g.q_at(row) * dv;
-                                // SAFETY: query row `row` belongs to this item only.
-                                let dst = unsafe { yout.slice(at..at + dv) };
-                                match st {
-                                    Some(_) => dst.copy_from_slice(a),
-                                    None => dst.fill(0.0),
+    let len = if chunks > 1 { rows * chunks * width } else { 0 };
+    scratch(&PART_SCRATCH, len, |parts| {
+        let threads = par.pool.threads().min(items).max(1);
+        let avx512 =
+            cfg!(target_arch = "x86_64") && par.set == KernelSet::Avx512 && par.set.is_available();
+        {
+            let (yout, pout) = (DisjointOut::new(y), DisjointOut::new(parts));
+            let (yout, pout) = (&yout, &pout);
+            let job = |t: usize| {
+                if t >= threads {
+                    return;
+                }
+                let range = split(items, threads, t);
+                wide(
+                    par.set,
+                    #[inline(always)]
+                    || {
+                        scratch(&ITEM_SCRATCH, n * (CHUNK + dv), |buf| {
+                            let (sc, acc) = buf.split_at_mut(n * CHUNK);
+                            for item in range {
+                                let (c, kv) = (item / heads, item % heads);
+                                let stats = decode_chunk::<F>(
+                                    g,
+                                    p,
+                                    (q, k, v),
+                                    (d, dv),
+                                    (c, kv),
+                                    (chunks == 1, avx512),
+                                    sc,
+                                    acc,
+                                );
+                                for (r, (a, st)) in
+                                    acc.chunks_exact(dv).zip(stats).take(n).enumerate()
+                                {
+                                    let row = kv * n + r;
+                                    if chunks == 1 {
+                                        let at = g.q_at(row) * dv;
+                                        // SAFETY: query row `row` belongs to this item only.
+                                        let dst = unsafe { yout.slice(at..at + dv) };
+                                        match st {
+                                            Some(_) => dst.copy_from_slice(a),
+                                            None => dst.fill(0.0),
+                                        }
+                                        continue;
+                                    }
+                                    let at = (row * chunks + c) * width;
+                                    // SAFETY: row `row` of chunk `c` belongs to this item only.
+                                    let dst = unsafe { pout.slice(at..at + width) };
+                                    let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
+                                    dst[0] = m;
+                                    dst[1] = l;
+                                    dst[2..].copy_from_slice(a);
                                 }
-                                continue;
                             }
-                            let at = (row * chunks + c) * width;
-                            // SAFETY: row `row` of chunk `c` belongs to this item only.
-                            let dst = unsafe { pout.slice(at..at + width) };
-                            let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
-                            dst[0] = m;
-                            dst[1] = l;
-                            dst[2..].copy_from_slice(a);
-                        }
-                    }
-                },
-            );
-        };
-        if threads == 1 {
-            job(0);
-        } else {
-            par.pool.run(&job);
-        }
-    }
-    if chunks == 1 {
-        return;
-    }
-    for row in 0..rows {
-        let part = |c: usize| &parts[(row * chunks + c) * width..][..width];
-        let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| m.max(part(c)[0]));
-        let dst = &mut y[g.q_at(row) * dv..][..dv];
-        dst.fill(0.0);
-        if top == f32::NEG_INFINITY {
-            continue;
-        }
-        let mut sum = 0f32;
-        for c in 0..chunks {
-            let pc = part(c);
-            if pc[0] != f32::NEG_INFINITY {
-                sum += exp(pc[0] - top) * pc[1];
+                        });
+                    },
+                );
+            };
+            if threads == 1 {
+                job(0);
+            } else {
+                par.pool.run(&job);
             }
         }
-        let inv = 1.0 / sum;
-        for c in 0..chunks {
-            let pc = part(c);
-            if pc[0] == f32::NEG_INFINITY {
+        if chunks == 1 {
+            return;
+        }
+        for row in 0..rows {
+            let part = |c: usize| &parts[(row * chunks + c) * width..][..width];
+            let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| m.max(part(c)[0]));
+            let dst = &mut y[g.q_at(row) * dv..][..dv];
+            dst.fill(0.0);
+            if top == f32::NEG_INFINITY {
                 continue;
             }
-            let w = exp(pc[0] - top) * inv;
-            for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
-                *o = madd::<F>(w, a, *o);
+            let mut sum = 0f32;
+            for c in 0..chunks {
+                let pc = part(c);
+                if pc[0] != f32::NEG_INFINITY {
+                    sum += exp(pc[0] - top) * pc[1];
+                }
+            }
+            let inv = 1.0 / sum;
+            for c in 0..chunks {
+                let pc = part(c);
+                if pc[0] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let w = exp(pc[0] - top) * inv;
+                for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
+                    *o = madd::<F>(w, a, *o);
+                }
             }
         }
-    }
+    })
 }
 
 /// Raw scores of one query row `q` (`d` values) against `m ≤ 16` keys, key `i` at `keys[i ·
