@@ -5,16 +5,15 @@
 //!   when the model adds one); t/s = P / time.
 //! - tg<N>: N single-token forwards from an empty context, each fed a random id (llama-bench
 //!   does not sample either); t/s = N / time.
-//!
 //! - `-d D` (llama-bench's `--n-depth`): both tests run after D tokens already in the context
 //!   ("pp128 @ d1024"); the D tokens are prefilled untimed once per test, and every repeat
 //!   starts from them (the cache cut back to D).
 //!
 //! Each test runs once untimed to warm up (pp: the full prompt; tg: one token), then R timed
-//! repeats, each from an empty cache (or the D-token context). Tokenization and sampling are never timed. The human
-//! table shows the median ± the sample standard deviation; `--json` prints llama-bench's
-//! field names (`avg_ts` is the mean, as there) plus `median_ts`, `load_ms` and
-//! `peak_rss_bytes`.
+//! repeats, each from an empty cache (or the D-token context). Tokenization and sampling are
+//! never timed. The human table shows the median ± the sample standard deviation; `--json`
+//! prints llama-bench's field names (`avg_ts` is the mean, as there) plus `median_ts`,
+//! `load_ms` and `peak_rss_bytes`.
 
 use cyb_runtime::{BenchSession, ExecPath, Model, Runtime, RuntimeOptions};
 use cyb_tensor::{Error, Result};

@@ -197,9 +197,8 @@ fn scores_rows<const F: bool, const R: usize>(
 
 /// `y_r = Σ_j p_rj v_j` over `lo..hi` for `R` rows (`y` rows `dv` apart, weights `stride`
 /// apart, value rows `vs` apart), a register block of `W` outputs at `off`: one running sum
-/// per output in key order,
-/// so a row's result does not depend on `R`. Keys weighted 0 (excluded) are skipped, so a
-/// non-finite value there cannot leak in.
+/// per output in key order, so a row's result does not depend on `R`. Keys weighted 0
+/// (excluded) are skipped, so a non-finite value there cannot leak in.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn weighted_rows<const F: bool, const R: usize, const W: usize>(
@@ -749,27 +748,31 @@ fn decode_rows<const F: bool>(
             return;
         }
         for row in 0..rows {
-            let part = |c: usize| &parts[(row * chunks + c) * width..][..width];
-            let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| m.max(part(c)[0]));
+            let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| {
+                m.max(parts[(row * chunks + c) * width])
+            });
             let dst = &mut y[g.q_at(row) * dv..][..dv];
             dst.fill(0.0);
             if top == f32::NEG_INFINITY {
                 continue;
             }
+            // Each chunk's scale `e^(m_c - M)` (0 for a chunk with no visible key), once.
             let mut sum = 0f32;
             for c in 0..chunks {
-                let pc = part(c);
-                if pc[0] != f32::NEG_INFINITY {
-                    sum += exp(pc[0] - top) * pc[1];
-                }
+                let pc = &mut parts[(row * chunks + c) * width..][..2];
+                pc[0] = match pc[0] {
+                    f32::NEG_INFINITY => 0.0,
+                    m => exp(m - top),
+                };
+                sum += pc[0] * pc[1];
             }
             let inv = 1.0 / sum;
             for c in 0..chunks {
-                let pc = part(c);
-                if pc[0] == f32::NEG_INFINITY {
+                let pc = &parts[(row * chunks + c) * width..][..width];
+                if pc[0] == 0.0 {
                     continue;
                 }
-                let w = exp(pc[0] - top) * inv;
+                let w = pc[0] * inv;
                 for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
                     *o = madd::<F>(w, a, *o);
                 }

@@ -579,7 +579,6 @@ impl LlamaModel {
             alibi_max_bias: None,
         };
         let a = step.run(sdpa, &[&q, &k_all, &v_all])?;
-        drop((k_all, v_all));
         let a = match head_major {
             true => step.run(swap, &[&a])?,
             false => a,
