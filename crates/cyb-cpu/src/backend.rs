@@ -159,7 +159,7 @@ impl Backend for CpuBackend {
         };
         let t0 = std::time::Instant::now();
         let out = self.run(op, inputs)?;
-        profile.add(op, &out, t0.elapsed());
+        profile.add(op, inputs, &out, t0.elapsed());
         Ok(out)
     }
 

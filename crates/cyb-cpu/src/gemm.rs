@@ -12,7 +12,7 @@
 //! carry each group's sums from span to span, in the same order either way.
 
 use crate::act_quads::ActQuads;
-use crate::pool::{split, DisjointOut, ThreadPool};
+use crate::pool::{balanced_parts, split, DisjointOut, ThreadPool};
 use crate::repack::{Repacked, GROUP};
 use crate::KernelSet;
 use cyb_tensor::DType;
@@ -221,8 +221,8 @@ fn cpu_vendor_is_amd() -> bool {
 }
 
 /// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k` (decode:
-/// more rows go to the packed GEMM, `sgemm.rs`): each thread takes a contiguous range of
-/// weight rows and streams every row once, `cols` at a time (1 or `TILE_C`, the same results;
+/// more rows go to the packed GEMM, `sgemm.rs`): the rows are cut into contiguous parts
+/// (`balanced_parts`), each taken by whichever thread is free, which streams every row once, `cols` at a time (1 or `TILE_C`, the same results;
 /// `float_decode_rows` picks it), over all of `k` (blocking `k` split each row into separate
 /// passes, which cost the hardware prefetcher a fifth of F16's bandwidth).
 ///
@@ -248,8 +248,11 @@ pub(crate) unsafe fn gemm_float(
     let threads = pool.threads();
     let cols = cols.clamp(1, TILE_C);
     let out = DisjointOut::new(y);
-    pool.run(&|t| {
-        let mine = split(n, threads, t);
+    // Parts claimed by whichever thread is free (the rows' results do not depend on the cut:
+    // each row is its own sum).
+    let parts = balanced_parts(n, threads, row_bytes);
+    pool.run_parts(parts, &|t| {
+        let mine = split(n, parts, t);
         let mut res: TileOut = [[0.0; TILE_R]; TILE_C];
         for r0 in (0..m).step_by(TILE_R) {
             for j in mine.clone().step_by(cols) {
@@ -258,7 +261,7 @@ pub(crate) unsafe fn gemm_float(
                 unsafe { tile(&w[j * row_bytes..], row_bytes, nc, a, k, k, r0, &mut res) };
                 for (c, col) in res.iter().enumerate().take(nc) {
                     for (r, &v) in col.iter().enumerate() {
-                        // SAFETY: column j + c belongs to this thread's range only.
+                        // SAFETY: column j + c belongs to this part's range only.
                         unsafe { out.set((r0 + r) * n + j + c, v) };
                     }
                 }
@@ -272,13 +275,19 @@ mod tests {
     use super::*;
 
     /// One weight row at a time (AMD) and four side by side (elsewhere) give the same bits,
-    /// with 1 and 3 threads, for every float dtype; rows that leave a partial tile of four.
+    /// with 1 and 3 threads, for every float dtype; rows that leave a partial tile of four; a
+    /// weight large enough to be cut into many parts (`balanced_parts`).
     #[test]
     fn float_decode_rows_do_not_change_results() {
         if !KernelSet::Avx512.is_available() {
             return;
         }
-        let (n, k) = (37, 531);
+        for n in [37, 1501] {
+            float_decode_rows_case(n, 531);
+        }
+    }
+
+    fn float_decode_rows_case(n: usize, k: usize) {
         let vals: Vec<f32> = (0..n * k)
             .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0)
             .collect();

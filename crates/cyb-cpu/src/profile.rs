@@ -1,5 +1,5 @@
-//! `CYB_CPU_PROFILE=1`: wall time per op kind (op name and output dims), printed to stderr as
-//! a table when the backend is dropped. For finding where a model's time goes; off by default
+//! `CYB_CPU_PROFILE=1`: wall time per op kind (op name and output dims; for a matmul also its
+//! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For finding where a model's time goes; off by default
 //! (one `Option` check per op).
 
 use cyb_ops::Op;
@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// An op kind: its name and output dims.
-type Kind = (&'static str, Vec<usize>);
+/// An op kind: its name, output dims and (matmuls) the weight's dims and dtype.
+type Kind = (&'static str, Vec<usize>, String);
 
 #[derive(Default)]
 pub(crate) struct OpProfile {
@@ -24,10 +24,14 @@ impl OpProfile {
             .then(OpProfile::default)
     }
 
-    pub(crate) fn add(&self, op: &Op, out: &[Tensor], took: Duration) {
+    pub(crate) fn add(&self, op: &Op, inputs: &[Tensor], out: &[Tensor], took: Duration) {
         let dims = out.first().map(|t| t.dims().to_vec()).unwrap_or_default();
+        let weight = match (op, inputs) {
+            (Op::MatMul { .. }, [_, w, ..]) => format!("{:?} {}", w.dims(), w.dtype()),
+            _ => String::new(),
+        };
         let mut times = self.times.lock().unwrap_or_else(|e| e.into_inner());
-        let e = times.entry((op.name(), dims)).or_default();
+        let e = times.entry((op.name(), dims, weight)).or_default();
         e.0 += 1;
         e.1 += took;
     }
@@ -44,14 +48,15 @@ impl Drop for OpProfile {
             total.as_secs_f64() * 1e3,
             times.values().map(|v| v.0).sum::<u64>()
         );
-        for ((name, dims), (calls, t)) in rows {
+        for ((name, dims, weight), (calls, t)) in rows {
             eprintln!(
-                "{:>6.2}% {:>10.3} ms {:>7} × {:<12} {:?}",
+                "{:>6.2}% {:>10.3} ms {:>7} × {:<12} {:?} {}",
                 100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12),
                 t.as_secs_f64() * 1e3,
                 calls,
                 name,
-                dims
+                dims,
+                weight
             );
         }
     }

@@ -12,7 +12,7 @@
 //! count; the pool splits panels (outputs), never `k`. Rows are taken in blocks that stay in
 //! L2 while a thread's panels pass over them.
 
-use crate::pool::{split, DisjointOut, ThreadPool};
+use crate::pool::{balanced_parts, split, DisjointOut, ThreadPool};
 use cyb_tensor::{AlignedBuf, DType};
 use std::sync::{Mutex, PoisonError, Weak};
 
@@ -176,10 +176,11 @@ fn successor(w: &Panels) -> Option<std::sync::Arc<Panels>> {
         .upgrade()
 }
 
-/// Asks for up to `bytes` of thread `t`'s first panel of `next` to be brought into L2.
-fn prefetch_first(next: Option<&Panels>, threads: usize, t: usize, bytes: usize) {
+/// Asks for up to `bytes` of the first panel of part `t` of `next` to be brought into L2, its
+/// panels cut into `parts(panels)` parts.
+fn prefetch_first(next: Option<&Panels>, parts: impl Fn(usize) -> usize, t: usize, bytes: usize) {
     if let Some(next) = next {
-        let first = split(next.panels(), threads, t).start;
+        let first = split(next.panels(), parts(next.panels()), t).start;
         if first < next.panels() {
             prefetch_l2(next.panel(first), bytes);
         }
@@ -262,9 +263,11 @@ pub unsafe fn gemm(
     let threads = pool.threads();
     let out = DisjointOut::new(y);
     let next = successor(w);
-    pool.run(&|t| {
+    // Parts claimed by whichever thread is free.
+    let parts = balanced_parts(panels, threads, k * NR * w.elem);
+    pool.run_parts(parts, &|t| {
         let mut res = [0f32; MR * NR];
-        let mine = split(panels, threads, t);
+        let mine = split(panels, parts, t);
         for m0 in (0..m).step_by(block) {
             let m1 = (m0 + block).min(m);
             let tiles = (m1 - m0).div_ceil(MR);
@@ -311,7 +314,14 @@ pub unsafe fn gemm(
                 }
             }
         }
-        prefetch_first(next.as_deref(), threads, t, usize::MAX);
+        // The parts claimed first (one per thread, most likely) fetch the start of the next
+        // weight's parts of the same index.
+        if t < threads {
+            if let Some(nx) = next.as_deref() {
+                let parts = |panels| balanced_parts(panels, threads, nx.k * NR * nx.elem);
+                prefetch_first(Some(nx), parts, t, usize::MAX);
+            }
+        }
     });
 }
 
@@ -454,7 +464,7 @@ pub unsafe fn gemm_blocked(
         let first_slice = next
             .as_ref()
             .map_or(0, |nx| block_k(nx.elem).min(nx.k) * NR * nx.elem);
-        prefetch_first(next.as_deref(), threads, t, first_slice);
+        prefetch_first(next.as_deref(), |_| threads, t, first_slice);
     });
 }
 
