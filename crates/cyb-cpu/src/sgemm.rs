@@ -339,6 +339,10 @@ pub const BLOCKED_MIN_K: usize = 2048;
 /// while the panels' slices pass over them.
 const ROWS_BLOCK_BYTES: usize = 256 * 1024;
 
+/// Parts per thread of `gemm_blocked` (1B F16 `bench -p 128 -n 1 -r 3`, alternated: pp128
+/// 84.8–86.7 t/s with 4, 61.9–85.0 with 1, 79.2–84.7 with 8).
+const BLOCKED_PARTS_PER_THREAD: usize = 4;
+
 /// Values of `k` per block of `gemm_blocked` for weights of `elem` bytes per value.
 fn block_k(elem: usize) -> usize {
     (SLICE_BYTES / (NR * elem)).max(16)
@@ -350,8 +354,9 @@ fn slice_of(w: &Panels, p: usize, k0: usize, kl: usize) -> &[u8] {
     &w.panel(p)[at..at + kl * NR * w.elem]
 }
 
-/// [`gemm`] blocked along `k` as well (as BLIS blocks): for each block of rows and each block of
-/// `k` in turn, each thread copies the block's activations into its own part of `blocks`
+/// [`gemm`] blocked along `k` as well (as BLIS blocks): the panels are cut into a few parts per
+/// thread, each taken by whichever thread is free; for each block of rows and each block of `k`
+/// in turn, a part copies the block's activations into its own piece of `blocks`
 /// (`ROWS_BLOCK_BYTES`, in L2), then every one of its panels' slices (`SLICE_BYTES`, in L1)
 /// meets every row tile of the block, the sums carried in `y` between blocks of `k`. Each
 /// weight byte is read once per block of rows, and the activations come from L2 however long
@@ -378,21 +383,25 @@ pub unsafe fn gemm_blocked(
     let threads = pool.threads();
     let kc = block_k(w.elem);
     let block_tiles = (ROWS_BLOCK_BYTES / (kc * MR * 4)).clamp(1, tiles.max(1));
-    let per_thread = block_tiles * MR * kc;
-    if blocks.len() < threads * per_thread {
-        blocks.resize(threads * per_thread, 0.0);
-    }
-    let bufs = DisjointOut::new(&mut blocks[..threads * per_thread]);
+    let per_part = block_tiles * MR * kc;
     let panels = w.panels();
+    // A few parts per thread, claimed by whichever thread is free (each part copies the rows
+    // again, so not the many of `balanced_parts`).
+    let parts_of = |panels: usize| (threads * BLOCKED_PARTS_PER_THREAD).min(panels.max(1));
+    let parts = parts_of(panels);
+    if blocks.len() < parts * per_part {
+        blocks.resize(parts * per_part, 0.0);
+    }
+    let bufs = DisjointOut::new(&mut blocks[..parts * per_part]);
     let out = DisjointOut::new(y);
     let next = successor(w);
-    pool.run(&|t| {
-        let mine = split(panels, threads, t);
+    pool.run_parts(parts, &|t| {
+        let mine = split(panels, parts, t);
         if mine.is_empty() {
             return;
         }
-        // SAFETY: part t of the buffers belongs to thread t only.
-        let buf = unsafe { bufs.slice(t * per_thread..(t + 1) * per_thread) };
+        // SAFETY: part t of the buffers belongs to part t only.
+        let buf = unsafe { bufs.slice(t * per_part..(t + 1) * per_part) };
         // A partial last panel's sums (fewer than NR outputs) wait here between blocks.
         let mut part: Vec<f32> = Vec::new();
         if mine.end == panels && n % NR != 0 {
@@ -464,7 +473,9 @@ pub unsafe fn gemm_blocked(
         let first_slice = next
             .as_ref()
             .map_or(0, |nx| block_k(nx.elem).min(nx.k) * NR * nx.elem);
-        prefetch_first(next.as_deref(), |_| threads, t, first_slice);
+        if t < threads {
+            prefetch_first(next.as_deref(), parts_of, t, first_slice);
+        }
     });
 }
 
