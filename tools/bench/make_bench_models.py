@@ -322,6 +322,20 @@ def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | No
         print(f"  {name:28} {t.name:5} {shape}", file=sys.stderr)
     wr.close()
     tmp_path.rename(out)
+    evict(out)
+
+
+def evict(path: Path) -> None:
+    """Drops the file's pages from the page cache. Written pages stay there in 4 KiB folios, and
+    a reader that maps the file while they do gets them so (cyb-llm's MADV_HUGEPAGE only applies
+    to pages it faults in): on a Zen 4 VM the 135M F16 file then decoded at 82 tokens/s against
+    92-98 once evicted. Evicted, the first run maps it in 2 MiB folios."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def main() -> None:
