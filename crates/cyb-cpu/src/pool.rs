@@ -1,12 +1,12 @@
 //! A persistent thread pool with low wake-up latency for the many small parallel sections of a
 //! decode step (one per matmul): workers spin briefly after each job, then park.
 //!
-//! `run(f)` calls `f(t)` once for every part index `t` in `0..threads` and returns when all are
-//! done. Parts are claimed from a shared counter by whichever thread gets there first, the
-//! caller included, so a worker that is slow to wake (parked, or preempted on a busy machine)
-//! never holds the caller up: the caller runs the unclaimed parts itself. Kernels split their
-//! outputs by `t`, so a result never depends on which OS thread ran a part, only on the fixed
-//! split.
+//! `run(f)` calls `f(t)` once for every part index `t` in `0..threads` (`run_parts(n, f)`: in
+//! `0..n`) and returns when all are done. Parts are claimed from a shared counter by whichever
+//! thread gets there first, the caller included, so a worker that is slow to wake (parked, or
+//! preempted on a busy machine) never holds the caller up: the caller runs the unclaimed parts
+//! itself. Kernels split their outputs by the part index, so a result never depends on which
+//! OS thread ran a part, only on the fixed split.
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
