@@ -222,9 +222,10 @@ fn cpu_vendor_is_amd() -> bool {
 
 /// `y = a · wᵀ` for float weights (`n` rows of `row_bytes`), `a` being `m` rows of `k` (decode:
 /// more rows go to the packed GEMM, `sgemm.rs`): the rows are cut into contiguous parts
-/// (`balanced_parts`), each taken by whichever thread is free, which streams every row once, `cols` at a time (1 or `TILE_C`, the same results;
-/// `float_decode_rows` picks it), over all of `k` (blocking `k` split each row into separate
-/// passes, which cost the hardware prefetcher a fifth of F16's bandwidth).
+/// (`balanced_parts`), each taken by whichever thread is free, which streams every row once,
+/// `cols` at a time (1 or `TILE_C`, the same results; `float_decode_rows` picks it), over all
+/// of `k` (blocking `k` split each row into separate passes, which cost the hardware
+/// prefetcher a fifth of F16's bandwidth).
 ///
 /// # Safety
 /// `tile` must come from [`float_kernel`] for the weight's dtype, and the CPU must have its

@@ -1,6 +1,6 @@
 //! `CYB_CPU_PROFILE=1`: wall time per op kind (op name and output dims; for a matmul also its
-//! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For finding where a model's time goes; off by default
-//! (one `Option` check per op).
+//! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
+//! finding where a model's time goes; off by default (one `Option` check per op).
 
 use cyb_ops::Op;
 use cyb_tensor::Tensor;

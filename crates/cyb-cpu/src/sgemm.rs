@@ -176,11 +176,29 @@ fn successor(w: &Panels) -> Option<std::sync::Arc<Panels>> {
         .upgrade()
 }
 
+/// Parts of a [`gemm`] on `w`: claimed by whichever thread is free.
+fn gemm_parts(w: &Panels, threads: usize) -> usize {
+    balanced_parts(w.panels(), threads, w.k * NR * w.elem)
+}
+
+/// Parts of a [`gemm_blocked`] on `w`: a few per thread (each part copies the rows again, so
+/// not the many of [`gemm_parts`]).
+fn blocked_parts(w: &Panels, threads: usize) -> usize {
+    (threads * BLOCKED_PARTS_PER_THREAD).min(w.panels().max(1))
+}
+
 /// Asks for up to `bytes` of the first panel of part `t` of `next` to be brought into L2, its
-/// panels cut into `parts(panels)` parts.
-fn prefetch_first(next: Option<&Panels>, parts: impl Fn(usize) -> usize, t: usize, bytes: usize) {
-    if let Some(next) = next {
-        let first = split(next.panels(), parts(next.panels()), t).start;
+/// panels cut into `parts(next, threads)` parts. Called by the parts claimed first (one per
+/// thread, most likely: `t < threads`).
+fn prefetch_first(
+    next: Option<&Panels>,
+    parts: fn(&Panels, usize) -> usize,
+    threads: usize,
+    t: usize,
+    bytes: usize,
+) {
+    if let (Some(next), true) = (next, t < threads) {
+        let first = split(next.panels(), parts(next, threads), t).start;
         if first < next.panels() {
             prefetch_l2(next.panel(first), bytes);
         }
@@ -263,8 +281,7 @@ pub unsafe fn gemm(
     let threads = pool.threads();
     let out = DisjointOut::new(y);
     let next = successor(w);
-    // Parts claimed by whichever thread is free.
-    let parts = balanced_parts(panels, threads, k * NR * w.elem);
+    let parts = gemm_parts(w, threads);
     pool.run_parts(parts, &|t| {
         let mut res = [0f32; MR * NR];
         let mine = split(panels, parts, t);
@@ -314,14 +331,7 @@ pub unsafe fn gemm(
                 }
             }
         }
-        // The parts claimed first (one per thread, most likely) fetch the start of the next
-        // weight's parts of the same index.
-        if t < threads {
-            if let Some(nx) = next.as_deref() {
-                let parts = |panels| balanced_parts(panels, threads, nx.k * NR * nx.elem);
-                prefetch_first(Some(nx), parts, t, usize::MAX);
-            }
-        }
+        prefetch_first(next.as_deref(), gemm_parts, threads, t, usize::MAX);
     });
 }
 
@@ -385,10 +395,7 @@ pub unsafe fn gemm_blocked(
     let block_tiles = (ROWS_BLOCK_BYTES / (kc * MR * 4)).clamp(1, tiles.max(1));
     let per_part = block_tiles * MR * kc;
     let panels = w.panels();
-    // A few parts per thread, claimed by whichever thread is free (each part copies the rows
-    // again, so not the many of `balanced_parts`).
-    let parts_of = |panels: usize| (threads * BLOCKED_PARTS_PER_THREAD).min(panels.max(1));
-    let parts = parts_of(panels);
+    let parts = blocked_parts(w, threads);
     if blocks.len() < parts * per_part {
         blocks.resize(parts * per_part, 0.0);
     }
@@ -473,9 +480,7 @@ pub unsafe fn gemm_blocked(
         let first_slice = next
             .as_ref()
             .map_or(0, |nx| block_k(nx.elem).min(nx.k) * NR * nx.elem);
-        if t < threads {
-            prefetch_first(next.as_deref(), parts_of, t, first_slice);
-        }
+        prefetch_first(next.as_deref(), blocked_parts, threads, t, first_slice);
     });
 }
 
