@@ -920,6 +920,9 @@ fn decode_chunk<const F: bool>(
     sc: &mut [f32],
     acc: &mut [f32],
 ) -> [Option<(f32, f32)>; TRANSPOSE_MIN_ROWS] {
+    // Only x86-64 has the AVX-512 kernels.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = avx512;
     let n = g.group * g.lq;
     let row0 = kv * n;
     let (c0, c1) = (c * CHUNK, ((c + 1) * CHUNK).min(g.lk));
