@@ -15,13 +15,16 @@ use crate::quant_act::{nearest, Q16_MAX};
 #[derive(Default)]
 pub struct ActQuads {
     pub k: usize,
+    /// Bytes from one row's levels to the next's in `lo` and `hi`: `k` plus one cache line
+    /// ([`plane_stride`]).
+    pub stride: usize,
     /// Values per scale (32 or 256).
     pub block: usize,
     /// 16-bit levels split into `hi`/`lo` planes.
     pub split: bool,
-    /// `m · k` low bytes (the whole level when not split), row-major.
+    /// `m` rows of `k` low bytes (the whole level when not split), `stride` apart.
     pub lo: Vec<i8>,
-    /// `m · k` high bytes (split only).
+    /// `m` rows of `k` high bytes (split only), `stride` apart.
     pub hi: Vec<i8>,
     /// `lo` and `hi` as AMX tiles (see [`ActQuads::tile_planes`]).
     pub tiles_lo: Vec<i8>,
@@ -43,9 +46,18 @@ struct RowOut<'a> {
     sum32: &'a mut [i32],
 }
 
-fn quantize_rows(x: &[f32], block: usize, split: bool, o: RowOut) {
+/// Row stride of the level planes for rows of `k` values: one cache line more than `k`, so that
+/// rows `k` apart for `k` a multiple of 4 KiB (the 1B shape's 2048- and 8192-value rows, two
+/// planes of them) do not all fall into one set of the L1 cache while a kernel walks a tile of
+/// rows side by side.
+pub fn plane_stride(k: usize) -> usize {
+    k + 64
+}
+
+fn quantize_rows(x: &[f32], k: usize, stride: usize, block: usize, split: bool, o: RowOut) {
     let max = if split { Q16_MAX } else { 127.0 };
     let mut levels = [0i32; 256];
+    let per_row = k / block;
     for (bi, xb) in x.chunks_exact(block).enumerate() {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let lv = &mut levels[..block];
@@ -61,13 +73,14 @@ fn quantize_rows(x: &[f32], block: usize, split: bool, o: RowOut) {
             o.d[bi] = amax / max;
         }
         let at = bi * block;
+        let pat = (bi / per_row) * stride + (bi % per_row) * block;
         for (i, &l) in lv.iter().enumerate() {
             if split {
                 let h = (l + 128) >> 8;
-                o.hi[at + i] = h as i8;
-                o.lo[at + i] = (l - 256 * h) as i8;
+                o.hi[pat + i] = h as i8;
+                o.lo[pat + i] = (l - 256 * h) as i8;
             } else {
-                o.lo[at + i] = l as i8;
+                o.lo[pat + i] = l as i8;
             }
         }
         for (g, run) in lv.chunks_exact(16).enumerate() {
@@ -91,12 +104,14 @@ impl ActQuads {
         split16: bool,
     ) {
         let m = a.len().checked_div(k).unwrap_or(0);
+        let stride = plane_stride(k);
         self.k = k;
+        self.stride = stride;
         self.block = block;
         self.split = split16;
-        self.lo.resize(m * k, 0);
+        self.lo.resize(m * stride, 0);
         if split16 {
-            self.hi.resize(m * k, 0);
+            self.hi.resize(m * stride, 0);
         }
         self.d.resize(m * k / block, 0.0);
         self.sum16.resize(m * k / 16, 0);
@@ -104,9 +119,9 @@ impl ActQuads {
         // One row (decode) is quantized on the calling thread: a pool round trip would cost
         // more than the row, and the other part would be empty anyway.
         let threads = if m < 2 { 1 } else { pool.threads() };
-        let lo = DisjointOut::new(&mut self.lo[..m * k]);
+        let lo = DisjointOut::new(&mut self.lo[..m * stride]);
         let hi = DisjointOut::new(if split16 {
-            &mut self.hi[..m * k]
+            &mut self.hi[..m * stride]
         } else {
             &mut []
         });
@@ -122,9 +137,9 @@ impl ActQuads {
             // SAFETY: each thread takes the planes' ranges of its own rows only.
             let o = unsafe {
                 RowOut {
-                    lo: lo.slice(r0 * k..r1 * k),
+                    lo: lo.slice(r0 * stride..r1 * stride),
                     hi: if split16 {
-                        hi.slice(r0 * k..r1 * k)
+                        hi.slice(r0 * stride..r1 * stride)
                     } else {
                         &mut []
                     },
@@ -133,7 +148,7 @@ impl ActQuads {
                     sum32: s32.slice(r0 * k / 32..r1 * k / 32),
                 }
             };
-            quantize_rows(&a[r0 * k..r1 * k], block, split16, o);
+            quantize_rows(&a[r0 * k..r1 * k], k, stride, block, split16, o);
         };
         if threads == 1 {
             job(0);
@@ -147,20 +162,20 @@ impl ActQuads {
     /// 512 consecutive bytes instead of 16 rows `k` apart.
     pub fn tile_planes(&mut self, m: usize) {
         const T: usize = 16;
-        let (k, nb) = (self.k, self.k / 32);
+        let (k, nb, stride) = (self.k, self.k / 32, self.stride);
         let tiles = m.div_ceil(T);
         for (src, dst) in [
             (&self.lo, &mut self.tiles_lo),
             (&self.hi, &mut self.tiles_hi),
         ] {
-            if src.len() < m * k {
+            if src.len() < m * stride {
                 continue; // no `hi` plane in 8-bit mode
             }
             dst.clear();
             dst.resize(tiles * T * k, 0);
             for r in 0..m {
                 let (t, rr) = (r / T, r % T);
-                for (b, run) in src[r * k..(r + 1) * k].chunks_exact(32).enumerate() {
+                for (b, run) in src[r * stride..r * stride + k].chunks_exact(32).enumerate() {
                     let at = ((t * nb + b) * T + rr) * 32;
                     dst[at..at + 32].copy_from_slice(run);
                 }

@@ -108,14 +108,14 @@ pub(crate) fn combine<const SPLIT: bool>(acc: [__m512i; 2]) -> __m512i {
 
 /// Checks the activation planes hold rows `r0..r0 + R` of `a.k` values.
 pub(crate) fn check_act<const R: usize, const SPLIT: bool>(a: &ActQuads, r0: usize) {
-    let k = a.k;
-    assert!(a.lo.len() >= (r0 + R) * k && (!SPLIT || a.hi.len() >= (r0 + R) * k));
+    let (k, end) = (a.k, (r0 + R) * a.stride);
+    assert!(a.stride >= k && a.lo.len() >= end && (!SPLIT || a.hi.len() >= end));
     assert!(a.d.len() >= (r0 + R) * k / a.block);
     assert!(a.sum16.len() >= (r0 + R) * k / 16 && a.sum32.len() >= (r0 + R) * k / 32);
 }
 
 pub(crate) fn planes<const SPLIT: bool>(a: &ActQuads, row: usize) -> Planes {
-    let at = row * a.k;
+    let at = row * a.stride;
     Planes {
         lo: a.lo[at..].as_ptr(),
         hi: if SPLIT {
