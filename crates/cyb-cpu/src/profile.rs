@@ -1,20 +1,39 @@
 //! `CYB_CPU_PROFILE=1`: wall time per op kind (op name and output dims; for a matmul also its
 //! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
-//! finding where a model's time goes; off by default (one `Option` check per op).
+//! finding where a model's time goes; off by default (one `Option` check per op). First calls
+//! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
+//! counted apart, and a matmul's later calls are also shown as GB/s of weights read.
 
 use cyb_ops::Op;
 use cyb_tensor::Tensor;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// An op kind: its name, output dims and (matmuls) the weight's dims and dtype.
 type Kind = (&'static str, Vec<usize>, String);
 
+/// One kind's calls: first calls (see the module doc) and later ones, their times, and
+/// (matmuls) the weight's bytes.
+#[derive(Default)]
+struct Calls {
+    firsts: u64,
+    first: Duration,
+    later: u64,
+    rest: Duration,
+    weight_bytes: usize,
+}
+
+#[derive(Default)]
+struct Seen {
+    kinds: HashMap<Kind, Calls>,
+    /// Addresses of the weights matmuls have met.
+    weights: HashSet<usize>,
+}
+
 #[derive(Default)]
 pub(crate) struct OpProfile {
-    /// Calls and total time per kind.
-    times: Mutex<HashMap<Kind, (u64, Duration)>>,
+    times: Mutex<Seen>,
 }
 
 impl OpProfile {
@@ -26,34 +45,58 @@ impl OpProfile {
 
     pub(crate) fn add(&self, op: &Op, inputs: &[Tensor], out: &[Tensor], took: Duration) {
         let dims = out.first().map(|t| t.dims().to_vec()).unwrap_or_default();
-        let weight = match (op, inputs) {
-            (Op::MatMul { .. }, [_, w, ..]) => format!("{:?} {}", w.dims(), w.dtype()),
-            _ => String::new(),
+        let (weight, weight_bytes, addr) = match (op, inputs) {
+            (Op::MatMul { .. }, [_, w, ..]) => (
+                format!("{:?} {}", w.dims(), w.dtype()),
+                w.dtype().bytes_for(w.numel()).unwrap_or(0),
+                w.host_bytes().map(|b| b.as_ptr() as usize),
+            ),
+            _ => (String::new(), 0, None),
         };
-        let mut times = self.times.lock().unwrap_or_else(|e| e.into_inner());
-        let e = times.entry((op.name(), dims, weight)).or_default();
-        e.0 += 1;
-        e.1 += took;
+        let mut seen = self.times.lock().unwrap_or_else(|e| e.into_inner());
+        let new_weight = addr.is_some_and(|a| seen.weights.insert(a));
+        let e = seen.kinds.entry((op.name(), dims, weight)).or_default();
+        if new_weight || e.firsts == 0 {
+            e.firsts += 1;
+            e.first += took;
+            e.weight_bytes = weight_bytes;
+        } else {
+            e.later += 1;
+            e.rest += took;
+        }
     }
 }
 
 impl Drop for OpProfile {
     fn drop(&mut self) {
-        let times = self.times.get_mut().unwrap_or_else(|e| e.into_inner());
-        let total: Duration = times.values().map(|v| v.1).sum();
-        let mut rows: Vec<_> = times.iter().collect();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+        let kinds = &self
+            .times
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .kinds;
+        let rest: Duration = kinds.values().map(|v| v.rest).sum();
+        let first: Duration = kinds.values().map(|v| v.first).sum();
+        let mut rows: Vec<_> = kinds.iter().collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1.rest));
         eprintln!(
-            "cpu op profile: {:.1} ms in {} ops",
-            total.as_secs_f64() * 1e3,
-            times.values().map(|v| v.0).sum::<u64>()
+            "cpu op profile: {:.1} ms in {} ops, besides {} first calls ({:.1} ms)",
+            rest.as_secs_f64() * 1e3,
+            kinds.values().map(|v| v.later).sum::<u64>(),
+            kinds.values().map(|v| v.firsts).sum::<u64>(),
+            first.as_secs_f64() * 1e3,
         );
-        for ((name, dims, weight), (calls, t)) in rows {
+        for ((name, dims, weight), c) in rows {
+            let rate = if c.weight_bytes > 0 && c.later > 0 && !c.rest.is_zero() {
+                let gbs = c.weight_bytes as f64 * c.later as f64 / c.rest.as_secs_f64() / 1e9;
+                format!("{gbs:>6.1} GB/s")
+            } else {
+                " ".repeat(11)
+            };
             eprintln!(
-                "{:>6.2}% {:>10.3} ms {:>7} × {:<12} {:?} {}",
-                100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12),
-                t.as_secs_f64() * 1e3,
-                calls,
+                "{:>6.2}% {:>10.3} ms {:>7} × {rate}  {:<12} {:?} {}",
+                100.0 * c.rest.as_secs_f64() / rest.as_secs_f64().max(1e-12),
+                c.rest.as_secs_f64() * 1e3,
+                c.later,
                 name,
                 dims,
                 weight
