@@ -2,9 +2,10 @@
 //! (`act_quads.rs`): the quantized matmul of the AVX-512 VNNI kernel set (`gemm_x86.rs`) and,
 //! for the formats `gemm_avx2.rs` covers, of the AVX2 set, for decode and prefill alike.
 //!
-//! Weight groups (16 rows) are split into fixed contiguous ranges, one per pool thread
-//! (outputs, never reductions, are split, so the thread count does not change results). A
-//! thread takes its groups in chunks that stay in its L2 cache while every tile of activation
+//! Weight groups (16 rows) are split into contiguous ranges (outputs, never reductions, are
+//! split, so the thread count does not change results): for prefill one per pool thread, for
+//! decode `pool::guided_range`'s long leading parts and small trailing ones. A thread takes
+//! its groups in chunks that stay in its L2 cache while every tile of activation
 //! rows passes over them, so during prefill each weight byte comes from memory once; inside a
 //! tile each loaded weight vector serves all of the tile's rows. With one tile of rows
 //! (decode) a thread instead streams its groups span by span (`repack.rs` stores each span of
@@ -12,7 +13,7 @@
 //! carry each group's sums from span to span, in the same order either way.
 
 use crate::act_quads::ActQuads;
-use crate::pool::{balanced_parts, split, DisjointOut, ThreadPool};
+use crate::pool::{balanced_parts, guided_parts, guided_range, split, DisjointOut, ThreadPool};
 use crate::repack::{Repacked, GROUP};
 use crate::KernelSet;
 use cyb_tensor::DType;
@@ -125,8 +126,9 @@ pub(crate) unsafe fn gemm(
         // One tile of rows (decode): each thread streams its groups span by span, in the
         // order they are stored, so that a span's activations stay in L1 while it meets every
         // group; each group's sums wait in `y` between spans.
-        pool.run(&|t| {
-            let mine = split(groups, threads, t);
+        let parts = guided_parts(groups, threads, w.group_bytes);
+        pool.run_parts(parts, &|t| {
+            let mine = guided_range(groups, threads, parts, t);
             let mut res: Out = [[0.0; 16]; ROWS];
             for c in 0..w.spans() {
                 for g in mine.clone() {

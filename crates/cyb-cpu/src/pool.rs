@@ -237,6 +237,39 @@ pub fn balanced_parts(len: usize, threads: usize, unit_bytes: usize) -> usize {
     (len / min_units).clamp(threads, threads * PARTS_PER_THREAD)
 }
 
+/// Least bytes of weights in one of [`guided_range`]'s small parts.
+const GUIDED_PART_BYTES: usize = 64 * 1024;
+
+/// Parts of [`guided_range`] for `len` units of `unit_bytes` on `threads` threads: one per
+/// thread when its small parts would be under 64 KiB.
+pub fn guided_parts(len: usize, threads: usize, unit_bytes: usize) -> usize {
+    let small = (len - len * 3 / 4) / (threads * 4).max(1);
+    if threads <= 1 || small * unit_bytes < GUIDED_PART_BYTES {
+        threads.max(1)
+    } else {
+        threads * 5
+    }
+}
+
+/// Part `p` of `0..len` cut into `parts` ([`guided_parts`]) for `threads` threads: one
+/// leading part per thread holding three quarters of its share, then the last quarter in four
+/// small parts per thread, which whichever thread is free takes first. The leading parts keep
+/// most of the weights in long streams, which the hardware prefetchers follow best; the small
+/// ones keep a thread that a busy machine slowed from holding the other up. Without the small
+/// parts (`parts == threads`), a fixed split.
+pub fn guided_range(len: usize, threads: usize, parts: usize, p: usize) -> std::ops::Range<usize> {
+    if parts <= threads {
+        return split(len, parts, p);
+    }
+    let head = len * 3 / 4;
+    if p < threads {
+        split(head, threads, p)
+    } else {
+        let r = split(len - head, parts - threads, p - threads);
+        head + r.start..head + r.end
+    }
+}
+
 /// The `t`-th of `parts` near-equal contiguous ranges of `0..len` (a fixed split).
 pub fn split(len: usize, parts: usize, t: usize) -> std::ops::Range<usize> {
     let parts = parts.max(1);
@@ -361,5 +394,29 @@ mod tests {
         assert_eq!(balanced_parts(2048, 2, 4096), 32);
         assert_eq!(balanced_parts(640, 2, 4096), 10);
         assert_eq!(balanced_parts(3, 4, 0), 4);
+    }
+
+    /// Guided parts tile `0..len` in order, leading parts first; small weights keep one part
+    /// per thread.
+    #[test]
+    fn guided_parts_tile_the_range() {
+        assert_eq!(guided_parts(512, 1, 18_432), 1);
+        assert_eq!(guided_parts(32, 2, 18_432), 2);
+        assert_eq!(guided_parts(512, 2, 18_432), 10);
+        for (len, threads, unit) in [(512, 2, 18_432), (129, 3, 65_536), (7, 2, 1), (0, 2, 1)] {
+            let parts = guided_parts(len, threads, unit);
+            let mut next = 0;
+            for p in 0..parts {
+                let r = guided_range(len, threads, parts, p);
+                assert_eq!(r.start, next, "{len} {threads} part {p}");
+                next = r.end;
+            }
+            assert_eq!(next, len);
+            if parts > threads {
+                let lead = guided_range(len, threads, parts, 0).len();
+                let small = guided_range(len, threads, parts, parts - 1).len();
+                assert!(lead >= 2 * small, "{len}: {lead} vs {small}");
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
 //! finding where a model's time goes; off by default (one `Option` check per op). First calls
 //! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
-//! counted apart, and a matmul's later calls are also shown as GB/s of weights read.
+//! counted apart; later calls show their median time, and a matmul's also the GB/s of weights
+//! they read in all.
 
 use cyb_ops::Op;
 use cyb_tensor::Tensor;
@@ -21,6 +22,8 @@ struct Calls {
     first: Duration,
     later: u64,
     rest: Duration,
+    /// The later calls' times, for the median.
+    each: Vec<Duration>,
     weight_bytes: usize,
 }
 
@@ -63,6 +66,7 @@ impl OpProfile {
         } else {
             e.later += 1;
             e.rest += took;
+            e.each.push(took);
         }
     }
 }
@@ -86,6 +90,9 @@ impl Drop for OpProfile {
             first.as_secs_f64() * 1e3,
         );
         for ((name, dims, weight), c) in rows {
+            let mut each = c.each.clone();
+            each.sort();
+            let median = each.get(each.len() / 2).copied().unwrap_or_default();
             let rate = if c.weight_bytes > 0 && c.later > 0 && !c.rest.is_zero() {
                 let gbs = c.weight_bytes as f64 * c.later as f64 / c.rest.as_secs_f64() / 1e9;
                 format!("{gbs:>6.1} GB/s")
@@ -93,10 +100,11 @@ impl Drop for OpProfile {
                 " ".repeat(11)
             };
             eprintln!(
-                "{:>6.2}% {:>10.3} ms {:>7} × {rate}  {:<12} {:?} {}",
+                "{:>6.2}% {:>10.3} ms {:>7} × (median {:>9.1} µs) {rate}  {:<12} {:?} {}",
                 100.0 * c.rest.as_secs_f64() / rest.as_secs_f64().max(1e-12),
                 c.rest.as_secs_f64() * 1e3,
                 c.later,
+                median.as_secs_f64() * 1e6,
                 name,
                 dims,
                 weight

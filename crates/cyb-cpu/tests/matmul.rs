@@ -254,3 +254,26 @@ fn float_formats_many_rows() {
         }
     }
 }
+
+/// A one-row matmul over enough weight groups for the repacked GEMM's guided parts
+/// (`pool::guided_parts`: 3 threads, small parts of at least 64 KiB), and a many-row one whose
+/// rows are 4 KiB apart in the activation planes: exact activations, 1 and 3 threads
+/// bit-identical.
+#[test]
+fn quantized_many_groups() {
+    let mut rng = Rng::new(17);
+    for dtype in [DType::Q4_0, DType::Q4_K] {
+        for act in [ActPrecision::Q8, ActPrecision::Q16] {
+            for (m, n, k) in [(1usize, 1601usize, 4096usize), (13, 67, 4096)] {
+                let w = Tensor::from_f32_as(&[n, k], &rng.vec(n * k), dtype).unwrap();
+                let exact = match act {
+                    ActPrecision::Q8 => exact_activations(&mut rng, m, k),
+                    ActPrecision::Q16 => exact16_activations(&mut rng, m, k),
+                };
+                let a = Tensor::from_f32(&[m, k], &exact).unwrap();
+                let what = format!("{dtype} m={m} n={n} k={k} shared");
+                check_summation_order(&[a, shared(&w)], &what, act);
+            }
+        }
+    }
+}
