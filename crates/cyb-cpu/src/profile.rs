@@ -2,8 +2,8 @@
 //! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
 //! finding where a model's time goes; off by default (one `Option` check per op). First calls
 //! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
-//! counted apart; later calls show their median time, and a matmul's also the GB/s of weights
-//! they read in all.
+//! counted apart; later calls show their median time, and a matmul's also its rate over them
+//! all: GB/s of weights read for one activation row (decode), GMAC/s for more (prefill).
 
 use cyb_ops::Op;
 use cyb_tensor::Tensor;
@@ -25,6 +25,9 @@ struct Calls {
     /// The later calls' times, for the median.
     each: Vec<Duration>,
     weight_bytes: usize,
+    /// Multiply-adds of one call and its activation rows (matmuls).
+    macs: usize,
+    rows: usize,
 }
 
 #[derive(Default)]
@@ -48,13 +51,15 @@ impl OpProfile {
 
     pub(crate) fn add(&self, op: &Op, inputs: &[Tensor], out: &[Tensor], took: Duration) {
         let dims = out.first().map(|t| t.dims().to_vec()).unwrap_or_default();
-        let (weight, weight_bytes, addr) = match (op, inputs) {
+        let rows = dims.iter().rev().skip(1).product();
+        let (weight, weight_bytes, addr, macs) = match (op, inputs) {
             (Op::MatMul { .. }, [_, w, ..]) => (
                 format!("{:?} {}", w.dims(), w.dtype()),
                 w.dtype().bytes_for(w.numel()).unwrap_or(0),
                 w.host_bytes().map(|b| b.as_ptr() as usize),
+                dims.iter().product::<usize>() * w.dims().last().copied().unwrap_or(0),
             ),
-            _ => (String::new(), 0, None),
+            _ => (String::new(), 0, None, 0),
         };
         let mut seen = self.times.lock().unwrap_or_else(|e| e.into_inner());
         let new_weight = addr.is_some_and(|a| seen.weights.insert(a));
@@ -63,6 +68,8 @@ impl OpProfile {
             e.firsts += 1;
             e.first += took;
             e.weight_bytes = weight_bytes;
+            e.macs = macs;
+            e.rows = rows;
         } else {
             e.later += 1;
             e.rest += took;
@@ -93,11 +100,15 @@ impl Drop for OpProfile {
             let mut each = c.each.clone();
             each.sort();
             let median = each.get(each.len() / 2).copied().unwrap_or_default();
-            let rate = if c.weight_bytes > 0 && c.later > 0 && !c.rest.is_zero() {
-                let gbs = c.weight_bytes as f64 * c.later as f64 / c.rest.as_secs_f64() / 1e9;
-                format!("{gbs:>6.1} GB/s")
-            } else {
+            // One-row matmuls read their weights at a rate, many-row ones compute at one.
+            let rate = if c.later == 0 || c.rest.is_zero() || c.weight_bytes == 0 {
                 " ".repeat(11)
+            } else if c.rows == 1 {
+                let gbs = c.weight_bytes as f64 * c.later as f64 / c.rest.as_secs_f64() / 1e9;
+                format!("{gbs:>7.1} GB/s")
+            } else {
+                let gmacs = c.macs as f64 * c.later as f64 / c.rest.as_secs_f64() / 1e9;
+                format!("{gmacs:>4.0} GMAC/s")
             };
             eprintln!(
                 "{:>6.2}% {:>10.3} ms {:>7} × (median {:>9.1} µs) {rate}  {:<12} {:?} {}",
