@@ -1,5 +1,6 @@
 //! Times one matmul `[m, k] · [n, k]ᵀ` per weight dtype on the cpu backend and prints the best
-//! of several runs in GMAC/s (the best run is the least disturbed on a shared machine).
+//! of several runs in GMAC/s (the best run is the least disturbed on a shared machine), the
+//! rate by CPU time over a second of calls, and those calls' median.
 //!
 //! `cargo run --release -p cyb-cpu --example gemm_bench -- [M] [N] [K] [THREADS] [DTYPES]`
 //! (defaults 128 2048 2048 1 f16,q8_0,q4_0,q4_k,q6_k); `CYB_CPU_ACT` picks the activations.
@@ -100,20 +101,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // thread it is the work alone).
         let (t, c0) = (Instant::now(), cpu_seconds());
         let mut calls = 0;
+        let mut each = Vec::new();
         while t.elapsed().as_secs_f64() < 1.0 {
             next(&mut inputs);
+            let c = Instant::now();
             backend.execute(&op, &inputs, &mut ExecContext::default())?;
+            each.push(c.elapsed().as_secs_f64());
             calls += 1;
         }
+        each.sort_by(f64::total_cmp);
+        let median = each[each.len() / 2];
         let cpu = (cpu_seconds() - c0) / f64::from(calls) / threads as f64;
         let gmac_cpu = (m * n * k) as f64 / cpu / 1e9;
         let gmac = (m * n * k) as f64 / best / 1e9;
         let gbs = len as f64 / best / 1e9;
         println!(
             "{name:>5} m={m} n={n} k={k} t={threads}: {:8.3} ms {gmac:7.1} GMAC/s {gbs:6.1} GB/s \
-             of weights (first call {:.1} ms); by CPU time {gmac_cpu:7.1} GMAC/s",
+             of weights (first call {:.1} ms); by CPU time {gmac_cpu:7.1} GMAC/s; median \
+             {:.3} ms, {:.1} GB/s",
             best * 1e3,
-            first * 1e3
+            first * 1e3,
+            median * 1e3,
+            len as f64 / median / 1e9
         );
     }
     Ok(())
