@@ -98,9 +98,9 @@ def candle(exe: Path, model: Path, args: argparse.Namespace, cache: Path) -> dic
     # --which only picks the end-of-text token the example stops at (and a tokenizer repo we
     # do not use); the weights and shapes come from the GGUF file.
     if "<|end_of_text|>" in vocab:
-        which = "8b"
+        which = "llama3-8b"
     elif "<|endoftext|>" in vocab:
-        which = "smollm2-360m-instruct"
+        which = "SmoLM2-360M-Instruct"
     else:
         raise RuntimeError(f"{tj}: neither <|end_of_text|> nor <|endoftext|> is in the vocabulary")
     prompt = exact_prompt(tok, args.p)
