@@ -30,6 +30,9 @@ from pathlib import Path
 
 import gguf
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_bench_models import cache_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LLAMA_BENCH = Path("/root/build/llama.cpp/build2/bin/llama-bench")
 
@@ -142,8 +145,7 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=None)
     args = ap.parse_args()
 
-    cache = Path(os.environ.get("CYB_CACHE") or Path.home() / ".cache" / "cyb-llm")
-    results = args.results or cache / "bench" / "results"
+    results = args.results or cache_dir() / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     common = ["-t", str(args.t), "-p", str(args.p), "-n", str(args.n), "-r", str(args.r)]

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gguf_tokenizer_json  # noqa: E402
+from make_bench_models import cache_dir  # noqa: E402
 
 # Text whose tokens the prompt is cut from; any text works, the weights are random.
 FILLER = (
@@ -87,10 +88,10 @@ def exact_prompt(tok, n: int) -> str:
     raise RuntimeError(f"no prefix of the filler text encodes to exactly {n} tokens")
 
 
-def candle(exe: Path, model: Path, args: argparse.Namespace, cache: Path) -> dict:
+def candle(exe: Path, model: Path, args: argparse.Namespace) -> dict:
     from tokenizers import Tokenizer
 
-    tj = cache / "bench" / "tokenizers" / model.stem / "tokenizer.json"
+    tj = cache_dir() / "bench" / "tokenizers" / model.stem / "tokenizer.json"
     if not tj.exists():
         gguf_tokenizer_json.write(model, tj)
     tok = Tokenizer.from_file(str(tj))
@@ -138,8 +139,7 @@ def main() -> None:
     if not (args.mistralrs or args.candle):
         ap.error("give --mistralrs PATH, --candle PATH or both")
 
-    cache = Path(os.environ.get("CYB_CACHE") or Path.home() / ".cache" / "cyb-llm")
-    results = args.results or cache / "bench" / "results"
+    results = args.results or cache_dir() / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
@@ -151,7 +151,7 @@ def main() -> None:
             if exe is None:
                 continue
             try:
-                rec[name] = fn(exe, model, args) if name == "mistralrs" else fn(exe, model, args, cache)
+                rec[name] = fn(exe, model, args)
             except RuntimeError as e:
                 print(f"  {name} failed: {e}", file=sys.stderr)
                 rec[name] = {"error": str(e)}
