@@ -14,6 +14,11 @@
 //! never timed. The human table shows the median ± the sample standard deviation; `--json`
 //! prints llama-bench's field names (`avg_ts` is the mean, as there) plus `median_ts`,
 //! `load_ms` and `peak_rss_bytes`.
+//!
+//! As in llama-bench, `-p`, `-n`, `-d` and `-t` take lists (`-p 128,512`, or the flag
+//! repeated) and every combination runs: for each thread count the model is loaded once, then
+//! for each depth the pp tests of every `-p` and the tg tests of every `-n`; a 0 in `-p` or
+//! `-n` skips that kind of test (`-n 0`: prefill only).
 
 use cyb_runtime::{BenchSession, ExecPath, Model, Runtime, RuntimeOptions};
 use cyb_tensor::{Error, Result};
@@ -25,21 +30,36 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub struct BenchArgs {
     /// A GGUF file or Hugging Face directory.
     pub model: PathBuf,
-    /// Prompt tokens of the pp test.
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
-    pub n_prompt: usize,
-    /// Generated tokens of the tg test.
-    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
-    pub n_gen: usize,
-    /// Tokens already in the context when each test starts (llama-bench's `-d`).
-    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
-    pub n_depth: usize,
+    /// Prompt tokens of the pp tests (a list: `-p 128,512`; 0 skips the pp tests).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generated tokens of the tg tests (a list; 0 skips the tg tests).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "64"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Tokens already in the context when each test starts (llama-bench's `-d`; a list).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
     /// Timed repeats of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
-    /// Compute threads (default: all available cores).
-    #[arg(short = 't', long = "threads")]
-    pub threads: Option<usize>,
+    /// Compute threads (a list: the model is loaded once per count; default: all cores).
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
     /// Backend to prefer (`cyb-llm backends` lists them).
     #[arg(long)]
     pub backend: Option<String>,
@@ -50,6 +70,8 @@ pub struct BenchArgs {
 
 /// One finished test.
 struct TestResult {
+    /// Which load (thread count) of the model it ran on: an index into the run infos.
+    run: usize,
     n_depth: usize,
     n_prompt: usize,
     n_gen: usize,
@@ -96,39 +118,83 @@ struct RunInfo {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    for (flag, v) in [("-p", args.n_prompt), ("-n", args.n_gen), ("-r", args.reps)] {
-        if v == 0 {
-            return Err(Error::invalid(
-                "bench",
-                format!("{flag} must be at least 1"),
-            ));
+    if args.reps == 0 {
+        return Err(Error::invalid("bench", "-r must be at least 1"));
+    }
+    for (flag, list) in [
+        ("-p", &args.n_prompt),
+        ("-n", &args.n_gen),
+        ("-d", &args.n_depth),
+    ] {
+        if list.is_empty() {
+            return Err(Error::invalid("bench", format!("{flag} needs a value")));
         }
     }
-    let threads = match args.threads {
-        Some(0) => return Err(Error::invalid("bench", "-t must be at least 1")),
-        Some(t) => t,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    if args.n_prompt.iter().chain(&args.n_gen).all(|&v| v == 0) {
+        return Err(Error::invalid(
+            "bench",
+            "nothing to run: every -p and -n value is 0 (0 skips that test)",
+        ));
+    }
+    if args.threads.contains(&0) {
+        return Err(Error::invalid("bench", "-t must be at least 1"));
+    }
+    let thread_counts = match args.threads.is_empty() {
+        true => vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
+        false => args.threads.clone(),
     };
-    set_threads(threads);
-
-    let rt = Runtime::new(RuntimeOptions {
-        backend: args.backend.clone(),
-        path: ExecPath::Auto,
-    })?;
-    let model = rt.load(&args.model)?;
-    let info = RunInfo {
-        backend: rt.dispatcher().primary().name().to_string(),
-        threads,
-        load_ms: model.load_ms(),
-        ..describe(&model)?
-    };
-
-    let ctx = args
-        .n_prompt
-        .max(args.n_gen)
-        .checked_add(args.n_depth)
+    let max_test = args.n_prompt.iter().chain(&args.n_gen).max().copied();
+    let ctx = max_test
+        .unwrap_or(1)
+        .checked_add(args.n_depth.iter().max().copied().unwrap_or(0))
         .ok_or_else(|| Error::invalid("bench", "-d is too large"))?;
-    let mut session = model.bench_session(ctx)?;
+
+    let mut infos = Vec::new();
+    let mut results = Vec::new();
+    for (run_index, &threads) in thread_counts.iter().enumerate() {
+        set_threads(threads, run_index == 0);
+        let rt = Runtime::new(RuntimeOptions {
+            backend: args.backend.clone(),
+            path: ExecPath::Auto,
+        })?;
+        let model = rt.load(&args.model)?;
+        infos.push(RunInfo {
+            backend: rt.dispatcher().primary().name().to_string(),
+            threads,
+            load_ms: model.load_ms(),
+            ..describe(&model)?
+        });
+        let mut session = model.bench_session(ctx)?;
+        for &depth in &args.n_depth {
+            let tests = run_depth(&model, &mut session, depth, &args)?;
+            results.extend(tests.into_iter().map(|t| TestResult {
+                run: run_index,
+                ..t
+            }));
+        }
+    }
+
+    if args.json {
+        let arr: Vec<Value> = results.iter().map(|r| to_json(&infos[r.run], r)).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&arr)
+                .map_err(|e| Error::invalid("bench", e.to_string()))?
+        );
+    } else {
+        print_table(&infos, &results, args.reps);
+    }
+    Ok(())
+}
+
+/// The pp tests of every `-p` and the tg tests of every `-n` (0s skipped) after `depth`
+/// tokens of context.
+fn run_depth(
+    model: &Model,
+    session: &mut BenchSession,
+    depth: usize,
+    args: &BenchArgs,
+) -> Result<Vec<TestResult>> {
     let vocab = model.config().vocab_size as u64;
     let bos = match (model.tokenizer().add_bos(), model.tokenizer().bos_id()) {
         (true, Some(b)) => Some(b),
@@ -138,14 +204,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut rng = SplitMix64(0x5eed_cb11);
     let mut draw = move || (rng.next() % vocab) as u32;
     // The context's first id is BOS when the model adds one: the depth's, else the test's.
-    let depth_ids: Vec<u32> = (0..args.n_depth)
+    let depth_ids: Vec<u32> = (0..depth)
         .map(|i| match (i, bos) {
             (0, Some(b)) => b,
             _ => draw(),
         })
         .collect();
-    let first = bos.filter(|_| args.n_depth == 0);
-    let depth = args.n_depth;
+    let first = bos.filter(|_| depth == 0);
     // The untimed context every repeat of a test starts from: prefilled in chunks of at most
     // DEPTH_CHUNK tokens (bounding the activations of a deep context).
     let fill = |session: &mut BenchSession| -> Result<()> {
@@ -158,59 +223,56 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let mut results = Vec::new();
     // pp: one bulk forward.
-    let prompt: Vec<u32> = (0..args.n_prompt)
-        .map(|i| match (i, first) {
-            (0, Some(b)) => b,
-            _ => draw(),
-        })
-        .collect();
-    fill(&mut session)?;
-    session.feed(&prompt)?;
-    let mut samples = Vec::with_capacity(args.reps);
-    for _ in 0..args.reps {
-        session.truncate(depth);
-        let t0 = Instant::now();
+    for &n_prompt in args.n_prompt.iter().filter(|&&p| p > 0) {
+        let prompt: Vec<u32> = (0..n_prompt)
+            .map(|i| match (i, first) {
+                (0, Some(b)) => b,
+                _ => draw(),
+            })
+            .collect();
+        fill(session)?;
         session.feed(&prompt)?;
-        samples.push(elapsed_ns(t0));
+        let mut samples = Vec::with_capacity(args.reps);
+        for _ in 0..args.reps {
+            session.truncate(depth);
+            let t0 = Instant::now();
+            session.feed(&prompt)?;
+            samples.push(elapsed_ns(t0));
+        }
+        results.push(finish(depth, n_prompt, 0, samples));
     }
-    results.push(finish(depth, args.n_prompt, 0, samples));
 
     // tg: single-token forwards.
-    let start = first.unwrap_or_else(&mut draw);
-    fill(&mut session)?;
-    session.feed(&[start])?;
-    let mut samples = Vec::with_capacity(args.reps);
-    for _ in 0..args.reps {
-        session.truncate(depth);
-        let ids: Vec<u32> = std::iter::once(start)
-            .chain((1..args.n_gen).map(|_| draw()))
-            .collect();
-        let t0 = Instant::now();
-        for &id in &ids {
-            session.feed(&[id])?;
+    for &n_gen in args.n_gen.iter().filter(|&&n| n > 0) {
+        let start = first.unwrap_or_else(&mut draw);
+        fill(session)?;
+        session.feed(&[start])?;
+        let mut samples = Vec::with_capacity(args.reps);
+        for _ in 0..args.reps {
+            session.truncate(depth);
+            let ids: Vec<u32> = std::iter::once(start)
+                .chain((1..n_gen).map(|_| draw()))
+                .collect();
+            let t0 = Instant::now();
+            for &id in &ids {
+                session.feed(&[id])?;
+            }
+            samples.push(elapsed_ns(t0));
         }
-        samples.push(elapsed_ns(t0));
+        results.push(finish(depth, 0, n_gen, samples));
     }
-    results.push(finish(depth, 0, args.n_gen, samples));
-
-    if args.json {
-        let arr: Vec<Value> = results.iter().map(|r| to_json(&info, r)).collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&arr)
-                .map_err(|e| Error::invalid("bench", e.to_string()))?
-        );
-    } else {
-        print_table(&info, &results, args.reps);
-    }
-    Ok(())
+    Ok(results)
 }
 
-/// Points every thread pool at `threads` workers: rayon's global pool (the reference backend)
-/// and `CYB_THREADS`, which the cpu backend reads when it is built (so this must run before
-/// the runtime is created).
-fn set_threads(threads: usize) {
+/// Points the thread pools at `threads` workers: `CYB_THREADS`, which the cpu backend reads
+/// when it is built (so this must run before the runtime is created), and, on the `first`
+/// call, rayon's global pool (the reference backend's), which can be built only once: later
+/// thread counts of a `-t` list apply to the cpu backend alone.
+fn set_threads(threads: usize, first: bool) {
     std::env::set_var("CYB_THREADS", threads.to_string());
+    if !first {
+        return;
+    }
     if let Err(e) = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
@@ -224,6 +286,7 @@ const DEPTH_CHUNK: usize = 512;
 
 fn finish(n_depth: usize, n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -> TestResult {
     TestResult {
+        run: 0,
         n_depth,
         n_prompt,
         n_gen,
@@ -333,7 +396,8 @@ fn to_json(info: &RunInfo, r: &TestResult) -> Value {
     })
 }
 
-fn print_table(info: &RunInfo, results: &[TestResult], reps: usize) {
+fn print_table(infos: &[RunInfo], results: &[TestResult], reps: usize) {
+    let Some(info) = infos.first() else { return };
     let size = if info.model_size < 1 << 30 {
         format!("{:.2} MiB", info.model_size as f64 / (1u64 << 20) as f64)
     } else {
@@ -348,6 +412,7 @@ fn print_table(info: &RunInfo, results: &[TestResult], reps: usize) {
     println!("| ----- | ---: | -----: | ------- | ------: | ---: | --: |");
     for r in results {
         let ts = r.samples_ts();
+        let info = &infos[r.run];
         println!(
             "| {} | {size} | {params} | {} | {} | {} | {:.2} ± {:.2} |",
             info.model_type,
@@ -366,10 +431,14 @@ fn print_table(info: &RunInfo, results: &[TestResult], reps: usize) {
             || "unknown".into(),
             |b| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
         );
+    let load = infos
+        .iter()
+        .map(|i| format!("{:.0}", i.load_ms))
+        .collect::<Vec<_>>()
+        .join(", ");
     println!();
     println!(
-        "t/s: median of {reps} runs ± sample standard deviation; load {:.0} ms; peak RSS {rss}",
-        info.load_ms
+        "t/s: median of {reps} runs ± sample standard deviation; load {load} ms; peak RSS {rss}"
     );
 }
 

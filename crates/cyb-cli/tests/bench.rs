@@ -142,10 +142,15 @@ fn bad_arguments_are_refused() {
     let model = fixture();
     let m = model.to_str().expect("utf-8");
     for (args, needle) in [
-        (vec![m, "-p", "0"], "-p"),
-        (vec![m, "-n", "0"], "-n"),
+        (vec![m, "-p", "0", "-n", "0"], "every -p and -n value is 0"),
+        (
+            vec![m, "-p", "0,0", "-n", "0"],
+            "every -p and -n value is 0",
+        ),
         (vec![m, "-r", "0"], "-r"),
         (vec![m, "-t", "0"], "-t"),
+        (vec![m, "-t", "2,0"], "-t"),
+        (vec![m, "-p", "12,x"], "n-prompt"),
         (vec!["/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
         (vec![m, "--backend", "no-such-backend"], "no-such-backend"),
     ] {
@@ -200,4 +205,59 @@ fn depth_runs_each_test_after_a_filled_context() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("kv cache"), "{err}");
+}
+
+/// Lists run every combination in llama-bench's order — thread counts outermost (one load
+/// each), then depths, then the pp tests of every `-p` and the tg tests of every `-n` — and a
+/// 0 skips that kind of test.
+#[test]
+fn lists_run_every_combination_and_zero_skips_a_test() {
+    let tests = bench_json(&["-p", "3,5", "-n", "0", "-d", "0,4", "-t", "1,2", "-r", "1"]);
+    let got: Vec<(u64, u64, u64, u64)> = tests
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} in {t}"));
+            (n("n_threads"), n("n_depth"), n("n_prompt"), n("n_gen"))
+        })
+        .collect();
+    let mut want = Vec::new();
+    for threads in [1, 2] {
+        for depth in [0, 4] {
+            for p in [3, 5] {
+                want.push((threads, depth, p, 0));
+            }
+        }
+    }
+    assert_eq!(got, want);
+
+    // The flag repeated is the same as a list; `-p 0` leaves only the tg tests.
+    let tests = bench_json(&["-p", "0", "-n", "2", "-n", "3", "-r", "2"]);
+    let got: Vec<(u64, u64)> = tests
+        .iter()
+        .map(|t| {
+            (
+                t["n_prompt"].as_u64().unwrap(),
+                t["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(0, 2), (0, 3)]);
+    for t in &tests {
+        assert_eq!(f64s(t, "samples_ns").len(), 2);
+    }
+
+    let model = fixture();
+    let out = bench(&[
+        model.to_str().expect("utf-8"),
+        "-p",
+        "6",
+        "-n",
+        "0",
+        "-r",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| pp6 |"), "{text}");
+    assert!(!text.contains("| tg"), "-n 0 ran a tg test: {text}");
 }
