@@ -63,9 +63,22 @@ pub struct BenchArgs {
     /// Backend to prefer (`cyb-llm backends` lists them).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Print a JSON array, one object per test, with llama-bench's field names.
+    /// Print a JSON array, one object per test, with llama-bench's field names (`-o json`).
     #[arg(long)]
     pub json: bool,
+    /// Output format, as llama-bench's `-o`: md (the table), json (an array), jsonl (one
+    /// object per line) or csv (a header, then one quoted row per test; no sample arrays).
+    #[arg(short = 'o', long = "output", value_enum, default_value = "md")]
+    pub output: OutputFormat,
+}
+
+/// `cyb-llm bench -o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Md,
+    Json,
+    Jsonl,
+    Csv,
 }
 
 /// One finished test.
@@ -121,6 +134,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.reps == 0 {
         return Err(Error::invalid("bench", "-r must be at least 1"));
     }
+    let format = match (args.json, args.output) {
+        (false, f) | (true, f @ (OutputFormat::Json | OutputFormat::Md)) => {
+            if args.json {
+                OutputFormat::Json
+            } else {
+                f
+            }
+        }
+        (true, f) => {
+            return Err(Error::invalid(
+                "bench",
+                format!("--json and -o {f:?} ask for two formats").to_lowercase(),
+            ))
+        }
+    };
     for (flag, list) in [
         ("-p", &args.n_prompt),
         ("-n", &args.n_gen),
@@ -174,17 +202,54 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
 
-    if args.json {
-        let arr: Vec<Value> = results.iter().map(|r| to_json(&infos[r.run], r)).collect();
-        println!(
+    let objects = || -> Vec<Value> { results.iter().map(|r| to_json(&infos[r.run], r)).collect() };
+    let to_text =
+        |v: &Value| serde_json::to_string(v).map_err(|e| Error::invalid("bench", e.to_string()));
+    match format {
+        OutputFormat::Md => print_table(&infos, &results, args.reps),
+        OutputFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&arr)
+            serde_json::to_string_pretty(&objects())
                 .map_err(|e| Error::invalid("bench", e.to_string()))?
-        );
-    } else {
-        print_table(&infos, &results, args.reps);
+        ),
+        OutputFormat::Jsonl => {
+            for o in objects() {
+                println!("{}", to_text(&o)?);
+            }
+        }
+        OutputFormat::Csv => print!("{}", to_csv(&objects())),
     }
     Ok(())
+}
+
+/// The objects' scalar fields as CSV, as llama-bench's `-o csv`: a header of the field names
+/// (the first object's, in order), then one row per object with every value in double quotes
+/// (quotes inside doubled); the sample arrays are left out.
+fn to_csv(objects: &[Value]) -> String {
+    let Some(Value::Object(first)) = objects.first() else {
+        return String::new();
+    };
+    let fields: Vec<&String> = first.keys().filter(|k| !first[*k].is_array()).collect();
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let mut out = fields
+        .iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    out.push('\n');
+    for o in objects {
+        let row: Vec<String> = fields
+            .iter()
+            .map(|f| match &o[f.as_str()] {
+                Value::String(s) => quote(s),
+                Value::Null => quote(""),
+                v => quote(&v.to_string()),
+            })
+            .collect();
+        out.push_str(&row.join(","));
+        out.push('\n');
+    }
+    out
 }
 
 /// The pp tests of every `-p` and the tg tests of every `-n` (0s skipped) after `depth`

@@ -261,3 +261,67 @@ fn lists_run_every_combination_and_zero_skips_a_test() {
     assert!(text.contains("| pp6 |"), "{text}");
     assert!(!text.contains("| tg"), "-n 0 ran a tg test: {text}");
 }
+
+/// `-o jsonl` prints one object per line with the JSON fields, `-o csv` a header and one
+/// quoted row per test (llama-bench's formats); `--json` with another `-o` is refused.
+#[test]
+fn output_formats_jsonl_and_csv() {
+    let model = fixture();
+    let m = model.to_str().expect("utf-8");
+    let run = |args: &[&str]| {
+        let out = bench(&[&[m, "-p", "4", "-n", "3", "-r", "2", "-t", "1"], args].concat());
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    };
+
+    let jsonl = run(&["-o", "jsonl"]);
+    let objects: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    assert_eq!(objects.len(), 2, "{jsonl}");
+    for (o, (p, n)) in objects.iter().zip([(4u64, 0u64), (0, 3)]) {
+        assert_eq!(
+            (o["n_prompt"].as_u64(), o["n_gen"].as_u64()),
+            (Some(p), Some(n))
+        );
+        assert_eq!(f64s(o, "samples_ts").len(), 2);
+    }
+
+    let csv = run(&["-o", "csv"]);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two rows: {csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    for field in [
+        "model_type",
+        "n_threads",
+        "n_prompt",
+        "n_gen",
+        "avg_ts",
+        "stddev_ts",
+    ] {
+        assert!(header.contains(&field), "{field} missing from {header:?}");
+    }
+    assert!(!header.contains(&"samples_ns"), "arrays are left out");
+    for (row, (p, n)) in lines[1..].iter().zip([("4", "0"), ("0", "3")]) {
+        // No field here holds a comma or a quote, so splitting on commas is exact.
+        let cells: Vec<&str> = row.split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{row}");
+        assert!(cells.iter().all(|c| c.starts_with('"') && c.ends_with('"')));
+        let cell = |name: &str| {
+            let i = header.iter().position(|h| *h == name).expect("field");
+            cells[i].trim_matches('"')
+        };
+        assert_eq!((cell("n_prompt"), cell("n_gen")), (p, n));
+        assert!(cell("avg_ts").parse::<f64>().expect("a number") > 0.0);
+    }
+
+    let out = bench(&[m, "--json", "-o", "csv"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two formats"));
+    assert!(out.stdout.is_empty());
+}
