@@ -7,10 +7,12 @@
 //! two 8-bit ones, combined exactly in i32. Scales are per `block` values (32 for the legacy
 //! formats, 256 for the K-quants); the integer sums of `L` per 16 and per 32 values carry the
 //! weight formats' zero points and mins. Rows are independent, so the pool quantizes them in
-//! parallel without changing any value.
+//! parallel without changing any value, each in code built for the kernel set's vector width.
 
+use crate::par::wide;
 use crate::pool::{split, DisjointOut, ThreadPool};
 use crate::quant_act::{nearest, Q16_MAX};
+use crate::KernelSet;
 
 #[derive(Default)]
 pub struct ActQuads {
@@ -54,12 +56,30 @@ pub fn plane_stride(k: usize) -> usize {
     k + 64
 }
 
+/// The largest `|v|` (NaNs passed over, as `f32::max` does), in 16 lanes so that it
+/// vectorizes: max is exact, so the lanes give the sequential fold's value.
+#[inline(always)]
+fn abs_max(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let tail = chunks.remainder().iter().fold(0f32, |m, v| m.max(v.abs()));
+    lanes.iter().fold(tail, |m, &l| m.max(l))
+}
+
+// Inlined into `wide`'s wider-vector function, where its lane-wise loops (scaling, rounding,
+// the byte split, the integer sums) vectorize to the CPU's full width.
+#[inline(always)]
 fn quantize_rows(x: &[f32], k: usize, stride: usize, block: usize, split: bool, o: RowOut) {
     let max = if split { Q16_MAX } else { 127.0 };
     let mut levels = [0i32; 256];
     let per_row = k / block;
     for (bi, xb) in x.chunks_exact(block).enumerate() {
-        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let amax = abs_max(xb);
         let lv = &mut levels[..block];
         if amax == 0.0 || !amax.is_finite() {
             lv.fill(0);
@@ -98,6 +118,7 @@ impl ActQuads {
     pub fn quantize(
         &mut self,
         pool: &ThreadPool,
+        set: KernelSet,
         a: &[f32],
         k: usize,
         block: usize,
@@ -148,7 +169,12 @@ impl ActQuads {
                     sum32: s32.slice(r0 * k / 32..r1 * k / 32),
                 }
             };
-            quantize_rows(&a[r0 * k..r1 * k], k, stride, block, split16, o);
+            let x = &a[r0 * k..r1 * k];
+            wide(
+                set,
+                #[inline(always)]
+                || quantize_rows(x, k, stride, block, split16, o),
+            );
         };
         if threads == 1 {
             job(0);
@@ -178,6 +204,83 @@ impl ActQuads {
                 for (b, run) in src[r * stride..r * stride + k].chunks_exact(32).enumerate() {
                     let at = ((t * nb + b) * T + rr) * 32;
                     dst[at..at + 32].copy_from_slice(run);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel set quantizes to the same bytes, and they are the scalar formula's: for
+    /// each block `d = amax / max`, levels `nearest(x / d)` (split into `256·hi + lo` at 16
+    /// bits) and their sums per 16 and 32 — on rows with zero, huge and NaN-holding blocks.
+    #[test]
+    fn every_kernel_set_gives_the_scalar_levels() {
+        let (m, k) = (3, 512);
+        let mut a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 37.0)
+            .collect();
+        a[k..k + 32].fill(0.0); // an all-zero block
+        a[2 * k + 5] = 3.0e7; // one huge value
+        a[2 * k + 40] = f32::NAN; // NaN is passed over by the block maximum
+        let pool = ThreadPool::new(2);
+        for (block, split) in [(32, false), (32, true), (256, true), (256, false)] {
+            let max = if split { Q16_MAX } else { 127.0 };
+            let mut first: Option<ActQuads> = None;
+            for set in KernelSet::available() {
+                let mut q = ActQuads::default();
+                q.quantize(&pool, set, &a, k, block, split);
+                for r in 0..m {
+                    for (b, xb) in a[r * k..(r + 1) * k].chunks_exact(block).enumerate() {
+                        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        let bi = r * (k / block) + b;
+                        let want_d = if amax > 0.0 && amax.is_finite() {
+                            amax / max
+                        } else {
+                            0.0
+                        };
+                        assert_eq!(q.d[bi].to_bits(), want_d.to_bits(), "{set:?} d {r} {b}");
+                        for (i, &v) in xb.iter().enumerate() {
+                            let want = if want_d == 0.0 {
+                                0
+                            } else {
+                                nearest(v * (max / amax)).clamp(-(max as i32), max as i32)
+                            };
+                            let at = r * q.stride + b * block + i;
+                            let got = if split {
+                                256 * q.hi[at] as i32 + q.lo[at] as i32
+                            } else {
+                                q.lo[at] as i32
+                            };
+                            assert_eq!(got, want, "{set:?} block {block} row {r} value {i}");
+                        }
+                    }
+                    let levels: Vec<i32> = (0..k)
+                        .map(|i| {
+                            let at = r * q.stride + i;
+                            if split {
+                                256 * q.hi[at] as i32 + q.lo[at] as i32
+                            } else {
+                                q.lo[at] as i32
+                            }
+                        })
+                        .collect();
+                    for (g, run) in levels.chunks_exact(16).enumerate() {
+                        assert_eq!(q.sum16[r * k / 16 + g], run.iter().sum::<i32>());
+                    }
+                    for (g, run) in levels.chunks_exact(32).enumerate() {
+                        assert_eq!(q.sum32[r * k / 32 + g], run.iter().sum::<i32>());
+                    }
+                }
+                match &first {
+                    None => first = Some(q),
+                    Some(f) => {
+                        assert_eq!(f.lo, q.lo, "{set:?}");
+                        assert_eq!(f.hi, q.hi, "{set:?}");
+                    }
                 }
             }
         }

@@ -255,7 +255,7 @@ fn repacked(
         let amx =
             crate::gemm::amx_kernel(w_t.dtype(), set).filter(|_| scratch.amx && m >= AMX_MIN_ROWS);
         let mut q = scratch.quads.lock().unwrap_or_else(PoisonError::into_inner);
-        q.quantize(pool, a, w.k, block, act == ActPrecision::Q16);
+        q.quantize(pool, set, a, w.k, block, act == ActPrecision::Q16);
         if amx.is_some() {
             q.tile_planes(m);
         }

@@ -95,6 +95,7 @@ pub struct QuantizedRows {
 }
 
 /// Rounds to nearest (ties to even) through the float mantissa; exact for `|v| < 2^22`.
+#[inline(always)]
 pub(crate) fn nearest(v: f32) -> i32 {
     let shifted = v + 12_582_912.0;
     (shifted.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
