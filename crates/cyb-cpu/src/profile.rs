@@ -2,8 +2,11 @@
 //! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
 //! finding where a model's time goes; off by default (one `Option` check per op). First calls
 //! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
-//! counted apart; later calls show their median time, and a matmul's also its rate over them
-//! all: GB/s of weights read for one activation row (decode), GMAC/s for more (prefill).
+//! counted apart; later calls show their median and longest time, and a matmul's also its rate
+//! over them all: GB/s of weights read for one activation row (decode), GMAC/s for more
+//! (prefill). The totals (and shares) include every later call, those of a bench's warm-up
+//! run too, where lazily repacked weights take spare buffers and the ops after them fault in
+//! fresh memory: a total far above `median × calls` (a long "max") points there, not at the op.
 
 use cyb_ops::Op;
 use cyb_tensor::Tensor;
@@ -100,6 +103,7 @@ impl Drop for OpProfile {
             let mut each = c.each.clone();
             each.sort();
             let median = each.get(each.len() / 2).copied().unwrap_or_default();
+            let longest = each.last().copied().unwrap_or_default();
             // One-row matmuls read their weights at a rate, many-row ones compute at one.
             let rate = if c.later == 0 || c.rest.is_zero() || c.weight_bytes == 0 {
                 " ".repeat(11)
@@ -111,11 +115,12 @@ impl Drop for OpProfile {
                 format!("{gmacs:>4.0} GMAC/s")
             };
             eprintln!(
-                "{:>6.2}% {:>10.3} ms {:>7} × (median {:>9.1} µs) {rate}  {:<12} {:?} {}",
+                "{:>6.2}% {:>10.3} ms {:>7} × (median {:>9.1} µs, max {:>9.1} µs) {rate}  {:<12} {:?} {}",
                 100.0 * c.rest.as_secs_f64() / rest.as_secs_f64().max(1e-12),
                 c.rest.as_secs_f64() * 1e3,
                 c.later,
                 median.as_secs_f64() * 1e6,
+                longest.as_secs_f64() * 1e6,
                 name,
                 dims,
                 weight
