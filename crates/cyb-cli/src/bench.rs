@@ -18,7 +18,9 @@
 //! As in llama-bench, `-p`, `-n`, `-d` and `-t` take lists (`-p 128,512`, or the flag
 //! repeated) and every combination runs: for each thread count the model is loaded once, then
 //! for each depth the pp tests of every `-p` and the tg tests of every `-n`; a 0 in `-p` or
-//! `-n` skips that kind of test (`-n 0`: prefill only).
+//! `-n` skips that kind of test (`-n 0`: prefill only). `--pg PP,TG` (llama-bench's `-pg`) adds
+//! a test of both in one run: PP tokens in one forward, then TG single-token forwards after
+//! them, t/s = (PP + TG) / time (`pp512+tg128`).
 
 use cyb_runtime::{BenchSession, ExecPath, Model, Runtime, RuntimeOptions};
 use cyb_tensor::{Error, Result};
@@ -60,6 +62,10 @@ pub struct BenchArgs {
     /// Compute threads (a list: the model is loaded once per count; default: all cores).
     #[arg(short = 't', long = "threads", value_delimiter = ',')]
     pub threads: Vec<usize>,
+    /// A prompt and generation test, as llama-bench's `-pg PP,TG`: a bulk forward of PP tokens,
+    /// then TG single-token forwards, timed together (`pp512+tg128`; repeatable).
+    #[arg(long = "pg", value_name = "PP,TG", value_parser = parse_pg)]
+    pub pg: Vec<(usize, usize)>,
     /// Backend to prefer (`cyb-llm backends` lists them).
     #[arg(long)]
     pub backend: Option<String>,
@@ -109,6 +115,8 @@ impl TestResult {
     fn name(&self) -> String {
         let test = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
+        } else if self.n_prompt > 0 {
+            format!("pp{}+tg{}", self.n_prompt, self.n_gen)
         } else {
             format!("tg{}", self.n_gen)
         };
@@ -158,7 +166,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             return Err(Error::invalid("bench", format!("{flag} needs a value")));
         }
     }
-    if args.n_prompt.iter().chain(&args.n_gen).all(|&v| v == 0) {
+    if args.n_prompt.iter().chain(&args.n_gen).all(|&v| v == 0) && args.pg.is_empty() {
         return Err(Error::invalid(
             "bench",
             "nothing to run: every -p and -n value is 0 (0 skips that test)",
@@ -171,7 +179,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         true => vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
         false => args.threads.clone(),
     };
-    let max_test = args.n_prompt.iter().chain(&args.n_gen).max().copied();
+    let max_test = args
+        .n_prompt
+        .iter()
+        .chain(&args.n_gen)
+        .copied()
+        .chain(args.pg.iter().map(|&(p, n)| p.saturating_add(n)))
+        .max();
     let ctx = max_test
         .unwrap_or(1)
         .checked_add(args.n_depth.iter().max().copied().unwrap_or(0))
@@ -326,7 +340,44 @@ fn run_depth(
         }
         results.push(finish(depth, 0, n_gen, samples));
     }
+
+    // pp+tg: the prompt in one forward, then the generated tokens one at a time.
+    for &(n_prompt, n_gen) in &args.pg {
+        let prompt: Vec<u32> = (0..n_prompt)
+            .map(|i| match (i, first) {
+                (0, Some(b)) => b,
+                _ => draw(),
+            })
+            .collect();
+        fill(session)?;
+        session.feed(&prompt)?;
+        let mut samples = Vec::with_capacity(args.reps);
+        for _ in 0..args.reps {
+            session.truncate(depth);
+            let ids: Vec<u32> = (0..n_gen).map(|_| draw()).collect();
+            let t0 = Instant::now();
+            session.feed(&prompt)?;
+            for &id in &ids {
+                session.feed(&[id])?;
+            }
+            samples.push(elapsed_ns(t0));
+        }
+        results.push(finish(depth, n_prompt, n_gen, samples));
+    }
     Ok(results)
+}
+
+/// `--pg PP,TG`: two counts, both at least 1.
+fn parse_pg(s: &str) -> std::result::Result<(usize, usize), String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [p, n] = parts[..] else {
+        return Err(format!("expected PP,TG (two counts), got {s:?}"));
+    };
+    let count = |v: &str| v.parse::<usize>().map_err(|e| format!("{v:?}: {e}"));
+    match (count(p)?, count(n)?) {
+        (0, _) | (_, 0) => Err(format!("both counts of {s:?} must be at least 1")),
+        pair => Ok(pair),
+    }
 }
 
 /// Points the thread pools at `threads` workers: `CYB_THREADS`, which the cpu backend reads

@@ -151,6 +151,8 @@ fn bad_arguments_are_refused() {
         (vec![m, "-t", "0"], "-t"),
         (vec![m, "-t", "2,0"], "-t"),
         (vec![m, "-p", "12,x"], "n-prompt"),
+        (vec![m, "--pg", "8"], "PP,TG"),
+        (vec![m, "--pg", "8,0"], "at least 1"),
         (vec!["/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
         (vec![m, "--backend", "no-such-backend"], "no-such-backend"),
     ] {
@@ -324,4 +326,45 @@ fn output_formats_jsonl_and_csv() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("two formats"));
     assert!(out.stdout.is_empty());
+}
+
+/// `--pg PP,TG` times a prompt and the tokens generated after it together, counting both in
+/// t/s; with `-p 0 -n 0` it is the only test.
+#[test]
+fn prompt_and_generation_test() {
+    let tests = bench_json(&[
+        "-p", "0", "-n", "0", "--pg", "6,3", "--pg", "2,2", "-r", "2",
+    ]);
+    let got: Vec<(u64, u64)> = tests
+        .iter()
+        .map(|t| {
+            (
+                t["n_prompt"].as_u64().unwrap(),
+                t["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(6, 3), (2, 2)]);
+    for t in &tests {
+        let tokens = (t["n_prompt"].as_u64().unwrap() + t["n_gen"].as_u64().unwrap()) as f64;
+        for (n, s) in f64s(t, "samples_ns").iter().zip(f64s(t, "samples_ts")) {
+            assert!((s - tokens * 1e9 / n).abs() <= 1e-9 * s, "{t}");
+        }
+    }
+    let model = fixture();
+    let out = bench(&[
+        model.to_str().expect("utf-8"),
+        "-p",
+        "4",
+        "-n",
+        "0",
+        "--pg",
+        "5,2",
+        "-r",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| pp4 |"), "{text}");
+    assert!(text.contains("| pp5+tg2 |"), "{text}");
 }
