@@ -283,12 +283,7 @@ fn run_depth(
     let mut rng = SplitMix64(0x5eed_cb11);
     let mut draw = move || (rng.next() % vocab) as u32;
     // The context's first id is BOS when the model adds one: the depth's, else the test's.
-    let depth_ids: Vec<u32> = (0..depth)
-        .map(|i| match (i, bos) {
-            (0, Some(b)) => b,
-            _ => draw(),
-        })
-        .collect();
+    let depth_ids = token_ids(depth, bos, &mut draw);
     let first = bos.filter(|_| depth == 0);
     // The untimed context every repeat of a test starts from: prefilled in chunks of at most
     // DEPTH_CHUNK tokens (bounding the activations of a deep context).
@@ -303,12 +298,7 @@ fn run_depth(
     let mut results = Vec::new();
     // pp: one bulk forward.
     for &n_prompt in args.n_prompt.iter().filter(|&&p| p > 0) {
-        let prompt: Vec<u32> = (0..n_prompt)
-            .map(|i| match (i, first) {
-                (0, Some(b)) => b,
-                _ => draw(),
-            })
-            .collect();
+        let prompt = token_ids(n_prompt, first, &mut draw);
         fill(session)?;
         session.feed(&prompt)?;
         let mut samples = Vec::with_capacity(args.reps);
@@ -343,12 +333,7 @@ fn run_depth(
 
     // pp+tg: the prompt in one forward, then the generated tokens one at a time.
     for &(n_prompt, n_gen) in &args.pg {
-        let prompt: Vec<u32> = (0..n_prompt)
-            .map(|i| match (i, first) {
-                (0, Some(b)) => b,
-                _ => draw(),
-            })
-            .collect();
+        let prompt = token_ids(n_prompt, first, &mut draw);
         fill(session)?;
         session.feed(&prompt)?;
         let mut samples = Vec::with_capacity(args.reps);
@@ -365,6 +350,16 @@ fn run_depth(
         results.push(finish(depth, n_prompt, n_gen, samples));
     }
     Ok(results)
+}
+
+/// `n` random token ids from `draw`, the first of them `first` when given (BOS).
+fn token_ids(n: usize, first: Option<u32>, draw: &mut impl FnMut() -> u32) -> Vec<u32> {
+    (0..n)
+        .map(|i| match (i, first) {
+            (0, Some(b)) => b,
+            _ => draw(),
+        })
+        .collect()
 }
 
 /// `--pg PP,TG`: two counts, both at least 1.
