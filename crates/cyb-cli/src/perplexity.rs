@@ -1,5 +1,7 @@
 //! `cyb-llm perplexity MODEL FILE [--ctx N]`: perplexity over a text file, computed like
-//! llama.cpp's `llama-perplexity` (see `cyb_runtime::PerplexityReport`).
+//! llama.cpp's `llama-perplexity` (see `cyb_runtime::PerplexityReport`); with
+//! `--kl-divergence-base BASE` it stores every scored position's log-probabilities, and with
+//! `--kl-divergence` as well it compares this run with them (`cyb_runtime::KldComparison`).
 
 use crate::session_args::EngineArgs;
 use cyb_tensor::{Error, Result};
@@ -17,6 +19,13 @@ pub struct PerplexityArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Store every scored position's log-probabilities in this file (a base run), or, with
+    /// `--kl-divergence`, read them from it.
+    #[arg(long, value_name = "FILE")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Compare this run with the base file: KL divergence, same top token, perplexities.
+    #[arg(long, requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
 }
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
@@ -34,25 +43,90 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
         tokens.len(),
         tokens.len() / ctx
     );
-    let report = model.perplexity(&tokens, ctx, &mut |done, total, ppl| {
-        eprintln!("[{done}/{total}] {ppl:.4}");
-    })?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "perplexity": report.perplexity,
-                "ctx": report.ctx,
-                "chunks": report.chunks,
-                "scored_tokens": report.scored_tokens,
-                "running": report.running,
-            })
+    let vocab = model.config().vocab_size;
+    let mut base = None;
+    let mut compare = None;
+    match (&args.kl_divergence_base, args.kl_divergence) {
+        (Some(path), false) => {
+            base = Some(cyb_runtime::KldBaseWriter::create(
+                path, vocab, ctx, &tokens,
+            )?)
+        }
+        (Some(path), true) => {
+            compare = Some(cyb_runtime::KldComparison::open(path, vocab, ctx, &tokens)?)
+        }
+        _ => {}
+    }
+    let report = model.perplexity_rows(
+        &tokens,
+        ctx,
+        &mut |done, total, ppl| {
+            eprintln!("[{done}/{total}] {ppl:.4}");
+        },
+        &mut |logits, next| {
+            if let Some(w) = base.as_mut() {
+                w.push(logits)?;
+            }
+            if let Some(c) = compare.as_mut() {
+                c.push(logits, next)?;
+            }
+            Ok(())
+        },
+    )?;
+    if let Some(w) = base {
+        let rows = w.finish()?;
+        eprintln!(
+            "stored the log-probabilities of {rows} positions in {}",
+            args.kl_divergence_base
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
         );
+    }
+    let kld = compare.map(|c| c.finish()).transpose()?;
+    if args.json {
+        let mut v = serde_json::json!({
+            "perplexity": report.perplexity,
+            "ctx": report.ctx,
+            "chunks": report.chunks,
+            "scored_tokens": report.scored_tokens,
+            "running": report.running,
+        });
+        if let Some(k) = &kld {
+            v["kl_divergence"] = serde_json::json!({
+                "positions": k.positions,
+                "mean": k.mean_kld,
+                "mean_stderr": k.mean_kld_stderr,
+                "median": k.median_kld,
+                "p99": k.p99_kld,
+                "max": k.max_kld,
+                "same_top": k.same_top,
+                "rms_dp": k.rms_dp,
+                "base_perplexity": k.base_perplexity,
+                "perplexity": k.perplexity,
+            });
+        }
+        println!("{v}");
     } else {
         println!(
             "PPL = {:.4} ({} chunks of {ctx}, {} tokens scored)",
             report.perplexity, report.chunks, report.scored_tokens
         );
+        if let Some(k) = &kld {
+            println!(
+                "base PPL = {:.4}, ln(PPL / base PPL) = {:+.6}",
+                k.base_perplexity,
+                (k.perplexity / k.base_perplexity).ln()
+            );
+            println!(
+                "KL divergence: mean {:.6} ± {:.6}, median {:.6}, 99% {:.6}, max {:.6} ({} positions)",
+                k.mean_kld, k.mean_kld_stderr, k.median_kld, k.p99_kld, k.max_kld, k.positions
+            );
+            println!(
+                "same top token: {:.3}%, RMS Δp of the next token: {:.4}%",
+                100.0 * k.same_top,
+                100.0 * k.rms_dp
+            );
+        }
     }
     Ok(())
 }

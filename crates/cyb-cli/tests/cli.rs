@@ -391,6 +391,89 @@ fn perplexity_prints_the_figure() {
     );
 }
 
+/// `--kl-divergence-base` stores a run's log-probabilities; `--kl-divergence` compares another
+/// run with them. The base run on the reference backend must reproduce transformers'
+/// perplexity from the stored rows, the cpu backend must sit within float rounding of it, and a
+/// base written for another context is refused.
+#[test]
+fn kl_divergence_against_a_stored_base() {
+    let r = reference();
+    let p = &r["perplexity"];
+    let file = scratch("kld.txt");
+    std::fs::write(&file, p["text"].as_str().unwrap()).unwrap();
+    let file = file.to_string_lossy();
+    let base = scratch("kld-base.bin");
+    let base = base.to_string_lossy();
+    let hf = fixture_str("hf");
+    let want = p["perplexity"].as_f64().unwrap();
+    let args = ["perplexity", &hf, &file, "--ctx", "16"];
+    let with = |extra: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend_from_slice(extra);
+        cyb(&a, None)
+    };
+    let out = with(&["--backend", "reference", "--kl-divergence-base", &base]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("stored the log-probabilities"),
+        "{}",
+        out.stderr
+    );
+    for backend in ["reference", "cpu"] {
+        let out = with(&[
+            "--backend",
+            backend,
+            "--kl-divergence-base",
+            &base,
+            "--kl-divergence",
+            "--json",
+        ]);
+        assert!(out.ok, "{}", out.stderr);
+        let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        let k = &v["kl_divergence"];
+        assert_eq!(k["positions"], p["scored_tokens"]);
+        let base_ppl = k["base_perplexity"].as_f64().unwrap();
+        assert!(
+            (base_ppl - want).abs() / want < 1e-4,
+            "{base_ppl} vs {want}"
+        );
+        let ppl = k["perplexity"].as_f64().unwrap();
+        assert!((ppl - v["perplexity"].as_f64().unwrap()).abs() < 1e-9 * ppl);
+        assert!(k["max"].as_f64().unwrap() < 1e-5, "{backend}: {k}");
+        assert_eq!(k["same_top"].as_f64().unwrap(), 1.0, "{backend}: {k}");
+    }
+    let out = with(&["--kl-divergence-base", &base, "--kl-divergence"]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("KL divergence: mean "),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("same top token: 100.000%"),
+        "{}",
+        out.stdout
+    );
+
+    let mut other = args.to_vec();
+    other[4] = "8";
+    other.extend_from_slice(&["--kl-divergence-base", &base, "--kl-divergence"]);
+    let out = cyb(&other, None);
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(&*base) && out.stderr.contains("--ctx 16"),
+        "{}",
+        out.stderr
+    );
+    let out = with(&["--kl-divergence"]);
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("--kl-divergence-base"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn inspect_json_parses() {
     let out = cyb(&["inspect", &fixture_str("model-f32.gguf"), "--json"], None);

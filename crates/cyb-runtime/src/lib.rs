@@ -15,6 +15,7 @@ mod embed_load;
 mod embed_pairs;
 mod fill_mask;
 mod generator;
+mod kl_divergence;
 mod logprobs;
 mod model;
 mod perplexity;
@@ -32,6 +33,7 @@ pub use embed::{
 pub use embed_pairs::ZeroShotOptions;
 pub use fill_mask::MaskFill;
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
+pub use kl_divergence::{KldBaseWriter, KldComparison, KldReport};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;
 pub use perplexity::PerplexityReport;

@@ -30,6 +30,19 @@ impl Model {
         ctx: usize,
         progress: &mut dyn FnMut(usize, usize, f64),
     ) -> Result<PerplexityReport> {
+        self.perplexity_rows(tokens, ctx, progress, &mut |_, _| Ok(()))
+    }
+
+    /// [`Model::perplexity`], also handing every scored position's logits and the token that
+    /// follows it to `row`, in order (what a KL-divergence comparison reads; see
+    /// [`KldBaseWriter`](crate::KldBaseWriter)).
+    pub fn perplexity_rows(
+        &self,
+        tokens: &[u32],
+        ctx: usize,
+        progress: &mut dyn FnMut(usize, usize, f64),
+        row: &mut dyn FnMut(&[f32], usize) -> Result<()>,
+    ) -> Result<PerplexityReport> {
         if ctx < 4 {
             return Err(Error::invalid(
                 "perplexity",
@@ -67,8 +80,9 @@ impl Model {
                 return Err(Error::shape("perplexity", &[ctx, vocab], &[logits.len()]));
             }
             for j in first..ctx - 1 {
-                let row = &logits[j * vocab..(j + 1) * vocab];
-                nll += neg_log_softmax(row, chunk[j + 1] as usize);
+                let logits = &logits[j * vocab..(j + 1) * vocab];
+                nll += neg_log_softmax(logits, chunk[j + 1] as usize);
+                row(logits, chunk[j + 1] as usize)?;
                 count += 1;
             }
             let ppl = (nll / count as f64).exp();

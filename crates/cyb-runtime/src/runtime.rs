@@ -73,6 +73,16 @@ impl Runtime {
         })
     }
 
+    /// A runtime whose ops go to `backends` in order of preference (the CPU reference is
+    /// always the last fallback): for a backend configured beyond what its name selects, e.g.
+    /// `cyb_cpu::CpuBackend::with_activations` with another thread count or activation width.
+    pub fn with_backends(backends: Vec<Arc<dyn Backend>>, options: RuntimeOptions) -> Runtime {
+        Runtime {
+            dispatcher: Arc::new(Dispatcher::new(backends)),
+            options,
+        }
+    }
+
     /// Every backend this build knows and whether it can run here (the built-in ones
     /// registered first).
     pub fn available_backends() -> Vec<cyb_backend::BackendDescription> {
