@@ -1,4 +1,4 @@
-//! `cyb-llm bench MODEL`: prompt processing (pp) and generation (tg) speed, measured the way
+//! `cyb-llm bench MODEL...`: prompt processing (pp) and generation (tg) speed, measured the way
 //! llama.cpp's `llama-bench` measures so the two can be set side by side on the same file.
 //!
 //! - pp<P>: one bulk forward of P random token ids from an empty context (the first id is BOS
@@ -18,7 +18,9 @@
 //! As in llama-bench, `-p`, `-n`, `-d` and `-t` take lists (`-p 128,512`, or the flag
 //! repeated) and every combination runs: for each thread count the model is loaded once, then
 //! for each depth the pp tests of every `-p` and the tg tests of every `-n`; a 0 in `-p` or
-//! `-n` skips that kind of test (`-n 0`: prefill only). `--pg PP,TG` (llama-bench's `-pg`) adds
+//! `-n` skips that kind of test (`-n 0`: prefill only). Several models run one after another
+//! (llama-bench's repeated `-m`), each through every combination, in one table. `--pg PP,TG`
+//! (llama-bench's `-pg`) adds
 //! a test of both in one run: PP tokens in one forward, then TG single-token forwards after
 //! them, t/s = (PP + TG) / time (`pp512+tg128`).
 
@@ -30,8 +32,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// A GGUF file or Hugging Face directory.
-    pub model: PathBuf,
+    /// GGUF files or Hugging Face directories (several: each runs every test in turn, as
+    /// llama-bench's repeated `-m`).
+    #[arg(required = true, num_args = 1..)]
+    pub models: Vec<PathBuf>,
     /// Prompt tokens of the pp tests (a list: `-p 128,512`; 0 skips the pp tests).
     #[arg(
         short = 'p',
@@ -193,13 +197,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let mut infos = Vec::new();
     let mut results = Vec::new();
-    for (run_index, &threads) in thread_counts.iter().enumerate() {
+    let runs = args
+        .models
+        .iter()
+        .flat_map(|m| thread_counts.iter().map(move |&t| (m, t)));
+    for (run_index, (path, threads)) in runs.enumerate() {
         set_threads(threads, run_index == 0);
         let rt = Runtime::new(RuntimeOptions {
             backend: args.backend.clone(),
             path: ExecPath::Auto,
         })?;
-        let model = rt.load(&args.model)?;
+        let model = rt.load(path)?;
         infos.push(RunInfo {
             backend: rt.dispatcher().primary().name().to_string(),
             threads,
@@ -508,22 +516,21 @@ fn to_json(info: &RunInfo, r: &TestResult) -> Value {
 }
 
 fn print_table(infos: &[RunInfo], results: &[TestResult], reps: usize) {
-    let Some(info) = infos.first() else { return };
-    let size = if info.model_size < 1 << 30 {
-        format!("{:.2} MiB", info.model_size as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{:.2} GiB", info.model_size as f64 / (1u64 << 30) as f64)
-    };
-    let params = if info.model_n_params < 1_000_000_000 {
-        format!("{:.2} M", info.model_n_params as f64 / 1e6)
-    } else {
-        format!("{:.2} B", info.model_n_params as f64 / 1e9)
-    };
     println!("| model | size | params | backend | threads | test | t/s |");
     println!("| ----- | ---: | -----: | ------- | ------: | ---: | --: |");
     for r in results {
         let ts = r.samples_ts();
         let info = &infos[r.run];
+        let size = if info.model_size < 1 << 30 {
+            format!("{:.2} MiB", info.model_size as f64 / (1u64 << 20) as f64)
+        } else {
+            format!("{:.2} GiB", info.model_size as f64 / (1u64 << 30) as f64)
+        };
+        let params = if info.model_n_params < 1_000_000_000 {
+            format!("{:.2} M", info.model_n_params as f64 / 1e6)
+        } else {
+            format!("{:.2} B", info.model_n_params as f64 / 1e9)
+        };
         println!(
             "| {} | {size} | {params} | {} | {} | {} | {:.2} ± {:.2} |",
             info.model_type,

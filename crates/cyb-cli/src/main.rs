@@ -96,9 +96,11 @@ fn main() -> ExitCode {
             fetch::resolve_in_place(&mut args.src).and_then(|()| import::run(args))
         }
         Command::Backends(args) => backends::run(args),
-        Command::Bench(mut args) => {
-            fetch::resolve_in_place(&mut args.model).and_then(|()| bench::run(args))
-        }
+        Command::Bench(mut args) => args
+            .models
+            .iter_mut()
+            .try_for_each(fetch::resolve_in_place)
+            .and_then(|()| bench::run(args)),
         Command::Serve(args) => serve::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Infer(args) => infer::run(args),

@@ -264,6 +264,65 @@ fn lists_run_every_combination_and_zero_skips_a_test() {
     assert!(!text.contains("| tg"), "-n 0 ran a tg test: {text}");
 }
 
+/// Several models run one after another, each through every test, in one table and one JSON
+/// array (llama-bench's repeated `-m`); each row names its own file.
+#[test]
+fn several_models_in_one_run() {
+    let tiny = fixture();
+    // The same model as a Hugging Face directory: another file, another loader.
+    let hf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny_chat/hf");
+    let (a, b) = (tiny.to_str().unwrap(), hf.to_str().unwrap());
+    let out = bench(&[a, b, "-p", "4", "-n", "2", "-t", "1,2", "-r", "1", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let got: Vec<(String, u64, u64, u64, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["model_filename"].as_str().unwrap().to_string(),
+                t["model_size"].as_u64().unwrap(),
+                t["n_threads"].as_u64().unwrap(),
+                t["n_prompt"].as_u64().unwrap(),
+                t["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut want = Vec::new();
+    for m in [&tiny, &hf] {
+        for t in [1, 2] {
+            for (p, n) in [(4, 0), (0, 2)] {
+                want.push((m.display().to_string(), t, p, n));
+            }
+        }
+    }
+    let names: Vec<_> = got.iter().map(|g| (g.0.clone(), g.2, g.3, g.4)).collect();
+    assert_eq!(names, want);
+    assert!(got.iter().all(|g| g.1 > 0), "{got:?}");
+
+    let out = bench(&[a, b, "-p", "4", "-n", "0", "-t", "1", "-r", "1"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("| pp4 |")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_ne!(
+        rows[0].split('|').nth(1),
+        rows[1].split('|').nth(1),
+        "{text}"
+    );
+
+    // A missing second model is an error naming it, not a partial table.
+    let missing = "/nonexistent/model.gguf";
+    let out = bench(&[a, missing, "-p", "4", "-n", "0", "-r", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(missing));
+}
+
 /// `-o jsonl` prints one object per line with the JSON fields, `-o csv` a header and one
 /// quoted row per test (llama-bench's formats); `--json` with another `-o` is refused.
 #[test]
