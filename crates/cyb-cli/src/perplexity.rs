@@ -11,16 +11,19 @@ use std::path::PathBuf;
 pub struct PerplexityArgs {
     /// A GGUF file or Hugging Face directory.
     pub model: String,
-    /// The text file.
-    pub file: PathBuf,
-    /// Backend and path; `--ctx` is the chunk size (default 512, like llama-perplexity).
+    /// The text file (with `--kl-divergence` it may be left out: the base file holds the
+    /// tokens; given, it must tokenize to them).
+    pub file: Option<PathBuf>,
+    /// Backend and path; `--ctx` is the chunk size (default 512, like llama-perplexity; with
+    /// `--kl-divergence`, the base file's).
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Store every scored position's log-probabilities in this file (a base run), or, with
-    /// `--kl-divergence`, read them from it.
+    /// Store every scored position's log-probabilities in this file (a base run; the layout of
+    /// llama-perplexity's `--kl-divergence-base`), or, with `--kl-divergence`, read them from
+    /// it (a file written by either tool).
     #[arg(long, value_name = "FILE")]
     pub kl_divergence_base: Option<PathBuf>,
     /// Compare this run with the base file: KL divergence, same top token, perplexities.
@@ -30,33 +33,79 @@ pub struct PerplexityArgs {
 
 pub fn run(args: PerplexityArgs) -> Result<()> {
     let model = args.engine.load(Some(&args.model))?;
-    let text = std::fs::read_to_string(&args.file).map_err(|source| Error::Io {
-        path: args.file.clone(),
-        source,
-    })?;
-    let tokens = model
-        .tokenizer()
-        .encode(&text, model.tokenizer().add_bos())?;
-    let ctx = args.engine.ctx.unwrap_or(512);
+    let vocab = model.config().vocab_size;
+    let text_tokens =
+        match &args.file {
+            Some(file) => {
+                let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+                    path: file.clone(),
+                    source,
+                })?;
+                Some(
+                    model
+                        .tokenizer()
+                        .encode(&text, model.tokenizer().add_bos())?,
+                )
+            }
+            None if args.kl_divergence => None,
+            None => return Err(Error::invalid(
+                "perplexity",
+                "a text file is needed (only --kl-divergence takes its tokens from the base file)",
+            )),
+        };
+    let mut base = None;
+    let mut compare = None;
+    let (tokens, ctx) = match (&args.kl_divergence_base, args.kl_divergence) {
+        (Some(path), true) => {
+            let c = cyb_runtime::KldComparison::open(path)?;
+            c.check_vocab(vocab)?;
+            let ctx = c.ctx();
+            if let Some(asked) = args.engine.ctx.filter(|&a| a != ctx) {
+                return Err(Error::invalid(
+                    "perplexity",
+                    format!(
+                        "--ctx {asked}, but {} was written with {ctx}",
+                        path.display()
+                    ),
+                ));
+            }
+            let tokens = c.tokens().to_vec();
+            if let Some(text) = &text_tokens {
+                let differ = (0..tokens.len()).find(|&i| text.get(i) != Some(&tokens[i]));
+                if let Some(i) = differ {
+                    return Err(Error::invalid(
+                        "perplexity",
+                        format!(
+                            "token {i} of the text is {:?}, {} holds {}: not the text (or tokenizer) of the base run",
+                            text.get(i),
+                            path.display(),
+                            tokens[i]
+                        ),
+                    ));
+                }
+            }
+            compare = Some(c);
+            (tokens, ctx)
+        }
+        (path, _) => {
+            let ctx = args.engine.ctx.unwrap_or(512);
+            let tokens = text_tokens.unwrap_or_default();
+            // The whole chunks the run scores (none: the run itself says why).
+            let whole = tokens.len() / ctx.max(1) * ctx;
+            if let Some(path) = path.as_ref().filter(|_| ctx >= 4 && whole > 0) {
+                let chunks = &tokens[..whole];
+                base = Some(cyb_runtime::KldBaseWriter::create(
+                    path, vocab, ctx, chunks,
+                )?);
+            }
+            (tokens, ctx)
+        }
+    };
     eprintln!(
         "{} tokens, {} chunks of {ctx}",
         tokens.len(),
-        tokens.len() / ctx
+        tokens.len() / ctx.max(1)
     );
-    let vocab = model.config().vocab_size;
-    let mut base = None;
-    let mut compare = None;
-    match (&args.kl_divergence_base, args.kl_divergence) {
-        (Some(path), false) => {
-            base = Some(cyb_runtime::KldBaseWriter::create(
-                path, vocab, ctx, &tokens,
-            )?)
-        }
-        (Some(path), true) => {
-            compare = Some(cyb_runtime::KldComparison::open(path, vocab, ctx, &tokens)?)
-        }
-        _ => {}
-    }
     let report = model.perplexity_rows(
         &tokens,
         ctx,

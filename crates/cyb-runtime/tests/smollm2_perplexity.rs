@@ -49,8 +49,8 @@ fn perplexity_within_one_percent_of_llama_cpp() {
 /// The cpu backend's next-token distributions against the CPU reference's (f32 activations,
 /// within 1.1e-6 of transformers' logits on this model) over the same text, measured as
 /// `cyb-llm perplexity --kl-divergence-base` does: with 16-bit activation levels, the default,
-/// within float rounding of the reference; with 8-bit ones (llama.cpp's choice) KL divergence
-/// over a hundred times larger and the top token changes now and then.
+/// within the 16-bit storage's rounding of the reference; with 8-bit ones (llama.cpp's choice)
+/// KL divergence over a hundred times larger and the top token changes now and then.
 #[test]
 fn cpu_kl_divergence_from_the_reference() {
     use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
@@ -72,9 +72,12 @@ fn cpu_kl_divergence_from_the_reference() {
         .unwrap();
     let vocab = reference.config().vocab_size;
     let base = std::env::temp_dir().join(format!("cyb-kld-smollm2-{}.bin", std::process::id()));
-    let mut w = KldBaseWriter::create(&base, vocab, ctx, &tokens).unwrap();
+    let chunks = tokens.len() / ctx;
+    assert_eq!(chunks, 3);
+    let tokens = &tokens[..chunks * ctx];
+    let mut w = KldBaseWriter::create(&base, vocab, ctx, tokens).unwrap();
     reference
-        .perplexity_rows(&tokens, ctx, &mut |_, _, _| {}, &mut |row, _| w.push(row))
+        .perplexity_rows(tokens, ctx, &mut |_, _, _| {}, &mut |row, _| w.push(row))
         .unwrap();
     assert_eq!(w.finish().unwrap(), 3 * (ctx - 1 - ctx / 2));
 
@@ -85,9 +88,11 @@ fn cpu_kl_divergence_from_the_reference() {
         let model = Runtime::with_backends(vec![cpu], RuntimeOptions::default())
             .load(&path)
             .unwrap();
-        let mut c = KldComparison::open(&base, vocab, ctx, &tokens).unwrap();
+        let mut c = KldComparison::open(&base).unwrap();
+        c.check_vocab(vocab).unwrap();
+        assert_eq!((c.ctx(), c.tokens()), (ctx, tokens));
         model
-            .perplexity_rows(&tokens, ctx, &mut |_, _, _| {}, &mut |row, next| {
+            .perplexity_rows(tokens, ctx, &mut |_, _, _| {}, &mut |row, next| {
                 c.push(row, next)
             })
             .unwrap();
@@ -97,12 +102,12 @@ fn cpu_kl_divergence_from_the_reference() {
             ActPrecision::Q16 => (1e-5, 0.99),
             ActPrecision::Q8 => (2e-2, 0.9),
         };
-        assert!(k.mean_kld < max_mean, "{}: {k:?}", act.name());
+        assert!(k.mean_kld.abs() < max_mean, "{}: {k:?}", act.name());
         assert!(k.same_top >= min_same, "{}: {k:?}", act.name());
         means.push(k.mean_kld);
     }
     assert!(
-        means[1] > 100.0 * means[0],
+        means[1] > 100.0 * means[0].abs(),
         "q16 {} vs q8 {}",
         means[0],
         means[1]
