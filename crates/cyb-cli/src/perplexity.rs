@@ -13,6 +13,7 @@ pub struct PerplexityArgs {
     pub model: String,
     /// The text file (with `--kl-divergence` it may be left out: the base file holds the
     /// tokens; given, it must tokenize to them).
+    #[arg(required_unless_present = "kl_divergence")]
     pub file: Option<PathBuf>,
     /// Backend and path; `--ctx` is the chunk size (default 512, like llama-perplexity; with
     /// `--kl-divergence`, the base file's).

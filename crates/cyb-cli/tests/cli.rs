@@ -480,9 +480,9 @@ fn kl_divergence_against_a_stored_base() {
         "{}",
         out.stderr
     );
+    // Without --kl-divergence the text is required: a usage error.
     let out = cyb(&["perplexity", &hf], None);
-    assert!(!out.ok);
-    assert!(out.stderr.contains("text file"), "{}", out.stderr);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
 }
 
 #[test]
