@@ -35,25 +35,21 @@ pub struct PerplexityArgs {
 pub fn run(args: PerplexityArgs) -> Result<()> {
     let model = args.engine.load(Some(&args.model))?;
     let vocab = model.config().vocab_size;
-    let text_tokens =
-        match &args.file {
-            Some(file) => {
-                let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
-                    path: file.clone(),
-                    source,
-                })?;
-                Some(
-                    model
-                        .tokenizer()
-                        .encode(&text, model.tokenizer().add_bos())?,
-                )
-            }
-            None if args.kl_divergence => None,
-            None => return Err(Error::invalid(
-                "perplexity",
-                "a text file is needed (only --kl-divergence takes its tokens from the base file)",
-            )),
-        };
+    // clap makes the text required unless --kl-divergence reads the tokens from the base.
+    let text_tokens = match &args.file {
+        Some(file) => {
+            let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+                path: file.clone(),
+                source,
+            })?;
+            Some(
+                model
+                    .tokenizer()
+                    .encode(&text, model.tokenizer().add_bos())?,
+            )
+        }
+        None => None,
+    };
     let mut base = None;
     let mut compare = None;
     let (tokens, ctx) = match (&args.kl_divergence_base, args.kl_divergence) {

@@ -24,17 +24,21 @@ const MAGIC: &[u8; 8] = b"_logits_";
 /// How far below a row's top logit the stored range reaches (llama.cpp's choice).
 const RANGE: f32 = 16.0;
 
-/// `log softmax(row)` in f64; an error naming the position when a logit is NaN.
-fn log_softmax(row: &[f32], pos: usize, out: &mut Vec<f64>) -> Result<()> {
-    if let Some(i) = row.iter().position(|x| x.is_nan()) {
-        return Err(Error::invalid(
+/// An error naming the position when a logit is NaN.
+fn no_nan(row: &[f32], pos: usize) -> Result<()> {
+    match row.iter().position(|x| x.is_nan()) {
+        Some(i) => Err(Error::invalid(
             "kl-divergence",
             format!("logit {i} of scored position {pos} is NaN"),
-        ));
+        )),
+        None => Ok(()),
     }
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-    let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
-    let norm = max + sum.ln();
+}
+
+/// `log softmax(row)` in f64; an error naming the position when a logit is NaN.
+fn log_softmax(row: &[f32], pos: usize, out: &mut Vec<f64>) -> Result<()> {
+    no_nan(row, pos)?;
+    let norm = crate::perplexity::log_norm(row);
     out.clear();
     out.extend(row.iter().map(|&x| x as f64 - norm));
     Ok(())
@@ -110,19 +114,13 @@ impl KldBaseWriter {
                 &[logits.len()],
             ));
         }
-        if let Some(i) = logits.iter().position(|x| x.is_nan()) {
-            return Err(Error::invalid(
-                "kl-divergence",
-                format!("logit {i} of scored position {} is NaN", self.rows),
-            ));
-        }
+        no_nan(logits, self.rows)?;
         let hi = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let lo = logits
             .iter()
             .fold(f32::INFINITY, |m, &x| m.min(x))
             .max(hi - RANGE);
-        let sum: f64 = logits.iter().map(|&x| (x as f64 - hi as f64).exp()).sum();
-        let lo_lp = (lo as f64 - hi as f64 - sum.ln()) as f32;
+        let lo_lp = (lo as f64 - crate::perplexity::log_norm(logits)) as f32;
         let step = (hi - lo) / 65535.0;
         self.rec.clear();
         self.rec.extend_from_slice(&step.to_le_bytes());

@@ -99,10 +99,15 @@ impl Model {
     }
 }
 
-/// `-log(softmax(row)[target])`, in f64 with the max subtracted.
-fn neg_log_softmax(row: &[f32], target: usize) -> f64 {
+/// `log Σ exp(row)`, in f64 with the max subtracted: `x − log_norm(row)` is `log softmax`.
+pub(crate) fn log_norm(row: &[f32]) -> f64 {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
     let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+    max + sum.ln()
+}
+
+/// `-log(softmax(row)[target])`.
+fn neg_log_softmax(row: &[f32], target: usize) -> f64 {
     let t = row.get(target).copied().unwrap_or(f32::NEG_INFINITY) as f64;
-    -(t - max - sum.ln())
+    log_norm(row) - t
 }
