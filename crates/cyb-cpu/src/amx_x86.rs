@@ -182,10 +182,6 @@ unsafe fn store(p: *mut u8, v: __m512i) {
     unsafe { _mm512_storeu_si512(p as *mut __m512i, v) }
 }
 
-/// Weights of 32 or 16 values unpacked to bytes, 64-byte aligned.
-#[repr(C, align(64))]
-struct WeightTile([u8; 512]);
-
 /// Checks the activation tiles and the per-row data of rows `r0..r0 + nr`.
 fn check_act<const SPLIT: bool>(a: &ActQuads, r0: usize, nr: usize) {
     let k = a.k;
@@ -209,7 +205,21 @@ fn at(v: usize) -> usize {
     v / 32 * 512 + v % 32
 }
 
+/// Weight tiles of up to eight units, 64-byte aligned.
+#[repr(C, align(64))]
+struct BlockWeights<const N: usize>([[u8; 512]; N]);
+
+/// The tile sums of one super-block's eight 32-value units (`lo` rows then `hi` rows per
+/// unit), 64-byte aligned.
+#[repr(C, align(64))]
+struct BlockSums([Sums; 8]);
+
 /// Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1: `gemm_x86::legacy` with the sums from AMX.
+///
+/// Unit by unit, with the row accumulators in registers, so that the tile work of one unit
+/// overlaps the float steps of the one before; packed levels are unpacked one unit ahead (a
+/// tile load right after the vector stores of its bytes waits ~13 ns for them on the
+/// development machine's Xeon).
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
 unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     g: &[u8],
@@ -233,37 +243,58 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     let mut s = Sums([[0; 16]; 32]);
-    let mut wt = WeightTile([0; 512]);
-    let mut acc = start_acc::<16>(out, span.start);
-    for b in span.clone() {
-        // SAFETY: unit b lies inside g; values b·32 .. b·32 + 32 of 16 padded rows inside each
-        // plane (asserted); the weight tile is 512 bytes.
+    let mut wt = BlockWeights([[0; 512]; 2]);
+    let unit = |b: usize| {
+        // SAFETY: callers pass b inside the span, whose units lie inside g (asserted).
+        unsafe { g.as_ptr().add((b - span.start) * ub) }
+    };
+    // The levels of unit b as tile bytes (in `wt`'s slot b % 2 unless stored as such).
+    let mut unpack = |b: usize| -> *const u8 {
+        let u = unit(b);
+        if FMT == Q8_0 {
+            // SAFETY: the unit's levels follow its scales.
+            return unsafe { u.add(levels) };
+        }
+        let t = wt.0[b % 2].as_mut_ptr();
+        // SAFETY: the unit's 4 (5) level vectors lie inside it; the slot is 512 bytes.
         unsafe {
-            let u = g.as_ptr().add((b - span.start) * ub);
-            let w = if FMT == Q8_0 {
-                u.add(levels)
+            let fifth = if five {
+                load(u.add(levels + 256))
             } else {
-                let fifth = if five {
-                    load(u.add(levels + 256))
-                } else {
-                    _mm512_setzero_si512()
-                };
-                for v in 0..4 {
-                    let raw = load(u.add(levels + 64 * v));
-                    let mut l = _mm512_and_si512(raw, m4);
-                    let mut h = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                    if five {
-                        let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
-                        let down = _mm512_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
-                        l = _mm512_or_si512(l, _mm512_and_si512(up, bit4));
-                        h = _mm512_or_si512(h, _mm512_and_si512(down, bit4));
-                    }
-                    // Levels 4v + i are tile row v; levels 16 + 4v + i row 4 + v.
-                    store(wt.0.as_mut_ptr().add(64 * v), l);
-                    store(wt.0.as_mut_ptr().add(64 * (4 + v)), h);
-                }
-                wt.0.as_ptr()
+                _mm512_setzero_si512()
             };
+            for v in 0..4 {
+                let raw = load(u.add(levels + 64 * v));
+                let mut l = _mm512_and_si512(raw, m4);
+                let mut h = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                if five {
+                    let up = _mm512_sll_epi16(fifth, _mm_cvtsi32_si128(4 - v as i32));
+                    let down = _mm512_srl_epi16(fifth, _mm_cvtsi32_si128(v as i32));
+                    l = _mm512_or_si512(l, _mm512_and_si512(up, bit4));
+                    h = _mm512_or_si512(h, _mm512_and_si512(down, bit4));
+                }
+                // Levels 4v + i are tile row v; levels 16 + 4v + i row 4 + v.
+                store(t.add(64 * v), l);
+                store(t.add(64 * (4 + v)), h);
+            }
+        }
+        t
+    };
+    let mut acc = start_acc::<16>(out, span.start);
+    let mut next = if span.is_empty() {
+        std::ptr::null()
+    } else {
+        unpack(span.start)
+    };
+    for b in span.clone() {
+        let w = next;
+        if b + 1 < span.end {
+            next = unpack(b + 1);
+        }
+        // SAFETY: unit b lies inside g; values b·32 .. b·32 + 32 of 16 padded rows inside each
+        // plane (asserted); `w` holds its 512 tile bytes.
+        unsafe {
+            let u = unit(b);
             sums32::<SPLIT>(lo.add(at(b * 32)), hi.add(at(b * 32)), w, &mut s);
             let dw = scales_f16(u);
             for r in 0..nr {
@@ -284,15 +315,6 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
         unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
     }
 }
-
-/// The weight tiles of one super-block's eight units, 64-byte aligned.
-#[repr(C, align(64))]
-struct BlockWeights([[u8; 512]; 8]);
-
-/// The tile sums of one super-block's eight 32-value units (`lo` rows then `hi` rows per
-/// unit), 64-byte aligned.
-#[repr(C, align(64))]
-struct BlockSums([Sums; 8]);
 
 /// Q4_K and (`FIVE`) Q5_K: `gemm_x86::q4_k` and `gemm_kq_x86::q5_k` with the sums from AMX.
 ///
