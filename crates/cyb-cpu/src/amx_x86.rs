@@ -109,23 +109,41 @@ impl Drop for Tiles {
 struct Sums([[i32; 16]; 32]);
 
 /// Sums of one unit of 32 values: activation tiles at `lo`/`hi` (rows 32 bytes apart), weights
-/// at `w` (8 rows of 64 bytes) into `s`.
+/// at `w` (8 rows of 64 bytes) into `s`; the weight bytes are unsigned, or signed with
+/// `SIGNED_W` (`tdpbssd`).
 ///
 /// # Safety
 /// Tiles loaded; 16 rows × 32 bytes readable at each plane, 512 bytes at `w`.
 #[inline(always)]
-unsafe fn sums32<const SPLIT: bool>(lo: *const i8, hi: *const i8, w: *const u8, s: &mut Sums) {
+unsafe fn sums32<const SPLIT: bool, const SIGNED_W: bool>(
+    lo: *const i8,
+    hi: *const i8,
+    w: *const u8,
+    s: &mut Sums,
+) {
     let k = 32usize;
     // SAFETY: per this fn's contract.
     unsafe {
         asm!("tileloadd tmm2, [{w} + {s64}*1]", "tileloadd tmm0, [{a} + {k}*1]",
-             "tilezero tmm3", "tdpbsud tmm3, tmm0, tmm2", "tilestored [{o} + {s64}*1], tmm3",
+             "tilezero tmm3",
              w = in(reg) w, a = in(reg) lo, k = in(reg) k, s64 = in(reg) 64usize,
+             options(nostack));
+        if SIGNED_W {
+            asm!("tdpbssd tmm3, tmm0, tmm2", options(nostack, nomem));
+        } else {
+            asm!("tdpbsud tmm3, tmm0, tmm2", options(nostack, nomem));
+        }
+        asm!("tilestored [{o} + {s64}*1], tmm3", s64 = in(reg) 64usize,
              o = in(reg) s.0.as_mut_ptr(), options(nostack));
         if SPLIT {
-            asm!("tileloadd tmm1, [{a} + {k}*1]", "tilezero tmm4", "tdpbsud tmm4, tmm1, tmm2",
-                 "tilestored [{o} + {s64}*1], tmm4",
-                 a = in(reg) hi, k = in(reg) k, s64 = in(reg) 64usize,
+            asm!("tileloadd tmm1, [{a} + {k}*1]", "tilezero tmm4",
+                 a = in(reg) hi, k = in(reg) k, options(nostack));
+            if SIGNED_W {
+                asm!("tdpbssd tmm4, tmm1, tmm2", options(nostack, nomem));
+            } else {
+                asm!("tdpbsud tmm4, tmm1, tmm2", options(nostack, nomem));
+            }
+            asm!("tilestored [{o} + {s64}*1], tmm4", s64 = in(reg) 64usize,
                  o = in(reg) s.0[16..].as_mut_ptr(), options(nostack));
         }
     }
@@ -251,11 +269,17 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
     // The levels of unit b as tile bytes (in `wt`'s slot b % 2 unless stored as such).
     let mut unpack = |b: usize| -> *const u8 {
         let u = unit(b);
-        if FMT == Q8_0 {
-            // SAFETY: the unit's levels follow its scales.
-            return unsafe { u.add(levels) };
-        }
         let t = wt.0[b % 2].as_mut_ptr();
+        if FMT == Q8_0 {
+            // Stored as `q + 128`: flipping the top bit gives `q` as a signed byte, for
+            // `tdpbssd` (the same integer sums without the zero point's correction).
+            let top = _mm512_set1_epi8(-128);
+            for v in 0..8 {
+                // SAFETY: the unit's 512 level bytes follow its scales; the slot is 512 bytes.
+                unsafe { store(t.add(64 * v), _mm512_xor_si512(load(u.add(levels + 64 * v)), top)) };
+            }
+            return t;
+        }
         // SAFETY: the unit's 4 (5) level vectors lie inside it; the slot is 512 bytes.
         unsafe {
             let fifth = if five {
@@ -295,11 +319,17 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
         // plane (asserted); `w` holds its 512 tile bytes.
         unsafe {
             let u = unit(b);
-            sums32::<SPLIT>(lo.add(at(b * 32)), hi.add(at(b * 32)), w, &mut s);
+            let (pl, ph) = (lo.add(at(b * 32)), hi.add(at(b * 32)));
+            if FMT == Q8_0 {
+                sums32::<SPLIT, true>(pl, ph, w, &mut s);
+            } else {
+                sums32::<SPLIT, false>(pl, ph, w, &mut s);
+            }
             let dw = scales_f16(u);
             for r in 0..nr {
                 let sum = *a.sum32.get_unchecked((r0 + r) * nb + b);
-                let isum = row_sum::<SPLIT>(&s, r, -zero_point * sum);
+                let bias = if FMT == Q8_0 { 0 } else { -zero_point * sum };
+                let isum = row_sum::<SPLIT>(&s, r, bias);
                 let da = *a.d.get_unchecked((r0 + r) * nb + b);
                 let sf = _mm512_cvtepi32_ps(isum);
                 acc[r] = _mm512_fmadd_ps(sf, _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc[r]);
@@ -378,7 +408,7 @@ unsafe fn q4_k<const FIVE: bool, const SPLIT: bool>(
             for j in 0..8 {
                 let off = sb * 256 + 32 * j;
                 let w = wt.0[j].as_ptr();
-                sums32::<SPLIT>(lo.add(at(off)), hi.add(at(off)), w, &mut s.0[j]);
+                sums32::<SPLIT, false>(lo.add(at(off)), hi.add(at(off)), w, &mut s.0[j]);
             }
             let sc: [__m512; 8] = std::array::from_fn(|j| scales_u8::<false>(u.add(64 + 16 * j)));
             let mn: [__m512; 8] = std::array::from_fn(|j| scales_u8::<false>(u.add(192 + 16 * j)));
