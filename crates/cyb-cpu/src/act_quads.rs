@@ -197,8 +197,16 @@ impl ActQuads {
             if src.len() < m * stride {
                 continue; // no `hi` plane in 8-bit mode
             }
-            dst.clear();
+            // Every byte of rows below `m` is written below; only the padding rows of the
+            // last tile are zeroed (the whole plane was, at ~2 MB a call for k = 8192).
             dst.resize(tiles * T * k, 0);
+            for r in m..tiles * T {
+                let (t, rr) = (r / T, r % T);
+                for b in 0..nb {
+                    let at = ((t * nb + b) * T + rr) * 32;
+                    dst[at..at + 32].fill(0);
+                }
+            }
             for r in 0..m {
                 let (t, rr) = (r / T, r % T);
                 for (b, run) in src[r * stride..r * stride + k].chunks_exact(32).enumerate() {
