@@ -12,12 +12,17 @@
 //!
 //! Tiles (one configuration per thread, loaded by [`Tiles::load`]): tmm0/tmm1 the `lo`/`hi`
 //! activation planes over 32 values, tmm2 the weights of 32 values, tmm3/tmm4 the `lo`/`hi`
-//! sums.
+//! sums; for Q6_K's 16-value groups tmm5/tmm6 the planes over 16 values and tmm7 the weights.
 //!
-//! Each `tdpbsud` here covers only 32 values (the formats' scale unit) and its sums go through
-//! memory to the float steps, so AMX gains less than its peak suggests: on the development
-//! machine's Xeon (AVX-512 VNNI + AMX, virtualised) ~10–30% over the VNNI kernels for Q8_0,
-//! Q4_0 and Q4_K at 128 rows. Q6_K's 16-value units gain nothing, so it stays on VNNI.
+//! Each tile product here covers only 32 values (16 for Q6_K: the formats' scale units) and
+//! its sums go through memory to the float steps, so AMX gains far less than its peak: the
+//! kernels are bound by tile stores and float steps, not by the products. What they are built
+//! around (measured on the development machine's Xeon, virtualised): a tile load right after
+//! the vector stores of its bytes waits ~13 ns for them, so packed levels are unpacked ahead
+//! (a unit ahead, or a whole super-block before its tile loads); the float steps run per row
+//! over a super-block's units with the row's partial sums in registers; the sums and weight
+//! tiles live in a per-thread scratch. At 128 rows, one thread (`gemm_bench`): Q8_0 ~130,
+//! Q4_0 ~130, Q4_K ~130, Q6_K ~96 GMAC/s against VNNI's ~110, ~115, ~105, ~78.
 //!
 //! The AMX instructions are written as inline assembly (their intrinsics are not stable Rust);
 //! they only name tile registers, which the compiler never uses.
@@ -83,8 +88,17 @@ impl Tiles {
     /// # Safety
     /// [`available`] must have returned true.
     pub unsafe fn load() -> Tiles {
-        // (rows, bytes per row) of tmm0..tmm4.
-        const SHAPES: [(u8, u16); 5] = [(16, 32), (16, 32), (8, 64), (16, 64), (16, 64)];
+        // (rows, bytes per row) of tmm0..tmm7.
+        const SHAPES: [(u8, u16); 8] = [
+            (16, 32),
+            (16, 32),
+            (8, 64),
+            (16, 64),
+            (16, 64),
+            (16, 16),
+            (16, 16),
+            (4, 64),
+        ];
         let mut c = Config([0; 64]);
         c.0[0] = 1; // palette 1
         for (t, (rows, bytes)) in SHAPES.iter().enumerate() {
@@ -227,10 +241,10 @@ fn at(v: usize) -> usize {
 #[repr(C, align(64))]
 struct BlockWeights<const N: usize>([[u8; 512]; N]);
 
-/// The tile sums of one super-block's eight 32-value units (`lo` rows then `hi` rows per
-/// unit), 64-byte aligned.
+/// The tile sums of one super-block's units (eight of 32 values, or Q6_K's sixteen of 16;
+/// `lo` rows then `hi` rows per unit), 64-byte aligned.
 #[repr(C, align(64))]
-struct BlockSums([Sums; 8]);
+struct BlockSums([Sums; 16]);
 
 /// One thread's sums and weight tiles, reused by every kernel call on it (zeroing 20 KB per
 /// call took ~6% of a prefill): every byte a kernel reads here it wrote in the same call.
@@ -242,7 +256,7 @@ struct Scratch {
 thread_local! {
     static SCRATCH: std::cell::UnsafeCell<Scratch> = const {
         std::cell::UnsafeCell::new(Scratch {
-            sums: BlockSums([const { Sums([[0; 16]; 32]) }; 8]),
+            sums: BlockSums([const { Sums([[0; 16]; 32]) }; 16]),
             weights: BlockWeights([[0; 512]; 8]),
         })
     };
@@ -464,6 +478,108 @@ unsafe fn q4_k<const FIVE: bool, const SPLIT: bool>(
     }
 }
 
+/// Sums of one Q6_K group of 16 values: activation tiles at `lo`/`hi` (16 rows × 16 bytes, 32
+/// apart), signed weights at `w` (4 rows of 64 bytes) into `s`, with `tdpbssd`.
+///
+/// # Safety
+/// Tiles loaded; 16 rows × 16 bytes readable at each plane (rows 32 bytes apart), 256 bytes at
+/// `w`.
+#[inline(always)]
+unsafe fn sums16<const SPLIT: bool>(lo: *const i8, hi: *const i8, w: *const u8, s: &mut Sums) {
+    // SAFETY: per this fn's contract.
+    unsafe {
+        asm!("tileloadd tmm7, [{w} + {s64}*1]", "tileloadd tmm5, [{a} + {k}*1]",
+             "tilezero tmm3", "tdpbssd tmm3, tmm5, tmm7", "tilestored [{o} + {s64}*1], tmm3",
+             w = in(reg) w, a = in(reg) lo, k = in(reg) 32usize, s64 = in(reg) 64usize,
+             o = in(reg) s.0.as_mut_ptr(), options(nostack));
+        if SPLIT {
+            asm!("tileloadd tmm6, [{a} + {k}*1]", "tilezero tmm4", "tdpbssd tmm4, tmm6, tmm7",
+                 "tilestored [{o} + {s64}*1], tmm4",
+                 a = in(reg) hi, k = in(reg) 32usize, s64 = in(reg) 64usize,
+                 o = in(reg) s.0[16..].as_mut_ptr(), options(nostack));
+        }
+    }
+}
+
+/// Q6_K: `gemm_x86::q6_k` with the sums from AMX. Per super-block: the sixteen groups' levels
+/// as signed `q - 32` (so `tdpbssd` gives the VNNI kernel's corrected sums directly), their
+/// tile sums, then each row's float steps over the groups in the VNNI kernel's order.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn q6_k<const SPLIT: bool>(
+    g: &[u8],
+    a: &ActQuads,
+    r0: usize,
+    nr: usize,
+    out: &mut Out,
+    span: Range<usize>,
+) {
+    let nsb = a.k / 256;
+    assert!(span.end <= nsb && g.len() >= span.len() * 3360 && a.block == 256);
+    check_act::<SPLIT>(a, r0, nr);
+    let (lo, hi) = planes::<SPLIT>(a, r0);
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m30 = _mm512_set1_epi8(0x30);
+    let c32 = _mm512_set1_epi8(32);
+    // SAFETY: the only reference to this thread's scratch while the kernel runs.
+    let Scratch { sums: s, weights: wt } = unsafe { scratch() };
+    if span.start == 0 {
+        for r in 0..nr {
+            out[r] = [0.0; 16];
+        }
+    }
+    for sb in span.clone() {
+        // SAFETY: super-block sb lies inside g, its 256 values of 16 padded rows inside each
+        // plane (asserted); rows r < nr of `out` and of the activations exist; group grp's
+        // tile bytes are the 256 at 256·grp of the 4 KiB of `wt`.
+        unsafe {
+            let u = g.as_ptr().add((sb - span.start) * 3360);
+            let wb = wt.0.as_mut_ptr() as *mut u8;
+            for grp in 0..16 {
+                let n0 = load(u.add(288 + 192 * grp));
+                let n1 = load(u.add(352 + 192 * grp));
+                let top = load(u.add(416 + 192 * grp));
+                let w = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(n0, m4),
+                        _mm512_and_si512(_mm512_slli_epi16(top, 4), m30),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(n0, 4), m4),
+                        _mm512_and_si512(_mm512_slli_epi16(top, 2), m30),
+                    ),
+                    _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(top, m30)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(n1, 4), m4),
+                        _mm512_and_si512(_mm512_srli_epi16(top, 2), m30),
+                    ),
+                ];
+                // Levels 4q + i of the group are tile row q.
+                for (q, &v) in w.iter().enumerate() {
+                    store(wb.add(256 * grp + 64 * q), _mm512_sub_epi8(v, c32));
+                }
+            }
+            for grp in 0..16 {
+                let off = at(sb * 256 + 16 * grp);
+                sums16::<SPLIT>(lo.add(off), hi.add(off), wb.add(256 * grp), &mut s.0[grp]);
+            }
+            let sc: [__m512; 16] =
+                std::array::from_fn(|grp| scales_u8::<true>(u.add(32 + 16 * grp)));
+            let d = scales_f16(u);
+            for r in 0..nr {
+                let mut scaled = _mm512_setzero_ps();
+                for grp in 0..16 {
+                    let sf = _mm512_cvtepi32_ps(row_sum::<SPLIT>(&s.0[grp], r, 0));
+                    scaled = _mm512_fmadd_ps(sf, sc[grp], scaled);
+                }
+                let da = _mm512_set1_ps(*a.d.get_unchecked((r0 + r) * nsb + sb));
+                let o = out[r].as_mut_ptr();
+                let v = _mm512_mul_ps(scaled, d);
+                _mm512_storeu_ps(o, _mm512_fmadd_ps(v, da, _mm512_loadu_ps(o)));
+            }
+        }
+    }
+}
+
 macro_rules! entry {
     ($name:ident, $kern:ident $(, $fmt:tt)?) => {
         /// # Safety
@@ -489,3 +605,4 @@ entry!(q5_0_group, legacy, Q5_0);
 entry!(q5_1_group, legacy, Q5_1);
 entry!(q4_k_group, q4_k, false);
 entry!(q5_k_group, q4_k, true);
+entry!(q6_k_group, q6_k);

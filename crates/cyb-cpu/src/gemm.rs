@@ -78,6 +78,7 @@ pub(crate) fn amx_kernel(dtype: DType, set: KernelSet) -> Option<crate::gemm_x86
         DType::Q5_1 => Some(x::q5_1_group),
         DType::Q4_K => Some(x::q4_k_group),
         DType::Q5_K => Some(x::q5_k_group),
+        DType::Q6_K => Some(x::q6_k_group),
         _ => None,
     }
 }

@@ -52,6 +52,7 @@ fn amx_equals_vnni_bit_for_bit() {
             DType::Q8_0,
             DType::Q4_K,
             DType::Q5_K,
+            DType::Q6_K,
         ] {
             // 2816: several spans of the repacked layout.
             for (m, n, k) in [
