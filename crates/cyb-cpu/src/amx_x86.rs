@@ -316,7 +316,12 @@ unsafe fn legacy<const FMT: u8, const SPLIT: bool>(
             let top = _mm512_set1_epi8(-128);
             for v in 0..8 {
                 // SAFETY: the unit's 512 level bytes follow its scales; the slot is 512 bytes.
-                unsafe { store(t.add(64 * v), _mm512_xor_si512(load(u.add(levels + 64 * v)), top)) };
+                unsafe {
+                    store(
+                        t.add(64 * v),
+                        _mm512_xor_si512(load(u.add(levels + 64 * v)), top),
+                    )
+                };
             }
             return t;
         }
@@ -409,7 +414,10 @@ unsafe fn q4_k<const FIVE: bool, const SPLIT: bool>(
     let m4 = _mm512_set1_epi8(0x0f);
     let bit4 = _mm512_set1_epi8(0x10);
     // SAFETY: the only reference to this thread's scratch while the kernel runs.
-    let Scratch { sums: s, weights: wt } = unsafe { scratch() };
+    let Scratch {
+        sums: s,
+        weights: wt,
+    } = unsafe { scratch() };
     if span.start == 0 {
         for r in 0..nr {
             out[r] = [0.0; 16];
@@ -521,7 +529,10 @@ unsafe fn q6_k<const SPLIT: bool>(
     let m30 = _mm512_set1_epi8(0x30);
     let c32 = _mm512_set1_epi8(32);
     // SAFETY: the only reference to this thread's scratch while the kernel runs.
-    let Scratch { sums: s, weights: wt } = unsafe { scratch() };
+    let Scratch {
+        sums: s,
+        weights: wt,
+    } = unsafe { scratch() };
     if span.start == 0 {
         for r in 0..nr {
             out[r] = [0.0; 16];
