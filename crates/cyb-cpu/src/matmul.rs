@@ -156,20 +156,28 @@ fn repacked(
     {
         let k = w_t.dims()[1];
         let m = a.len().checked_div(k).unwrap_or(0);
-        // One row goes to the panels too where the row-by-row stream below is slow: long rows on
-        // AMD (the activation row no longer fits L1 beside the weight row; on a Zen 4 VM, 2 threads,
-        // `CYB_BENCH_WEIGHTS=6 gemm_bench 1 2048 8192 2 f16` read 18–21 GB/s row by row and
-        // 31–32 through the panels, while k = 2048 read 29–36 row by row and 23–31 through
-        // them).
-        let panel_rows = if k >= PANEL_DECODE_K && crate::gemm::float_decode_rows() == 1 {
+        // One row goes to the panels too where they stream faster than the row-by-row kernel
+        // below: with the one-row panel kernel (`sgemm::gemv`, AVX-512) on Intel at every `k`
+        // (on the AMX Xeon VM, 2 threads, `CYB_BENCH_WEIGHTS=20 gemm_bench 1 N K 2 f16` for
+        // Llama-3.2-1B's shapes read 32-34 GB/s through the panels and 28-30 row by row, and
+        // the panels live in anonymous memory, which on that VM streamed faster than the
+        // file's page cache: 1B F16 decode 10.4-10.9 -> 12.5-12.6 t/s); on AMD for long rows
+        // (the activation row no longer fits L1 beside the weight row; on a Zen 4 VM,
+        // `CYB_BENCH_WEIGHTS=6 gemm_bench 1 2048 8192 2 f16` read 18-21 GB/s row by row and
+        // 31-32 through the panels, while k = 2048 read 29-36 row by row and 23-31 through the
+        // panels before the one-row kernel existed; not measured since).
+        let amd = crate::gemm::float_decode_rows() == 1;
+        let row_tile = crate::sgemm::row_tile(w_t.dtype(), set);
+        let panel_rows = if (amd && k >= PANEL_DECODE_K) || (!amd && row_tile.is_some()) {
             1
         } else {
             2
         };
         if let Some(tile) = crate::sgemm::tile(w_t.dtype(), set).filter(|_| m >= panel_rows) {
             let dtype = w_t.dtype();
-            // Weights outside shared storage are packed for this call only, so a result never
-            // depends on where its weight lives.
+            // Weights outside shared storage (tests, computed operands: the loaders share
+            // theirs) are packed for this call only, so a result never depends on where its
+            // weight lives.
             let build = |d: &[u8], n, k| crate::sgemm::pack(pool, dtype, d, n, k);
             let packed = scratch.panels.get(w_t, build).or_else(|| {
                 let [n, k] = *w_t.dims() else { return None };
@@ -199,6 +207,12 @@ fn repacked(
                     unsafe {
                         crate::sgemm::gemm_blocked(pool, tile, &w, a, m, y, bias, epi, &mut blocks)
                     };
+                    return Done::WithEpilogue;
+                }
+                if let Some(row) = row_tile.filter(|_| m == 1) {
+                    // SAFETY: `row` is the one-row kernel for this dtype, and `set` was
+                    // checked available when the backend was made.
+                    unsafe { crate::sgemm::gemv(pool, row, &w, a, y, bias, epi) };
                     return Done::WithEpilogue;
                 }
                 // SAFETY: `tile` is the tile for this dtype, and `set` was checked available

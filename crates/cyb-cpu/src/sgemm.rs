@@ -143,6 +143,29 @@ pub fn tile(dtype: DType, set: crate::KernelSet) -> Option<Tile> {
     }
 }
 
+/// One activation row times one whole panel: its `NR` results into `out`, plus `bias` when
+/// given.
+pub type RowTile =
+    unsafe fn(panel: &[u8], row: &[f32], k: usize, out: &mut [f32; NR], bias: Option<&[f32; NR]>);
+
+/// The one-row kernel for weights of `dtype` in `set`, if there is one ([`gemv`]).
+#[cfg(target_arch = "x86_64")]
+pub fn row_tile(dtype: DType, set: crate::KernelSet) -> Option<RowTile> {
+    use crate::sgemm_x86 as x;
+    match (dtype, set) {
+        (DType::F32, crate::KernelSet::Avx512) => Some(x::f32_row),
+        (DType::F16, crate::KernelSet::Avx512) => Some(x::f16_row),
+        (DType::BF16, crate::KernelSet::Avx512) => Some(x::bf16_row),
+        _ => None,
+    }
+}
+
+/// No packed GEMM off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn row_tile(_dtype: DType, _set: crate::KernelSet) -> Option<RowTile> {
+    None
+}
+
 /// No packed GEMM off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
 pub fn tile(_dtype: DType, _set: crate::KernelSet) -> Option<Tile> {
@@ -332,6 +355,54 @@ pub unsafe fn gemm(
             }
         }
         prefetch_first(next.as_deref(), gemm_parts, threads, t, usize::MAX);
+    });
+}
+
+/// Bytes of the next weight's first panel that each thread prefetches as a [`gemv`] ends.
+const GEMV_NEXT_BYTES: usize = 4096;
+
+/// [`gemm`] for one activation row (decode): each panel once through `row`, the panels split
+/// into parts taken by whichever thread is free; `bias` added in registers, then `epi` on each
+/// panel's outputs.
+///
+/// # Safety
+/// `row` must come from [`row_tile`] for the packed weight's dtype, and the CPU must have its
+/// kernel set.
+pub unsafe fn gemv(
+    pool: &ThreadPool,
+    row: RowTile,
+    w: &Panels,
+    a: &[f32],
+    y: &mut [f32],
+    bias: Option<&[f32]>,
+    epi: Option<Epilogue<'_>>,
+) {
+    let (n, k) = (w.n, w.k);
+    assert!(y.len() >= n && a.len() >= k && bias.is_none_or(|b| b.len() == n));
+    let panels = w.panels();
+    let threads = pool.threads();
+    let out = DisjointOut::new(y);
+    let next = successor(w);
+    let parts = gemm_parts(w, threads);
+    pool.run_parts(parts, &|t| {
+        for p in split(panels, parts, t) {
+            let (c0, nc) = (p * NR, NR.min(n - p * NR));
+            let mut pb = [0f32; NR];
+            let pbias = bias.map(|b| {
+                pb[..nc].copy_from_slice(&b[c0..c0 + nc]);
+                &pb
+            });
+            let mut res = [0f32; NR];
+            // SAFETY: `row` per this fn's contract; it checks its input bounds.
+            unsafe { row(w.panel(p), &a[..k], k, &mut res, pbias) };
+            // SAFETY: outputs c0..c0 + nc belong to this part's panels only.
+            let dst = unsafe { out.slice(c0..c0 + nc) };
+            dst.copy_from_slice(&res[..nc]);
+            if let Some(f) = epi {
+                f(&mut [dst]);
+            }
+        }
+        prefetch_first(next.as_deref(), gemm_parts, threads, t, GEMV_NEXT_BYTES);
     });
 }
 
@@ -562,6 +633,78 @@ mod tests {
                     assert!(y0.iter().any(|&v| v != 0.0), "{what}");
                     for (i, (a, b)) in y0.iter().zip(&y1).enumerate() {
                         assert_eq!(a.to_bits(), b.to_bits(), "{what}: output {i}: {a} vs {b}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The one-row kernel against an f64 sum of the same (rounded) weights, with bias and
+    /// epilogue, on `k` with and without a tail of the four-step unroll and a partial last
+    /// panel; the same bits with 1 and 3 threads.
+    #[test]
+    fn gemv_matches_reference_and_threads() {
+        if !KernelSet::Avx512.is_available() {
+            eprintln!("no AVX-512 on this CPU: the one-row panel kernel is not used here");
+            return;
+        }
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for (n, k) in [(67, 1101), (96, 64), (33, 3), (1, 517)] {
+                let wf = values(n * k, 11 + k as u64);
+                let (bytes, rounded): (Vec<u8>, Vec<f32>) = match dtype {
+                    DType::F32 => (bytemuck::cast_slice(&wf).to_vec(), wf.clone()),
+                    DType::F16 => {
+                        let h: Vec<half::f16> =
+                            wf.iter().map(|&v| half::f16::from_f32(v)).collect();
+                        (
+                            h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                            h.iter().map(|v| v.to_f32()).collect(),
+                        )
+                    }
+                    _ => {
+                        let h: Vec<half::bf16> =
+                            wf.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                        (
+                            h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                            h.iter().map(|v| v.to_f32()).collect(),
+                        )
+                    }
+                };
+                let a = values(k, 13);
+                let bias = values(n, 17);
+                let epi = |segs: &mut [&mut [f32]]| {
+                    for s in segs.iter_mut() {
+                        for v in s.iter_mut() {
+                            *v *= 0.5;
+                        }
+                    }
+                };
+                let mut first: Option<Vec<f32>> = None;
+                for threads in [1, 3] {
+                    let pool = ThreadPool::new(threads);
+                    let w = pack(&pool, dtype, &bytes, n, k).unwrap();
+                    let mut y = vec![f32::NAN; n];
+                    let row = row_tile(dtype, KernelSet::Avx512).unwrap();
+                    // SAFETY: AVX-512's kernel, which this CPU has (checked above).
+                    unsafe { gemv(&pool, row, &w, &a, &mut y, Some(&bias), Some(&epi)) };
+                    let what = format!("{dtype} n={n} k={k} threads={threads}");
+                    for (j, &got) in y.iter().enumerate() {
+                        let dot: f64 = (0..k)
+                            .map(|i| a[i] as f64 * rounded[j * k + i] as f64)
+                            .sum();
+                        let want = (dot + bias[j] as f64) * 0.5;
+                        let tol = 1e-5 * (k as f64).sqrt() + 1e-6;
+                        assert!(
+                            (got as f64 - want).abs() <= tol,
+                            "{what}: output {j}: {got} vs {want}"
+                        );
+                    }
+                    match &first {
+                        None => first = Some(y),
+                        Some(f) => assert!(
+                            f.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+                            "{what}: differs from 1 thread"
+                        ),
                     }
                 }
             }

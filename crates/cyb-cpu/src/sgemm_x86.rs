@@ -129,6 +129,77 @@ sgemm_tile!(f32_tile, f32_rows, 4, load_f32);
 sgemm_tile!(f16_tile, f16_rows, 2, load_f16);
 sgemm_tile!(bf16_tile, bf16_rows, 2, load_bf16);
 
+/// Bytes ahead of the current `k` step that the one-row kernels prefetch.
+const ROW_PREFETCH_BYTES: usize = 2048;
+
+macro_rules! sgemm_row {
+    ($name:ident, $size:expr, $load:ident) => {
+        /// One activation row times one whole panel (a decode step), into `out` plus `bias`:
+        /// four `k` steps in flight on eight accumulators (with one row, two accumulators
+        /// wait on the FMA latency every step), added pairwise at the end. The weights stream
+        /// from memory here, so each step prefetches the line `ROW_PREFETCH_BYTES` ahead, past
+        /// the panel's end too (a thread's next panel follows it).
+        ///
+        /// # Safety
+        /// The CPU must have AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn $name(
+            panel: &[u8],
+            row: &[f32],
+            k: usize,
+            out: &mut [f32; NR],
+            bias: Option<&[f32; NR]>,
+        ) {
+            assert!(panel.len() >= k * NR * $size && row.len() >= k);
+            const STEP: usize = NR * $size;
+            let (bp, ap) = (panel.as_ptr(), row.as_ptr());
+            let mut acc = [_mm512_setzero_ps(); 8];
+            let mut i = 0;
+            // SAFETY (all loads below): `i + u < k`, inside the asserted lengths; prefetches
+            // never fault, and their addresses are formed with wrapping arithmetic.
+            while i + 4 <= k {
+                for u in 0..4 {
+                    let p = unsafe { bp.add((i + u) * STEP) };
+                    for l in (0..STEP).step_by(64) {
+                        let ahead = p.wrapping_add(ROW_PREFETCH_BYTES + l);
+                        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                    }
+                    let v = _mm512_set1_ps(unsafe { *ap.add(i + u) });
+                    let (b0, b1) = unsafe { ($load(p), $load(p.add(16 * $size))) };
+                    acc[2 * u] = _mm512_fmadd_ps(v, b0, acc[2 * u]);
+                    acc[2 * u + 1] = _mm512_fmadd_ps(v, b1, acc[2 * u + 1]);
+                }
+                i += 4;
+            }
+            let mut lo =
+                _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[4], acc[6]));
+            let mut hi =
+                _mm512_add_ps(_mm512_add_ps(acc[1], acc[3]), _mm512_add_ps(acc[5], acc[7]));
+            while i < k {
+                let p = unsafe { bp.add(i * STEP) };
+                let v = _mm512_set1_ps(unsafe { *ap.add(i) });
+                let (b0, b1) = unsafe { ($load(p), $load(p.add(16 * $size))) };
+                lo = _mm512_fmadd_ps(v, b0, lo);
+                hi = _mm512_fmadd_ps(v, b1, hi);
+                i += 1;
+            }
+            if let Some(b) = bias {
+                lo = _mm512_add_ps(lo, unsafe { _mm512_loadu_ps(b.as_ptr()) });
+                hi = _mm512_add_ps(hi, unsafe { _mm512_loadu_ps(b.as_ptr().add(16)) });
+            }
+            // SAFETY: `out` holds NR = 32 values.
+            unsafe {
+                _mm512_storeu_ps(out.as_mut_ptr(), lo);
+                _mm512_storeu_ps(out.as_mut_ptr().add(16), hi);
+            }
+        }
+    };
+}
+
+sgemm_row!(f32_row, 4, load_f32);
+sgemm_row!(f16_row, 2, load_f16);
+sgemm_row!(bf16_row, 2, load_bf16);
+
 // AVX2 + FMA tiles: eight f32 lanes, so one packed `k` step is four vectors and a row takes four
 // accumulators. F32 takes three rows (12 accumulators, 3 broadcasts, one weight vector: the 16
 // registers); F16 and BF16 take two, since their conversion needs one more register and three
