@@ -223,15 +223,21 @@ pub(crate) const fn legacy_unit(fmt: u8) -> LegacyUnit {
 /// 20 weight sets, 2 threads, Intel AMX VM): no software prefetch gave Q8_0 24–26,
 /// Q4_0 19–21, Q4_K 19–21, Q6_K 17–19 GB/s; into L1 2 KB ahead 27–29 / 24–26 / 22–24 /
 /// 23–25; into L2 4 KB ahead 28–30 / 26–29 / 23–25 / 24–25.5 (8 KB ahead about the same).
+/// Asking for a whole K-quant unit (37 or 53 lines) at its start stalled the kernel: spread
+/// over the unit's loop instead, a few lines per step, Q4_K read 18–19 → 22 and Q6_K 20.5 →
+/// 23 GB/s (1×8192×2048, at a `membw` of 23 GB/s), Q4_0 22 → 24, Q8_0 the same.
 const UNIT_AHEAD_BYTES: usize = 4096;
 
-/// Asks for the `bytes` of weights lying `UNIT_AHEAD_BYTES` past `u` (the unit about
-/// to be read) to be brought into L2.
+/// Asks for `count` cache lines starting `first` lines into the unit that lies
+/// `UNIT_AHEAD_BYTES` past `u`; the long K-quant units spread their lines over their loop
+/// instead of asking for the whole unit at once.
 #[inline(always)]
-fn prefetch_unit(u: *const u8, bytes: usize) {
-    for l in (0..bytes).step_by(64) {
+fn prefetch_lines(u: *const u8, first: usize, count: usize) {
+    for l in first..first + count {
         // SAFETY: a prefetch never faults; the address is formed with wrapping arithmetic.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(u.wrapping_add(UNIT_AHEAD_BYTES + l) as *const i8) };
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(u.wrapping_add(UNIT_AHEAD_BYTES + 64 * l) as *const i8)
+        };
     }
 }
 
@@ -262,9 +268,9 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
         unsafe {
             let u = g.as_ptr().add((b - span.start) * ub);
-            if R <= 4 {
-                prefetch_unit(u, ub);
-            }
+            // Lines of the unit ahead asked for per step of the level loop below.
+            let steps = if FMT == Q8_0 { 8 } else { 4 };
+            let per_step = ub.div_ceil(64).div_ceil(steps);
             let mut isum = [[_mm512_setzero_si512(); 2]; R];
             if zero_point != 0 {
                 for r in 0..R {
@@ -274,6 +280,9 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
             }
             if FMT == Q8_0 {
                 for v in 0..8 {
+                    if R <= 4 {
+                        prefetch_lines(u, per_step * v, per_step);
+                    }
                     let w = load(u.add(levels + 64 * v));
                     for r in 0..R {
                         dot::<SPLIT>(&mut isum[r], w, &p[r], b * 32 + 4 * v);
@@ -286,6 +295,9 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     _mm512_setzero_si512()
                 };
                 for v in 0..4 {
+                    if R <= 4 {
+                        prefetch_lines(u, per_step * v, per_step);
+                    }
                     let raw = load(u.add(levels + 64 * v));
                     let mut lo = _mm512_and_si512(raw, m4);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -343,12 +355,13 @@ unsafe fn q4_k<const FIVE: bool, const R: usize, const SPLIT: bool>(
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
             let u = g.as_ptr().add((sb - span.start) * ub);
-            if R <= 4 {
-                prefetch_unit(u, ub);
-            }
             let mut scaled = [_mm512_setzero_ps(); R];
             let mut mins = [_mm512_setzero_ps(); R];
             for j in 0..8 {
+                if R <= 4 {
+                    let per_step = ub.div_ceil(64).div_ceil(8);
+                    prefetch_lines(u, per_step * j, per_step);
+                }
                 let mut isum = [[_mm512_setzero_si512(); 2]; R];
                 let fifth = if FIVE {
                     load(u.add(2368 + 64 * j))
@@ -413,11 +426,12 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
         // SAFETY: super-block sb lies inside g, and its 256 values inside each row (asserted).
         unsafe {
             let u = g.as_ptr().add((sb - span.start) * 3360);
-            if R <= 4 {
-                prefetch_unit(u, 3360);
-            }
             let mut scaled = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
+                if R <= 4 {
+                    // 53 lines over 16 groups.
+                    prefetch_lines(u, 4 * grp, 4);
+                }
                 let n0 = load(u.add(288 + 192 * grp));
                 let n1 = load(u.add(352 + 192 * grp));
                 let top = load(u.add(416 + 192 * grp));
