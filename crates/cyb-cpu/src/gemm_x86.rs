@@ -228,12 +228,16 @@ pub(crate) const fn legacy_unit(fmt: u8) -> LegacyUnit {
 /// 23 GB/s (1×8192×2048, at a `membw` of 23 GB/s), Q4_0 22 → 24, Q8_0 the same.
 const UNIT_AHEAD_BYTES: usize = 4096;
 
-/// Asks for `count` cache lines starting `first` lines into the unit that lies
-/// `UNIT_AHEAD_BYTES` past `u`; the long K-quant units spread their lines over their loop
-/// instead of asking for the whole unit at once.
+/// Step `step` of `steps` through a unit of `unit_bytes`: in the few-row kernels (`R <= 4`),
+/// asks for that step's share of the lines of the unit lying `UNIT_AHEAD_BYTES` past `u`,
+/// so a long unit's lines are asked for over its loop instead of all at once.
 #[inline(always)]
-fn prefetch_lines(u: *const u8, first: usize, count: usize) {
-    for l in first..first + count {
+fn prefetch_step<const R: usize>(u: *const u8, unit_bytes: usize, step: usize, steps: usize) {
+    if R > 4 {
+        return;
+    }
+    let per_step = unit_bytes.div_ceil(64).div_ceil(steps);
+    for l in per_step * step..per_step * (step + 1) {
         // SAFETY: a prefetch never faults; the address is formed with wrapping arithmetic.
         unsafe {
             _mm_prefetch::<_MM_HINT_T1>(u.wrapping_add(UNIT_AHEAD_BYTES + 64 * l) as *const i8)
@@ -268,9 +272,6 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
         // SAFETY: unit b lies inside g, and values b·32 .. b·32 + 32 inside each row (asserted).
         unsafe {
             let u = g.as_ptr().add((b - span.start) * ub);
-            // Lines of the unit ahead asked for per step of the level loop below.
-            let steps = if FMT == Q8_0 { 8 } else { 4 };
-            let per_step = ub.div_ceil(64).div_ceil(steps);
             let mut isum = [[_mm512_setzero_si512(); 2]; R];
             if zero_point != 0 {
                 for r in 0..R {
@@ -280,9 +281,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
             }
             if FMT == Q8_0 {
                 for v in 0..8 {
-                    if R <= 4 {
-                        prefetch_lines(u, per_step * v, per_step);
-                    }
+                    prefetch_step::<R>(u, ub, v, 8);
                     let w = load(u.add(levels + 64 * v));
                     for r in 0..R {
                         dot::<SPLIT>(&mut isum[r], w, &p[r], b * 32 + 4 * v);
@@ -295,9 +294,7 @@ unsafe fn legacy<const FMT: u8, const R: usize, const SPLIT: bool>(
                     _mm512_setzero_si512()
                 };
                 for v in 0..4 {
-                    if R <= 4 {
-                        prefetch_lines(u, per_step * v, per_step);
-                    }
+                    prefetch_step::<R>(u, ub, v, 4);
                     let raw = load(u.add(levels + 64 * v));
                     let mut lo = _mm512_and_si512(raw, m4);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
@@ -358,10 +355,7 @@ unsafe fn q4_k<const FIVE: bool, const R: usize, const SPLIT: bool>(
             let mut scaled = [_mm512_setzero_ps(); R];
             let mut mins = [_mm512_setzero_ps(); R];
             for j in 0..8 {
-                if R <= 4 {
-                    let per_step = ub.div_ceil(64).div_ceil(8);
-                    prefetch_lines(u, per_step * j, per_step);
-                }
+                prefetch_step::<R>(u, ub, j, 8);
                 let mut isum = [[_mm512_setzero_si512(); 2]; R];
                 let fifth = if FIVE {
                     load(u.add(2368 + 64 * j))
@@ -428,10 +422,7 @@ unsafe fn q6_k<const R: usize, const SPLIT: bool>(
             let u = g.as_ptr().add((sb - span.start) * 3360);
             let mut scaled = [_mm512_setzero_ps(); R];
             for grp in 0..16 {
-                if R <= 4 {
-                    // 53 lines over 16 groups.
-                    prefetch_lines(u, 4 * grp, 4);
-                }
+                prefetch_step::<R>(u, 3360, grp, 16);
                 let n0 = load(u.add(288 + 192 * grp));
                 let n1 = load(u.add(352 + 192 * grp));
                 let top = load(u.add(416 + 192 * grp));
