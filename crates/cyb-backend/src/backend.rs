@@ -26,6 +26,13 @@ pub trait Backend: Send + Sync {
     /// tensors are then passed as they are, with no upload.
     fn host_memory(&self) -> bool;
 
+    /// True if one matmul over weights stacked along their output rows (a layer's q/k/v, or
+    /// gate/up) runs faster here than the separate matmuls, so a model may stack them when it
+    /// loads. A preference, never a condition of correctness.
+    fn prefers_stacked_projections(&self) -> bool {
+        false
+    }
+
     /// Runs one op. An `Error::UnsupportedOp` is treated like `supports == false`: the
     /// dispatcher falls back. Any other error is final.
     fn execute(&self, op: &Op, inputs: &[Tensor], ctx: &mut ExecContext) -> Result<Vec<Tensor>>;

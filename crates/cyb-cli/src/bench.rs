@@ -202,10 +202,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .iter()
         .flat_map(|m| thread_counts.iter().map(move |&t| (m, t)));
     for (run_index, (path, threads)) in runs.enumerate() {
-        set_threads(threads, run_index == 0);
+        if run_index == 0 {
+            size_rayon_pool(threads);
+        }
         let rt = Runtime::new(RuntimeOptions {
             backend: args.backend.clone(),
             path: ExecPath::Auto,
+            cpu: Some(cyb_runtime::CpuOptions {
+                threads: Some(threads),
+                ..cyb_runtime::CpuOptions::from_env()?
+            }),
+            ..RuntimeOptions::default()
         })?;
         let model = rt.load(path)?;
         infos.push(RunInfo {
@@ -383,15 +390,9 @@ fn parse_pg(s: &str) -> std::result::Result<(usize, usize), String> {
     }
 }
 
-/// Points the thread pools at `threads` workers: `CYB_THREADS`, which the cpu backend reads
-/// when it is built (so this must run before the runtime is created), and, on the `first`
-/// call, rayon's global pool (the reference backend's), which can be built only once: later
-/// thread counts of a `-t` list apply to the cpu backend alone.
-fn set_threads(threads: usize, first: bool) {
-    std::env::set_var("CYB_THREADS", threads.to_string());
-    if !first {
-        return;
-    }
+/// Gives rayon's global pool (the reference backend's) `threads` workers. It can be built only
+/// once, so later thread counts of a `-t` list apply to the cpu backend alone.
+fn size_rayon_pool(threads: usize) {
     if let Err(e) = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()

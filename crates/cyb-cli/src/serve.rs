@@ -1,7 +1,7 @@
 //! `cyb-llm serve [MODEL...]`: the OpenAI-compatible HTTP server (see the cyb-server crate).
 
 use crate::session_args::EngineArgs;
-use cyb_runtime::{ensure_default_model, ExecPath, Runtime, RuntimeOptions};
+use cyb_runtime::{ensure_default_model, Runtime};
 use cyb_server::{ServedModel, ServerConfig};
 use cyb_tensor::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -41,10 +41,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.alias.len() > args.models.len().max(1) {
         return Err(Error::invalid("serve", "more --alias values than models"));
     }
-    let rt = Runtime::new(RuntimeOptions {
-        backend: args.engine.backend.clone(),
-        path: ExecPath::parse(&args.engine.path)?,
-    })?;
+    let rt = Runtime::new(args.engine.runtime_options()?)?;
     let paths: Vec<PathBuf> = if args.models.is_empty() {
         vec![ensure_default_model(&mut |msg| eprintln!("{msg}"))?]
     } else {

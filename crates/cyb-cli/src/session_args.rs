@@ -16,6 +16,9 @@ pub struct EngineArgs {
     /// Execution path: auto, curated or graph.
     #[arg(long, default_value = "auto")]
     pub path: String,
+    /// Threads of the cpu backend (default: every core, or `CYB_THREADS`).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
     /// Context size of the session in tokens (default: the model's, capped at 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
@@ -25,12 +28,27 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// Builds the runtime and loads `model` (or the default model when `None`).
-    pub fn load(&self, model: Option<&str>) -> Result<Model> {
-        let rt = Runtime::new(RuntimeOptions {
+    /// The runtime these flags describe: the backend, the path, and the cpu backend's options
+    /// (its environment variables, then `--threads`).
+    pub fn runtime_options(&self) -> Result<RuntimeOptions> {
+        let mut cpu = cyb_runtime::CpuOptions::from_env()?;
+        if let Some(t) = self.threads {
+            if t == 0 {
+                return Err(Error::invalid("--threads", "must be at least 1"));
+            }
+            cpu.threads = Some(t);
+        }
+        Ok(RuntimeOptions {
             backend: self.backend.clone(),
             path: ExecPath::parse(&self.path)?,
-        })?;
+            cpu: Some(cpu),
+            ..RuntimeOptions::default()
+        })
+    }
+
+    /// Builds the runtime and loads `model` (or the default model when `None`).
+    pub fn load(&self, model: Option<&str>) -> Result<Model> {
+        let rt = Runtime::new(self.runtime_options()?)?;
         let path = match model {
             Some(m) => crate::fetch::model_path(m)?,
             None => ensure_default_model(&mut |msg| eprintln!("{msg}"))?,

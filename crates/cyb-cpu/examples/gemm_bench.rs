@@ -6,7 +6,7 @@
 //! (defaults 128 2048 2048 1 f16,q8_0,q4_0,q4_k,q6_k); `CYB_CPU_ACT` picks the activations.
 
 use cyb_backend::{Backend, ExecContext};
-use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
+use cyb_cpu::{CpuBackend, CpuOptions};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Shape, Storage, Tensor};
 use std::sync::Arc;
@@ -20,8 +20,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get(4)
         .cloned()
         .unwrap_or_else(|| "f16,q8_0,q4_0,q4_k,q6_k".into());
-    let set = KernelSet::detect()?;
-    let backend = CpuBackend::with_activations(set, threads, ActPrecision::from_env_for(set)?)?;
+    let backend = CpuBackend::from_options(&CpuOptions {
+        threads: Some(threads),
+        ..CpuOptions::from_env()?
+    })?;
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let mut rand = |len: usize| -> Vec<f32> {
         (0..len)

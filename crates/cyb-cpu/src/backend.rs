@@ -4,7 +4,7 @@
 use crate::par::Par;
 use crate::pool::ThreadPool;
 use crate::quant_act::ActPrecision;
-use crate::{attention, matmul, norm, ops, KernelSet};
+use crate::{attention, matmul, norm, ops, CpuOptions, KernelSet};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
@@ -16,34 +16,45 @@ pub struct CpuBackend {
     pool: ThreadPool,
     /// Quantized activations and repacked weights of the matmuls.
     scratch: matmul::Scratch,
-    /// Time per op, with `CYB_CPU_PROFILE=1`.
+    /// Time per op, with `CpuOptions::profile`.
     profile: Option<crate::profile::OpProfile>,
 }
 
 impl CpuBackend {
-    /// The best kernel set of this CPU (or `CYB_CPU_KERNELS`), with `CYB_THREADS` threads
-    /// (default: every available core) and 16-bit activations (or `CYB_CPU_ACT=q16|q8`).
+    /// The backend [`CpuOptions::from_env`] describes (the defaults unless its environment
+    /// variables are set).
     pub fn new() -> Result<CpuBackend> {
-        let threads = match std::env::var("CYB_THREADS") {
-            Ok(v) if !v.trim().is_empty() => v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&t| t > 0)
-                .ok_or_else(|| Error::BackendInit {
-                    backend: "cpu".into(),
-                    reason: format!("CYB_THREADS={v:?} is not a positive integer"),
-                })?,
-            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
-        let set = KernelSet::detect()?;
-        CpuBackend::with_activations(set, threads, ActPrecision::from_env_for(set)?)
+        CpuBackend::from_options(&CpuOptions::from_env()?)
+    }
+
+    /// The backend `options` describe; an `Error::BackendInit` when this CPU cannot run the
+    /// kernel set they name.
+    pub fn from_options(options: &CpuOptions) -> Result<CpuBackend> {
+        let set = options.kernel_set()?;
+        let threads = options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let mut scratch = matmul::Scratch::default();
+        scratch.amx = options.amx;
+        Ok(CpuBackend {
+            set,
+            act: options
+                .activations
+                .unwrap_or(ActPrecision::default_for(set)),
+            pool: ThreadPool::new(threads.max(1)),
+            scratch,
+            profile: options.profile.then(crate::profile::OpProfile::default),
+        })
     }
 
     /// A backend using kernel set `set` and `threads` threads (the caller included), with the
     /// set's default activations (`ActPrecision::default_for`).
     pub fn with_options(set: KernelSet, threads: usize) -> Result<CpuBackend> {
-        CpuBackend::with_activations(set, threads, ActPrecision::default_for(set))
+        CpuBackend::from_options(&CpuOptions {
+            kernels: Some(set),
+            threads: Some(threads),
+            ..CpuOptions::default()
+        })
     }
 
     /// A backend using kernel set `set`, `threads` threads and `act` activation levels for the
@@ -53,18 +64,11 @@ impl CpuBackend {
         threads: usize,
         act: ActPrecision,
     ) -> Result<CpuBackend> {
-        if !set.is_available() {
-            return Err(Error::BackendInit {
-                backend: "cpu".into(),
-                reason: format!("this CPU cannot run the {} kernels", set.name()),
-            });
-        }
-        Ok(CpuBackend {
-            set,
-            act,
-            pool: ThreadPool::new(threads.max(1)),
-            scratch: matmul::Scratch::default(),
-            profile: crate::profile::OpProfile::from_env(),
+        CpuBackend::from_options(&CpuOptions {
+            kernels: Some(set),
+            threads: Some(threads),
+            activations: Some(act),
+            ..CpuOptions::default()
         })
     }
 
@@ -81,7 +85,7 @@ impl CpuBackend {
     }
 
     /// This backend with prefill-sized quantized matmuls on AMX tiles (`true`, the default
-    /// where the CPU has AMX-INT8, unless `CYB_CPU_AMX=0`) or on the VNNI kernels (`false`);
+    /// where the CPU has AMX-INT8) or on the VNNI kernels (`false`);
     /// both give bit-identical results.
     pub fn with_amx(mut self, on: bool) -> CpuBackend {
         self.scratch.amx = on;
@@ -131,25 +135,16 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
-        if cyb_ops::output_infos(op, inputs).is_err() {
-            return false;
-        }
-        match op {
-            Op::MatMul { rhs_transposed } => matmul::supports(self.set, *rhs_transposed, inputs),
-            Op::Linear { rhs_transposed, .. } => {
-                inputs.len() == 3
-                    && inputs[2].dtype == DType::F32
-                    && matmul::supports(self.set, *rhs_transposed, &inputs[..2])
-            }
-            Op::Sdpa { .. } => attention::supports(op, inputs),
-            Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
-                inputs.iter().all(|i| i.dtype == DType::F32)
-            }
-            _ => ops::supports(op, inputs),
-        }
+        supports(self.set, op, inputs)
     }
 
     fn host_memory(&self) -> bool {
+        true
+    }
+
+    /// Small models' q/k/v and gate/up matmuls are each one call on the thread pool instead of
+    /// three or two.
+    fn prefers_stacked_projections(&self) -> bool {
         true
     }
 
@@ -186,6 +181,28 @@ impl Backend for CpuBackend {
                 ),
             )),
         }
+    }
+}
+
+/// Whether the cpu backend with kernel set `set` runs `op` on inputs like these (what
+/// `Backend::supports` answers; it needs no CPU that runs `set`, so the support table of
+/// docs/ops.md can list every set).
+pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
+    if cyb_ops::output_infos(op, inputs).is_err() {
+        return false;
+    }
+    match op {
+        Op::MatMul { rhs_transposed } => matmul::supports(set, *rhs_transposed, inputs),
+        Op::Linear { rhs_transposed, .. } => {
+            inputs.len() == 3
+                && inputs[2].dtype == DType::F32
+                && matmul::supports(set, *rhs_transposed, &inputs[..2])
+        }
+        Op::Sdpa { .. } => attention::supports(op, inputs),
+        Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
+            inputs.iter().all(|i| i.dtype == DType::F32)
+        }
+        _ => ops::supports(op, inputs),
     }
 }
 

@@ -1,9 +1,10 @@
 //! Which kernel set this CPU can run, decided once at start-up from CPU feature detection.
 //!
-//! `CYB_CPU_KERNELS=portable|avx2|avx512|neon` lowers the choice (tests use it to exercise every
-//! path on one machine); asking for a set the CPU lacks is an error rather than a crash.
+//! `CpuOptions::kernels` (`CYB_CPU_KERNELS=portable|avx2|avx512|neon`) lowers the choice (tests
+//! use it to exercise every path on one machine); asking for a set the CPU lacks is an error
+//! rather than a crash.
 
-use cyb_tensor::{Error, Result};
+use cyb_tensor::Result;
 
 /// A family of kernels. Every kernel has a portable version; the others need the CPU features
 /// listed by [`KernelSet::is_available`].
@@ -77,27 +78,11 @@ impl KernelSet {
         .collect()
     }
 
-    /// The best available set, or the one `CYB_CPU_KERNELS` names.
+    /// The best set this CPU runs.
     pub fn detect() -> Result<KernelSet> {
-        let best = KernelSet::available()
+        Ok(KernelSet::available()
             .last()
             .copied()
-            .unwrap_or(KernelSet::Portable);
-        match std::env::var("CYB_CPU_KERNELS") {
-            Ok(v) if !v.trim().is_empty() => KernelSet::parse(&v)
-                .filter(|k| k.is_available())
-                .ok_or_else(|| Error::BackendInit {
-                    backend: "cpu".into(),
-                    reason: format!(
-                        "CYB_CPU_KERNELS={v:?} is not one of this CPU's kernel sets ({})",
-                        KernelSet::available()
-                            .iter()
-                            .map(|k| k.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                }),
-            _ => Ok(best),
-        }
+            .unwrap_or(KernelSet::Portable))
     }
 }

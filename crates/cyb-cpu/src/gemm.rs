@@ -193,19 +193,15 @@ pub(crate) fn float_kernel(dtype: DType, set: KernelSet) -> Option<crate::matmul
 /// loads shared; an F16 `[1,2048]·[8192,2048]ᵀ` read its weights at the machine's full 30 GB/s
 /// there), one on AMD, whose prefetchers follow one row at a time far better: on a Zen 4 VM
 /// (`CYB_BENCH_WEIGHTS=4 gemm_bench 1 49152 576 2 f16`) 13–17 GB/s with four, 31–39 with one,
-/// and `[1,576]·[3072,576]ᵀ` 18 → 33 GB/s. `CYB_CPU_FLOAT_ROWS=1|4` overrides.
+/// and `[1,576]·[3072,576]ᵀ` 18 → 33 GB/s.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn float_decode_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
-        match std::env::var("CYB_CPU_FLOAT_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-        {
-            Some(1) => 1,
-            Some(_) => crate::matmul_float_x86::TILE_C,
-            None if cpu_vendor_is_amd() => 1,
-            None => crate::matmul_float_x86::TILE_C,
+        if cpu_vendor_is_amd() {
+            1
+        } else {
+            crate::matmul_float_x86::TILE_C
         }
     })
 }

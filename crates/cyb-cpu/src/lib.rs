@@ -46,6 +46,7 @@ mod matmul_q4_x86;
 mod neon_arm;
 mod norm;
 mod ops;
+mod options;
 mod par;
 mod pool;
 mod profile;
@@ -57,8 +58,9 @@ mod sgemm_x86;
 #[cfg(target_arch = "x86_64")]
 mod wide_x86;
 
-pub use backend::{register, CpuBackend};
+pub use backend::{register, supports, CpuBackend};
 pub use features::KernelSet;
+pub use options::{CpuOptions, ENV_VARS};
 pub use quant_act::ActPrecision;
 
 /// Whether this CPU and OS run the AMX-INT8 prefill kernels (the AVX-512 kernel set uses them

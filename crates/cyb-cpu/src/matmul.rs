@@ -100,9 +100,6 @@ pub(crate) struct Scratch {
     last_panels: Mutex<std::sync::Weak<crate::sgemm::Panels>>,
     /// Each thread's block of activation rows in the blocked float GEMM.
     row_blocks: Mutex<Vec<f32>>,
-    /// Whether prefill-sized float matmuls with long rows take the blocked GEMM
-    /// (`CYB_CPU_BLOCKED=0`: not).
-    pub(crate) blocked: bool,
     /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
     pub(crate) amx: bool,
 }
@@ -120,8 +117,7 @@ impl Default for Scratch {
             panels: crate::repack::WeightCache::default(),
             last_panels: Mutex::default(),
             row_blocks: Mutex::default(),
-            blocked: std::env::var("CYB_CPU_BLOCKED").map_or(true, |v| v.trim() != "0"),
-            amx: std::env::var("CYB_CPU_AMX").map_or(true, |v| v.trim() != "0"),
+            amx: true,
         }
     }
 }
@@ -197,7 +193,7 @@ fn repacked(
                     }
                 }
                 drop(last);
-                if scratch.blocked && m > crate::sgemm::MR && k >= crate::sgemm::BLOCKED_MIN_K {
+                if m > crate::sgemm::MR && k >= crate::sgemm::BLOCKED_MIN_K {
                     let mut blocks = scratch
                         .row_blocks
                         .lock()

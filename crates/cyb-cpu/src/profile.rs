@@ -1,4 +1,4 @@
-//! `CYB_CPU_PROFILE=1`: wall time per op kind (op name and output dims; for a matmul also its
+//! `CpuOptions::profile` (`CYB_CPU_PROFILE=1`): wall time per op kind (op name and output dims; for a matmul also its
 //! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
 //! finding where a model's time goes; off by default (one `Option` check per op). First calls
 //! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
@@ -46,12 +46,6 @@ pub(crate) struct OpProfile {
 }
 
 impl OpProfile {
-    pub(crate) fn from_env() -> Option<OpProfile> {
-        std::env::var("CYB_CPU_PROFILE")
-            .is_ok_and(|v| !matches!(v.trim(), "" | "0"))
-            .then(OpProfile::default)
-    }
-
     pub(crate) fn add(&self, op: &Op, inputs: &[Tensor], out: &[Tensor], took: Duration) {
         let dims = out.first().map(|t| t.dims().to_vec()).unwrap_or_default();
         let rows = dims.iter().rev().skip(1).product();

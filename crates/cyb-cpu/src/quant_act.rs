@@ -13,8 +13,6 @@
 //! exact f32 sum of the block in `s` (the offset term then adds no error); its 256-value blocks
 //! keep integer sums of 16 levels in `bsums`.
 
-use cyb_tensor::{Error, Result};
-
 /// Largest 16-bit level: every level `L` then splits into two signed bytes,
 /// `L = 256·hi + lo` with `hi = (L + 128) >> 8` and `lo` both in `-128..=127` (see
 /// [`ActQuads`]), so 16-bit activations can use the 8-bit dot-product instructions.
@@ -52,26 +50,6 @@ impl ActPrecision {
         match set {
             crate::KernelSet::Neon => ActPrecision::Q8,
             _ => ActPrecision::Q16,
-        }
-    }
-
-    /// The default of kernel set `set`, or the one `CYB_CPU_ACT=q16|q8` names.
-    pub fn from_env_for(set: crate::KernelSet) -> Result<ActPrecision> {
-        Ok(ActPrecision::from_env()?.unwrap_or(ActPrecision::default_for(set)))
-    }
-
-    /// The precision `CYB_CPU_ACT=q16|q8` names, if set.
-    pub fn from_env() -> Result<Option<ActPrecision>> {
-        match std::env::var("CYB_CPU_ACT") {
-            Ok(v) if !v.trim().is_empty() => {
-                ActPrecision::parse(&v)
-                    .map(Some)
-                    .ok_or_else(|| Error::BackendInit {
-                        backend: "cpu".into(),
-                        reason: format!("CYB_CPU_ACT={v:?} is not q16 or q8"),
-                    })
-            }
-            _ => Ok(None),
         }
     }
 }

@@ -138,8 +138,8 @@ impl LlamaModel {
         config: LlamaConfig,
         dispatcher: Arc<Dispatcher>,
     ) -> Result<LlamaModel> {
-        // The cpu backend pays per op: it gets small projections of one input stacked.
-        let stack = dispatcher.primary().name() == "cpu";
+        // A backend that pays per op gets small projections of one input stacked.
+        let stack = dispatcher.primary().prefers_stacked_projections();
         let weights = LlamaWeights::load(file, &config, stack)?;
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(LlamaModel {

@@ -25,7 +25,10 @@ pub mod tokenizer;
 
 pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
+pub use cyb_cpu::CpuOptions;
 pub use cyb_models::Pooling;
+#[cfg(feature = "wgpu")]
+pub use cyb_wgpu::WgpuOptions;
 pub use default_model::{cache_dir, default_model_path, ensure_default_model};
 pub use embed::{
     ClassifyOptions, EmbedInput, EmbedOptions, Embeddings, LabelScore, ScoreFunction, TokenLabel,

@@ -39,6 +39,39 @@ pub struct RuntimeOptions {
     /// The preferred backend by name (`cyb-llm backends` lists them); `None` picks the default.
     pub backend: Option<String>,
     pub path: ExecPath,
+    /// The cpu backend's options (`None`: `CpuOptions::from_env`, the defaults unless its
+    /// environment variables are set).
+    pub cpu: Option<cyb_cpu::CpuOptions>,
+    /// The wgpu backend's options (`None`: `WgpuOptions::from_env`).
+    #[cfg(feature = "wgpu")]
+    pub wgpu: Option<cyb_wgpu::WgpuOptions>,
+}
+
+impl RuntimeOptions {
+    /// The cpu backend these options describe.
+    pub fn cpu_backend(&self) -> Result<Arc<dyn Backend>> {
+        let options = match &self.cpu {
+            Some(o) => o.clone(),
+            None => cyb_cpu::CpuOptions::from_env()?,
+        };
+        Ok(Arc::new(cyb_cpu::CpuBackend::from_options(&options)?))
+    }
+
+    /// The backend called `name`, made from these options where it has any.
+    fn backend(&self, name: &str) -> Result<Arc<dyn Backend>> {
+        match name {
+            "cpu" => self.cpu_backend(),
+            #[cfg(feature = "wgpu")]
+            "wgpu" | "wgpu+rs" => {
+                let options = match &self.wgpu {
+                    Some(o) => o.clone(),
+                    None => cyb_wgpu::WgpuOptions::from_env()?,
+                };
+                Ok(Arc::new(cyb_wgpu::WgpuBackend::from_options(&options)?))
+            }
+            other => create_backend(other),
+        }
+    }
 }
 
 /// Loads models and owns the dispatcher their ops run through.
@@ -52,20 +85,17 @@ impl Runtime {
     /// A backend that cannot run here is an `Error::BackendInit` saying why.
     pub fn new(options: RuntimeOptions) -> Result<Runtime> {
         let mut chain: Vec<Arc<dyn Backend>> = Vec::new();
-        cyb_cpu::register();
-        cyb_wgpu::register();
+        register_builtin();
         // The fast CPU backend is the default; `--backend reference` runs the reference alone.
-        let default = cyb_backend::is_registered("cpu").then(|| "cpu".to_string());
-        if let Some(name) = options.backend.clone().or(default) {
-            let b = create_backend(&name)?;
-            let gpu = b.name() == "wgpu";
-            if b.name() != "reference" {
-                chain.push(b);
-            }
-            // Ops the GPU lacks fall back to the fast CPU kernels before the reference.
-            if gpu && cyb_backend::is_registered("cpu") {
-                chain.push(create_backend("cpu")?);
-            }
+        let name = options.backend.as_deref().unwrap_or("cpu");
+        let b = options.backend(name)?;
+        // Ops a device backend lacks fall back to the fast CPU kernels before the reference.
+        let device = !b.host_memory();
+        if b.name() != "reference" {
+            chain.push(b);
+        }
+        if device {
+            chain.push(options.cpu_backend()?);
         }
         Ok(Runtime {
             dispatcher: Arc::new(Dispatcher::new(chain)),
@@ -74,8 +104,8 @@ impl Runtime {
     }
 
     /// A runtime whose ops go to `backends` in order of preference (the CPU reference is
-    /// always the last fallback): for a backend configured beyond what its name selects, e.g.
-    /// `cyb_cpu::CpuBackend::with_activations` with another thread count or activation width.
+    /// always the last fallback): for a chain other than what `Runtime::new` builds, e.g. two
+    /// cpu backends of different activation widths compared side by side.
     pub fn with_backends(backends: Vec<Arc<dyn Backend>>, options: RuntimeOptions) -> Runtime {
         Runtime {
             dispatcher: Arc::new(Dispatcher::new(backends)),
@@ -86,14 +116,17 @@ impl Runtime {
     /// Every backend this build knows and whether it can run here (the built-in ones
     /// registered first).
     pub fn available_backends() -> Vec<cyb_backend::BackendDescription> {
-        cyb_cpu::register();
-        cyb_wgpu::register();
+        register_builtin();
         cyb_backend::available_backends()
     }
 
-    /// The GPU adapters wgpu finds here, one line each with their limits.
+    /// The GPU adapters wgpu finds here, one line each with their limits (none in a build
+    /// without the `wgpu` feature).
     pub fn wgpu_adapters() -> Vec<String> {
-        cyb_wgpu::describe_adapters()
+        #[cfg(feature = "wgpu")]
+        return cyb_wgpu::describe_adapters();
+        #[cfg(not(feature = "wgpu"))]
+        Vec::new()
     }
 
     pub fn dispatcher(&self) -> &Arc<Dispatcher> {
@@ -109,4 +142,12 @@ impl Runtime {
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Model> {
         Model::load(path.as_ref(), self.dispatcher.clone(), self.options.path)
     }
+}
+
+/// Registers the backends this build has with cyb-backend's registry (for `cyb-llm backends`
+/// and `create_backend`).
+fn register_builtin() {
+    cyb_cpu::register();
+    #[cfg(feature = "wgpu")]
+    cyb_wgpu::register();
 }

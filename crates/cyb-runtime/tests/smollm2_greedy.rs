@@ -59,6 +59,7 @@ fn check_path(backend: &str, path_kind: ExecPath, max_cases: usize, max_tokens: 
     let rt = Runtime::new(RuntimeOptions {
         backend: Some(backend.into()),
         path: path_kind,
+        ..RuntimeOptions::default()
     })
     .unwrap();
     let model = rt.load(&path).unwrap();

@@ -1,7 +1,7 @@
 //! `WgpuBackend`: device memory, per-step command recording and the `Backend` contract.
 //!
 //! Ops are recorded into one command encoder; it is submitted at `end_step`, every
-//! `CYB_WGPU_SUBMIT_EVERY` launches, or earlier when a download needs results — finished and
+//! `SUBMIT_EVERY` launches, or earlier when a download needs results — finished and
 //! submitted on the submission thread (submit.rs), which also runs the queue writes in order.
 //! Activations come from the `FrameAllocator`, whose buffers return to the pool at the next
 //! `begin_step` (a buffer still held by a live tensor is skipped).
@@ -39,37 +39,31 @@ pub struct WgpuBackend {
     /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
     /// first part of a step while the rest is being recorded (0: once per step).
     pub(crate) submit_every: usize,
-    /// Launches after which a step's first submission goes out (`CYB_WGPU_FIRST_SUBMIT`,
-    /// default 4: the GPU starts on a step sooner than after a full batch).
+    /// Launches after which a step's first submission goes out (`FIRST_SUBMIT`: the GPU starts
+    /// on a step sooner than after a full batch).
     pub(crate) first_submit: usize,
-    /// How long a readback polls for the GPU before it sleeps (`CYB_WGPU_SPIN_US`, default
-    /// 20 ms; none on a software adapter, whose work runs on the same CPU cores).
+    /// How long a readback polls for the GPU before it sleeps (`SPIN_WAIT`; none on a software
+    /// adapter, whose work runs on the same CPU cores).
     spin_wait: std::time::Duration,
-    /// Decode steps may be recorded and replayed (replay.rs); `CYB_WGPU_REPLAY=0` turns it off.
+    /// Decode steps may be recorded and replayed (replay.rs; `WgpuOptions::replay`).
     replay: std::sync::atomic::AtomicBool,
-    /// Replays submit commands finished ahead (replay.rs `plan_commands`; `CYB_WGPU_PREBUILD=0`
-    /// records them at each replay instead).
-    pub(crate) prebuild: bool,
+
     /// Steps replayed so far (replay.rs).
     pub(crate) replayed: std::sync::atomic::AtomicU64,
     /// Decode matvecs of at least this many weight rows in a format matvec_q16.wgsl reads
-    /// quantize their activations and use integer dot products (`ops::matmul::MVQ_MIN_ROWS`;
-    /// `CYB_WGPU_MVQ_ROWS`, `CYB_WGPU_MVQ=0` for never).
+    /// quantize their activations and use integer dot products (`ops::matmul::MVQ_MIN_ROWS`).
     pub(crate) mvq_min_rows: std::sync::atomic::AtomicUsize,
     /// Prefill matmuls of non-F32 weights run on cooperative matrices (matmul_coop.wgsl),
-    /// where the device has them (`AdapterReport::coop`; `CYB_WGPU_COOPMAT=0` for never).
+    /// where the device has them (`AdapterReport::coop` and `WgpuOptions::cooperative_matrices`).
     pub(crate) coop: std::sync::atomic::AtomicBool,
 }
 
-/// `CYB_WGPU_SUBMIT_EVERY` (default 16, best on the H200 for the 1B shape; 0 submits once per step).
-fn submit_every() -> usize {
-    env_usize("CYB_WGPU_SUBMIT_EVERY").unwrap_or(16)
-}
-
-/// A count from the environment.
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
+/// Launches recorded between submissions within a step (best on the H200 for the 1B shape).
+const SUBMIT_EVERY: usize = 16;
+/// Launches recorded before a step's first submission.
+const FIRST_SUBMIT: usize = 4;
+/// How long a readback spins before it sleeps, on a hardware adapter.
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
@@ -180,21 +174,26 @@ pub(crate) struct ParamArena {
 }
 
 impl WgpuBackend {
-    /// Opens the adapter `CYB_WGPU_ADAPTER` names, else the best one found.
+    /// The backend [`WgpuOptions::from_env`](crate::WgpuOptions::from_env) describes.
     pub fn new() -> Result<WgpuBackend> {
-        let ctx = GpuContext::open()?;
+        WgpuBackend::from_options(&crate::WgpuOptions::from_env()?)
+    }
+
+    /// The backend `options` describe, on the adapter they name, else the best one found.
+    pub fn from_options(options: &crate::WgpuOptions) -> Result<WgpuBackend> {
+        let ctx = GpuContext::open(options)?;
         let software = ctx.adapter.device_type == format!("{:?}", wgpu::DeviceType::Cpu);
-        let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue);
-        let host_time = crate::host_time::HostTime::from_env().map(Arc::new);
+        let gpu_time = crate::gpu_time::GpuTimer::new(&ctx.device, &ctx.queue, options.gpu_time);
+        let host_time = options
+            .host_time
+            .then(crate::host_time::HostTime::default)
+            .map(Arc::new);
         Ok(WgpuBackend {
             coop: std::sync::atomic::AtomicBool::new(ctx.adapter.coop),
             submitter: crate::submit::Submitter::new(&ctx.queue, host_time.clone()),
             merge: std::sync::atomic::AtomicBool::new(crate::launch::merging_enabled(&ctx.limits)),
             norm_merge: crate::launch::norm_merging(&ctx.limits),
-            kernels: Kernels::new(
-                std::env::var("CYB_WGPU_CHECKS").is_ok_and(|v| v == "1"),
-                ctx.subgroup,
-            ),
+            kernels: Kernels::new(options.shader_checks, ctx.subgroup),
             ctx,
             state: Mutex::new(State {
                 encoder: None,
@@ -215,33 +214,24 @@ impl WgpuBackend {
                 capture: None,
             }),
             step_done: Condvar::new(),
-            profile: crate::profile::Profile::from_env(),
+            profile: options.profile.then(crate::profile::Profile::default),
             host_time,
             launches: std::sync::atomic::AtomicU64::new(0),
-            submit_every: submit_every(),
-            first_submit: env_usize("CYB_WGPU_FIRST_SUBMIT").unwrap_or(4),
-            spin_wait: std::time::Duration::from_micros(if software {
-                0
+            submit_every: SUBMIT_EVERY,
+            first_submit: FIRST_SUBMIT,
+            spin_wait: if software {
+                std::time::Duration::ZERO
             } else {
-                env_usize("CYB_WGPU_SPIN_US").unwrap_or(20_000) as u64
-            }),
-            replay: std::sync::atomic::AtomicBool::new(
-                std::env::var("CYB_WGPU_REPLAY").map_or(true, |v| v != "0"),
-            ),
+                SPIN_WAIT
+            },
+            replay: std::sync::atomic::AtomicBool::new(options.replay),
             replayed: std::sync::atomic::AtomicU64::new(0),
-            prebuild: std::env::var("CYB_WGPU_PREBUILD").map_or(true, |v| v != "0"),
-            mvq_min_rows: std::sync::atomic::AtomicUsize::new(
-                if std::env::var("CYB_WGPU_MVQ").is_ok_and(|v| v.trim() == "0") {
-                    usize::MAX
-                } else {
-                    env_usize("CYB_WGPU_MVQ_ROWS").unwrap_or(crate::ops::matmul::MVQ_MIN_ROWS)
-                },
-            ),
+            mvq_min_rows: std::sync::atomic::AtomicUsize::new(crate::ops::matmul::MVQ_MIN_ROWS),
         })
     }
 
     /// This backend with its kernels compiled with (`true`) or without wgpu's shader runtime
-    /// checks (`kernels::Kernels::new`; `CYB_WGPU_CHECKS=1` turns them on at creation).
+    /// checks (`kernels::Kernels::new`; `WgpuOptions::shader_checks` at creation).
     pub fn with_shader_checks(mut self, on: bool) -> WgpuBackend {
         self.kernels = Kernels::new(on, self.kernels.subgroup());
         self
@@ -249,7 +239,7 @@ impl WgpuBackend {
 
     /// This backend with its reductions on subgroup operations (`true`, where the adapter
     /// offers them: see `subgroup_size`) or through workgroup memory alone (`false`; also
-    /// `CYB_WGPU_SUBGROUPS=0` at creation).
+    /// `WgpuOptions::subgroups` off at creation).
     pub fn with_subgroups(mut self, on: bool) -> WgpuBackend {
         let size = if on { self.ctx.subgroup } else { 0 };
         self.kernels = Kernels::new(self.kernels.checked(), size);

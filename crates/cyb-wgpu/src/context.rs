@@ -111,11 +111,9 @@ pub struct GpuContext {
 }
 
 impl GpuContext {
-    /// Opens the adapter chosen by `CYB_WGPU_ADAPTER`, else the best one found.
-    pub fn open() -> Result<GpuContext> {
-        let wanted = std::env::var("CYB_WGPU_ADAPTER")
-            .ok()
-            .filter(|s| !s.trim().is_empty());
+    /// Opens the adapter `options.adapter` names, else the best one found.
+    pub fn open(options: &crate::WgpuOptions) -> Result<GpuContext> {
+        let wanted = options.adapter.clone();
         let inst = instance();
         let mut found = pollster::block_on(inst.enumerate_adapters(wgpu::Backends::all()));
         let reports = found_reports(&found);
@@ -155,7 +153,7 @@ impl GpuContext {
         if candidates.is_empty() {
             let reason = match &wanted {
                 Some(w) => format!(
-                    "no adapter matches CYB_WGPU_ADAPTER={w:?}; {}",
+                    "no adapter matches {w:?} (CYB_WGPU_ADAPTER); {}",
                     found_list()
                 ),
                 None => found_list(),
@@ -167,7 +165,7 @@ impl GpuContext {
         }
         let mut failures = Vec::new();
         for adapter in candidates {
-            match open_device(adapter) {
+            match open_device(adapter, options) {
                 Ok(ctx) => return Ok(ctx),
                 Err(e) => failures.push(format!("{}: {e}", adapter.get_info().name)),
             }
@@ -203,23 +201,31 @@ fn found_reports(found: &[wgpu::Adapter]) -> Vec<AdapterReport> {
     found.iter().map(AdapterReport::of).collect()
 }
 
-fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, String> {
+fn open_device(
+    adapter: &wgpu::Adapter,
+    options: &crate::WgpuOptions,
+) -> std::result::Result<GpuContext, String> {
     // Ask for everything the adapter offers: model weights need its largest buffers.
     let limits = adapter.limits();
-    // Timestamps only for `CYB_WGPU_GPU_TIME` (gpu_time.rs).
-    let timing = std::env::var("CYB_WGPU_GPU_TIME").is_ok_and(|v| v != "0");
+    // Timestamps only for `WgpuOptions::gpu_time` (gpu_time.rs).
+    let timing = options.gpu_time.is_some();
     let mut features = if timing {
         adapter.features() & wgpu::Features::TIMESTAMP_QUERY
     } else {
         wgpu::Features::empty()
     };
-    let subgroup = subgroup_size(adapter);
+    let subgroup = if options.subgroups {
+        subgroup_size(adapter)
+    } else {
+        0
+    };
     if subgroup != 0 {
         features |= wgpu::Features::SUBGROUP;
     }
-    let report = AdapterReport::of(adapter);
+    let mut report = AdapterReport::of(adapter);
     // The device gets f16 and cooperative matrices for the prefill matmuls where the report
-    // says they would run (`coop_matrices`).
+    // says they would run (`coop_matrices`) and the options allow them.
+    report.coop &= options.cooperative_matrices && subgroup == 32;
     let coop = report.coop;
     if coop {
         features |= wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -262,16 +268,12 @@ fn open_device(adapter: &wgpu::Adapter) -> std::result::Result<GpuContext, Strin
 
 /// Whether prefill matmuls may run on cooperative matrices (tensor cores): the adapter offers
 /// f16 shaders and a 16 × 16 × 16 product of f16 operands with f32 sums, its subgroups are 32
-/// lanes (matmul_coop.wgsl gives each 32 threads one product), and `CYB_WGPU_COOPMAT` is not
-/// `0`.
+/// lanes (matmul_coop.wgsl gives each 32 threads one product).
 fn coop_matrices(adapter: &wgpu::Adapter) -> bool {
     let need = wgpu::Features::SHADER_F16
         | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
         | wgpu::Features::SUBGROUP;
-    if std::env::var("CYB_WGPU_COOPMAT").is_ok_and(|v| v.trim() == "0")
-        || !adapter.features().contains(need)
-        || subgroup_size(adapter) != 32
-    {
+    if !adapter.features().contains(need) || subgroup_size(adapter) != 32 {
         return false;
     }
     adapter.cooperative_matrix_properties().iter().any(|p| {
@@ -285,11 +287,9 @@ fn coop_matrices(adapter: &wgpu::Adapter) -> bool {
 
 /// The subgroup size the kernels may rely on: the adapter has subgroup operations, one size
 /// (min == max, so a launch cannot get another), a power of two from 4 to 32 (the decode
-/// matvecs give every row at least 32 lanes), and `CYB_WGPU_SUBGROUPS` is not `0`.
+/// matvecs give every row at least 32 lanes).
 fn subgroup_size(adapter: &wgpu::Adapter) -> u32 {
-    if std::env::var("CYB_WGPU_SUBGROUPS").is_ok_and(|v| v == "0")
-        || !adapter.features().contains(wgpu::Features::SUBGROUP)
-    {
+    if !adapter.features().contains(wgpu::Features::SUBGROUP) {
         return 0;
     }
     let info = adapter.get_info();

@@ -36,12 +36,14 @@ pub(crate) struct GpuTimer {
 }
 
 impl GpuTimer {
-    /// A timer when `CYB_WGPU_GPU_TIME` is set and the device has timestamp queries.
-    pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Option<GpuTimer> {
-        let mode = std::env::var("CYB_WGPU_GPU_TIME").unwrap_or_default();
-        if mode.is_empty() || mode == "0" {
-            return None;
-        }
+    /// A timer per step (`per_kernel` false) or per kernel when asked for (`WgpuOptions::gpu_time`)
+    /// and the device has timestamp queries.
+    pub(crate) fn new(
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        mode: Option<bool>,
+    ) -> Option<GpuTimer> {
+        let per_kernel = mode?;
         if !device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
             eprintln!("CYB_WGPU_GPU_TIME: this adapter has no timestamp queries");
             return None;
@@ -71,7 +73,7 @@ impl GpuTimer {
             passes: 0,
             busy_ns: 0.0,
             span_ns: 0.0,
-            per_kernel: mode == "kernels",
+            per_kernel,
             labels: Vec::new(),
             kernels: Default::default(),
         })

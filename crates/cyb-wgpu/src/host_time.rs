@@ -60,14 +60,6 @@ impl Drop for Span<'_> {
 }
 
 impl HostTime {
-    /// `Some` when `CYB_WGPU_HOST_TIME` is set to anything but `0`.
-    pub(crate) fn from_env() -> Option<HostTime> {
-        match std::env::var("CYB_WGPU_HOST_TIME") {
-            Ok(v) if v != "0" => Some(HostTime::default()),
-            _ => None,
-        }
-    }
-
     pub(crate) fn span(&self) -> Span<'_> {
         Span {
             into: self,

@@ -46,12 +46,6 @@ fn numbered_dequant(i: usize) -> String {
     s
 }
 
-/// Whether Q4_0 decode matvecs take their blocks in pairs (`CYB_WGPU_PAIRWALK`, default on).
-fn pair_walk() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CYB_WGPU_PAIRWALK").map_or(true, |v| v != "0"))
-}
-
 /// What every kernel starts with: `SG`, the subgroup size (0: no subgroup operations), `SGD`
 /// (the same, at least 1: a divisor), `SGR` (reductions use subgroups), and `sg_add` /
 /// `sg_max`, the sum and maximum over the subgroup (called only where `SGR`; naga takes
@@ -291,11 +285,10 @@ impl Kernels {
                 _ => 4,
             };
             // Q4_0 decode matvecs walk their blocks in pairs of one alignment each
-            // (matvec_fast.wgsl's `vdotp`; `CYB_WGPU_PAIRWALK=0`: one block per step, as the
-            // other formats). On the H200 the 1B shape's merged norm + matvecs went 15.66 →
+            // (matvec_fast.wgsl's `vdotp`; the other formats take one block per step). On the H200 the 1B shape's merged norm + matvecs went 15.66 →
             // 14.48 µs per launch. Q8_0's 34-byte blocks alternate too, but walked in pairs
             // its merged launches gained 0.5 µs and its residual matvecs lost 0.4: no gain.
-            let pairwalk = kind == 3 && pair_walk();
+            let pairwalk = kind == 3;
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
                  const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\

@@ -19,8 +19,6 @@
 //! the weights before the inverse RMS), and still writes every output they
 //! would have written (a later reader of the gate's, the rotated k's or the norm's output sees
 //! it).
-//!
-//! `CYB_WGPU_FUSE=0` turns merging off (to compare).
 
 use crate::backend::{State, WgpuBackend, BIND_CACHE_MAX, MAX_BUFFERS, PARAM_BYTES, SPARE};
 use crate::kernels::{Family, Kernel, KernelKey};
@@ -754,11 +752,10 @@ fn with_norm(multi: Launch, norm: &Launch, sw: (u64, wgpu::Buffer)) -> Launch {
 /// Storage buffers the merged kernels other than `MatVecNorm` bind.
 const MERGED_BUFFERS: u32 = 8;
 
-/// Whether launches are merged: not with `CYB_WGPU_FUSE=0`, nor on an adapter that binds fewer
-/// storage buffers per kernel than the merged kernels use.
+/// Whether launches are merged: not on an adapter that binds fewer storage buffers per kernel
+/// than the merged kernels use.
 pub(crate) fn merging_enabled(limits: &wgpu::Limits) -> bool {
-    let off = std::env::var("CYB_WGPU_FUSE").is_ok_and(|v| v == "0");
-    !off && limits.max_storage_buffers_per_shader_stage >= MERGED_BUFFERS
+    limits.max_storage_buffers_per_shader_stage >= MERGED_BUFFERS
 }
 
 /// Whether norms merge with the matvecs around them (`ResNorm`): the adapter binds

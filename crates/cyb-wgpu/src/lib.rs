@@ -12,6 +12,7 @@ mod kernels;
 mod launch;
 mod memory;
 mod ops;
+mod options;
 mod profile;
 mod replay;
 mod submit;
@@ -19,6 +20,7 @@ mod submit;
 pub use backend::WgpuBackend;
 pub use context::{adapters, AdapterReport};
 pub use kernels::WEIGHT_DTYPES;
+pub use options::{WgpuOptions, ENV_VARS};
 
 /// Registers `"wgpu"` (also reachable as `"wgpu+rs"`) with cyb-backend's registry. Idempotent.
 pub fn register() {

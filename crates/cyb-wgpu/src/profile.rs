@@ -14,14 +14,6 @@ pub(crate) struct Profile {
 }
 
 impl Profile {
-    /// `Some` when `CYB_WGPU_PROFILE` is set to anything but `0`.
-    pub(crate) fn from_env() -> Option<Profile> {
-        match std::env::var("CYB_WGPU_PROFILE") {
-            Ok(v) if v != "0" => Some(Profile::default()),
-            _ => None,
-        }
-    }
-
     pub(crate) fn add(&self, kernel: String, t: Duration) {
         let mut m = self
             .totals

@@ -393,7 +393,7 @@ impl WgpuBackend {
         }
         writes.push((&plan.params.buffer, bytemuck::cast_slice(&words).into()));
         // Timed or profiled steps take the launch path, which times them.
-        let prebuild = self.prebuild && st.gpu_time.is_none() && self.profile.is_none();
+        let prebuild = st.gpu_time.is_none() && self.profile.is_none();
         if !prebuild {
             for (buffer, bytes) in &writes {
                 self.write(buffer, bytes);
