@@ -33,6 +33,11 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Frees what this backend keeps for shared weights that nobody else holds any more:
+    /// device copies, repacked or panel forms. Called when a model is dropped, so that its
+    /// memory returns.
+    fn release_unowned(&self) {}
+
     /// Runs one op. An `Error::UnsupportedOp` is treated like `supports == false`: the
     /// dispatcher falls back. Any other error is final.
     fn execute(&self, op: &Op, inputs: &[Tensor], ctx: &mut ExecContext) -> Result<Vec<Tensor>>;

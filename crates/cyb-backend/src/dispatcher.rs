@@ -153,6 +153,12 @@ impl Dispatcher {
         })
     }
 
+    /// Tells every backend to free its copies of weights nobody holds any more
+    /// (`Backend::release_unowned`).
+    pub fn release_unowned(&self) {
+        self.chain.iter().for_each(|b| b.release_unowned());
+    }
+
     /// Tells every backend a forward step begins.
     pub fn begin_step(&self, ctx: &mut ExecContext) -> Result<()> {
         ctx.step += 1;

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 type Check = std::result::Result<(), String>;
+/// A family check on one backend chain.
+type CheckFn = Box<dyn Fn(&Arc<Dispatcher>) -> Check>;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
@@ -28,7 +30,7 @@ fn err(e: impl std::fmt::Display) -> String {
 /// One family fixture: a name for messages and the check it runs on a dispatcher.
 pub struct FamilyCase {
     pub name: String,
-    pub check: Box<dyn Fn(&Arc<Dispatcher>) -> Check>,
+    pub check: CheckFn,
 }
 
 /// Every family's fixture cases.

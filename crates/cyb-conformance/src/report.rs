@@ -65,7 +65,7 @@ pub fn ops_md(cases: &[Case], columns: &[Column<'_>]) -> String {
          says what the other backends do with the cases of that op and input dtype (the weight's\n\
          dtype for matmuls and lookups): **native** (the backend runs every case, and the suite\n\
          checks it against the reference at the op's tolerance), **falls back** (the backend\n\
-         declines and the dispatcher sends the op down the chain; `--verbose` shows it), or the\n\
+         declines and the dispatcher sends the op down the chain; `--verbose` shows it), or which\n\
          shape classes it runs natively when it runs only some. The cpu columns are the x86-64\n\
          kernel sets (NEON is tested under emulation by `tools/test_aarch64.sh`); wgpu's is the\n\
          same on every adapter at these sizes. See `docs/backends/` for each backend.\n\n",
@@ -80,19 +80,21 @@ pub fn ops_md(cases: &[Case], columns: &[Column<'_>]) -> String {
     for ((family, op, dtype), cases) in &rows {
         let _ = write!(s, "| {family} | `{op}` | {dtype} | {} |", cases.len());
         for col in columns {
-            let native: Vec<&str> = cases
-                .iter()
-                .filter(|c| (col.supports)(c))
-                .map(|c| c.shape)
-                .collect();
-            let cell = if native.len() == cases.len() {
+            let (native, declined): (Vec<&Case>, Vec<&Case>) =
+                cases.iter().partition(|c| (col.supports)(c));
+            let classes = |v: &[&Case]| {
+                let mut names: Vec<&str> = v.iter().map(|c| c.shape).collect();
+                names.dedup();
+                names.join(", ")
+            };
+            let cell = if declined.is_empty() {
                 "native".to_string()
             } else if native.is_empty() {
                 "falls back".to_string()
+            } else if native.len() >= declined.len() {
+                format!("native except {}", classes(&declined))
             } else {
-                let mut classes = native.clone();
-                classes.dedup();
-                format!("native: {}", classes.join(", "))
+                format!("native for {} only", classes(&native))
             };
             let _ = write!(s, " {cell} |");
         }

@@ -94,3 +94,21 @@ fn docs_ops_md_is_current() {
         "docs/ops.md is stale: run `cargo run -p cyb-conformance --bin ops-doc > docs/ops.md`"
     );
 }
+
+/// Each backend page's options table names every environment variable the backend reads.
+#[test]
+fn backend_pages_list_every_environment_variable() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/backends/");
+    let mut pages = vec![("cpu.md", cyb_cpu::ENV_VARS)];
+    #[cfg(feature = "wgpu")]
+    pages.push(("wgpu.md", cyb_wgpu::ENV_VARS));
+    for (page, vars) in pages {
+        let text = std::fs::read_to_string(format!("{docs}{page}")).unwrap();
+        for (name, _) in vars {
+            assert!(
+                text.contains(name),
+                "docs/backends/{page} does not list {name}"
+            );
+        }
+    }
+}

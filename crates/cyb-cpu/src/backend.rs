@@ -142,6 +142,10 @@ impl Backend for CpuBackend {
         true
     }
 
+    fn release_unowned(&self) {
+        self.scratch.release_unowned();
+    }
+
     /// Small models' q/k/v and gate/up matmuls are each one call on the thread pool instead of
     /// three or two.
     fn prefers_stacked_projections(&self) -> bool {

@@ -122,6 +122,14 @@ impl Default for Scratch {
     }
 }
 
+impl Scratch {
+    /// Drops the repacked and panel copies of weights whose owner is gone.
+    pub(crate) fn release_unowned(&self) {
+        self.repacked.release_unowned();
+        self.panels.release_unowned();
+    }
+}
+
 /// How [`repacked`] went.
 #[derive(PartialEq)]
 enum Done {

@@ -438,5 +438,13 @@ impl<T> WeightCache<T> {
     }
 }
 
+impl<T> WeightCache<T> {
+    /// Drops the entries whose weight's owner is gone.
+    pub fn release_unowned(&self) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, (o, _)| o.strong_count() > 0);
+    }
+}
+
 /// Repacked quantized weights.
 pub type RepackCache = WeightCache<Repacked>;

@@ -32,13 +32,13 @@ pub(crate) fn load_encoder(
 ) -> Result<Model> {
     let config = BertConfig::from_file(file)?;
     let net = if config.modern.is_some() {
-        EncoderNet::Modern(Box::new(ModernBertModel::load(file, dispatcher)?))
+        EncoderNet::Modern(Box::new(ModernBertModel::load(file, dispatcher.clone())?))
     } else if config.deberta.is_some() {
-        EncoderNet::Deberta(Box::new(DebertaModel::load(file, dispatcher)?))
+        EncoderNet::Deberta(Box::new(DebertaModel::load(file, dispatcher.clone())?))
     } else if config.jina.is_some() {
-        EncoderNet::Jina(Box::new(JinaBertModel::load(file, dispatcher)?))
+        EncoderNet::Jina(Box::new(JinaBertModel::load(file, dispatcher.clone())?))
     } else {
-        EncoderNet::Bert(Box::new(BertModel::load(file, dispatcher)?))
+        EncoderNet::Bert(Box::new(BertModel::load(file, dispatcher.clone())?))
     };
     let tokenizer = Tokenizer::from_model_file(file)?;
     let settings = match file {
@@ -72,6 +72,7 @@ pub(crate) fn load_encoder(
         tokenizer,
         template,
         t0,
+        dispatcher,
     ))
 }
 

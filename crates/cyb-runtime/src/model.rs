@@ -29,6 +29,19 @@ struct Inner {
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
     load_ms: f64,
+    /// Last field, so it drops after the weights: then the backends let go of their copies.
+    _release: ReleaseOnDrop,
+}
+
+/// Tells every backend of the chain, when dropped, to free what it kept for weights nobody
+/// holds any more (device copies, repacked and panel forms), so dropping a model returns its
+/// memory.
+struct ReleaseOnDrop(Arc<Dispatcher>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        self.0.release_unowned();
+    }
 }
 
 impl Model {
@@ -50,7 +63,7 @@ impl Model {
             return crate::embed_load::load_encoder(path, &file, dispatcher, t0);
         }
         let config = file.config()?;
-        let mut net = LlamaModel::load(&file, dispatcher)?;
+        let mut net = LlamaModel::load(&file, dispatcher.clone())?;
         if exec == ExecPath::Graph {
             net.use_graph_path()?;
         }
@@ -63,6 +76,7 @@ impl Model {
             tokenizer,
             template,
             t0,
+            dispatcher,
         ))
     }
 
@@ -74,6 +88,7 @@ impl Model {
         tokenizer: Tokenizer,
         template: Option<ChatTemplate>,
         t0: Instant,
+        dispatcher: Arc<Dispatcher>,
     ) -> Model {
         Model {
             inner: Arc::new(Inner {
@@ -83,6 +98,7 @@ impl Model {
                 tokenizer,
                 template,
                 load_ms: t0.elapsed().as_secs_f64() * 1e3,
+                _release: ReleaseOnDrop(dispatcher),
             }),
         }
     }

@@ -139,7 +139,7 @@ type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
 /// A weight kept on the device: the owner of its host bytes (held so that their address is not
 /// reused), the buffer, and the host shadow small tensors carry (made once, not per use).
 struct Resident {
-    _owner: SharedOwner,
+    owner: SharedOwner,
     buf: Arc<GpuBuf>,
     host: HostShadow,
 }
@@ -582,6 +582,12 @@ impl WgpuBackend {
         self.ctx.take_error("synchronize")
     }
 
+    /// Bytes of device memory held for weights (the resident uploads of shared storage).
+    pub fn resident_bytes(&self) -> u64 {
+        let st = self.lock();
+        st.resident.values().map(|r| r.buf.buffer.size()).sum()
+    }
+
     /// The device copy of a weight in shared storage, uploaded on first use.
     fn resident_upload(
         &self,
@@ -605,7 +611,7 @@ impl WgpuBackend {
         self.write(&buf.buffer, data);
         let host = shadow(data);
         let resident = Resident {
-            _owner: owner.clone(),
+            owner: owner.clone(),
             buf: buf.clone(),
             host: host.clone(),
         };
@@ -634,6 +640,23 @@ pub(crate) fn gpu_buf(t: &Tensor) -> Result<Arc<GpuBuf>> {
 }
 
 impl Backend for WgpuBackend {
+    /// Drops the device copies of weights whose storage only this backend still holds (the
+    /// model that mapped them is gone), and the bind groups that may name their buffers.
+    fn release_unowned(&self) {
+        let mut st = self.lock();
+        let key = |r: &Resident| Arc::as_ptr(&r.owner) as *const () as usize;
+        let mut held: FxHashMap<usize, usize> = FxHashMap::default();
+        for r in st.resident.values() {
+            *held.entry(key(r)).or_default() += 1;
+        }
+        let before = st.resident.len();
+        st.resident
+            .retain(|_, r| Arc::strong_count(&r.owner) > held.get(&key(r)).copied().unwrap_or(0));
+        if st.resident.len() != before {
+            st.bind_groups.clear();
+        }
+    }
+
     fn name(&self) -> &str {
         "wgpu"
     }

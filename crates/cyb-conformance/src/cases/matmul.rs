@@ -61,12 +61,12 @@ pub fn cases() -> Vec<Case> {
     v.push(Case::new(
         plain.clone(),
         vec![rng.f32(&[7, 37], 1.0), rng.f32(&[37, 13], 1.0)],
-        "odd",
+        "not transposed",
     ));
     v.push(Case::new(
         plain,
         vec![rng.f32(&[2, 3, 7, 37], 1.0), rng.f32(&[3, 37, 13], 1.0)],
-        "broadcast",
+        "not transposed, broadcast",
     ));
     for (dt, act) in [
         (DType::F32, LinearAct::None),
