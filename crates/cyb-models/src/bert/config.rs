@@ -3,9 +3,11 @@
 //! which the decoder-oriented `ModelConfig` does not know), so the forward pass reads flags
 //! and never architecture names.
 
+use super::deberta_config::DebertaSettings;
+use super::settings::{invalid, BertActivation, JinaSettings, ModernSettings};
 use cyb_format::ModelFile;
 use cyb_ops::GeluApprox;
-use cyb_tensor::{Error, Result};
+use cyb_tensor::Result;
 use serde_json::Value;
 
 /// `model_type` values this family runs.
@@ -58,13 +60,6 @@ pub enum BertHead {
     MaskedLm,
 }
 
-/// The feed-forward activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BertActivation {
-    Gelu(GeluApprox),
-    Relu,
-}
-
 /// The resolved hyper-parameters and switches of a BertStyle model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
@@ -93,20 +88,13 @@ pub struct BertConfig {
     pub labels: Vec<String>,
     /// ModernBERT's switches (its block is pre-LN with rope and GeGLU, run by
     /// [`crate::ModernBertModel`]); `None` for the post-LN members.
-    pub modern: Option<crate::bert_modern::ModernSettings>,
+    pub modern: Option<ModernSettings>,
     /// DeBERTa-v2/v3's switches (disentangled relative attention, run by
     /// [`crate::DebertaModel`]); `None` for the other members.
-    pub deberta: Option<crate::deberta::DebertaSettings>,
+    pub deberta: Option<DebertaSettings>,
     /// Jina-v2's switches (ALiBi instead of a position table, GLU feed-forward, run by
     /// [`crate::JinaBertModel`]); `None` for the other members.
-    pub jina: Option<crate::jina::JinaSettings>,
-}
-
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig {
-        field: field.into(),
-        reason: reason.into(),
-    }
+    pub jina: Option<JinaSettings>,
 }
 
 impl BertConfig {
@@ -120,17 +108,6 @@ impl BertConfig {
                 .and_then(cyb_format::MetaValue::as_str),
         };
         arch.is_some_and(|t| BERT_ARCHITECTURES.contains(&t) || ENCODERS_NOT_YET.contains(&t))
-    }
-
-    /// From an opened Hugging Face directory; the tensor names decide the encoder prefix.
-    pub fn from_file(file: &ModelFile) -> Result<BertConfig> {
-        match file {
-            ModelFile::HuggingFace(h) => {
-                let names: Vec<String> = h.tensor_infos().map(|(t, _)| t.name.clone()).collect();
-                BertConfig::from_hf_json(h.config_json(), &names)
-            }
-            ModelFile::Gguf(g) => crate::bert_gguf::config(file, g),
-        }
     }
 
     /// From `config.json` and the names of the tensors the checkpoint holds.
@@ -302,17 +279,14 @@ impl BertConfig {
             labels,
             modern: (architecture == "modernbert")
                 .then(|| {
-                    crate::bert_modern::ModernSettings::from_hf_json(
-                        config,
-                        uint(&["num_hidden_layers"])?.unwrap_or(0),
-                    )
+                    ModernSettings::from_hf_json(config, uint(&["num_hidden_layers"])?.unwrap_or(0))
                 })
                 .transpose()?,
             deberta: matches!(architecture.as_str(), "deberta-v2" | "deberta")
-                .then(|| crate::deberta::DebertaSettings::from_hf_json(config, hidden_size))
+                .then(|| DebertaSettings::from_hf_json(config, hidden_size))
                 .transpose()?,
             jina: alibi
-                .then(|| crate::jina::JinaSettings::from_hf_json(config))
+                .then(|| JinaSettings::from_hf_json(config))
                 .transpose()?,
             architecture,
         })

@@ -50,7 +50,7 @@ pub struct KvCache {
     len: usize,
     /// Decode steps this session may replay on a device backend (replay.rs): plans are bound
     /// to this cache's buffers.
-    pub(crate) replays: crate::replay::ReplayBook,
+    pub(super) replays: super::replay::ReplayBook,
 }
 
 /// A context of 0 tokens is refused (it could hold nothing).

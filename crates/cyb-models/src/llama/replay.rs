@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 /// What a step returns (a plan replays the ops that make it).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) enum StepKind {
+pub(super) enum StepKind {
     LastLogits,
     AllLogits,
     ArgMax,
@@ -37,7 +37,7 @@ enum Slot {
 }
 
 #[derive(Default)]
-pub(crate) struct ReplayBook {
+pub(super) struct ReplayBook {
     /// The model whose steps the plans replay (0: none yet).
     model: u64,
     slots: HashMap<(StepKind, usize), Slot>,
@@ -65,7 +65,7 @@ fn range(len: usize) -> usize {
 
 impl ReplayBook {
     /// Steps of model `model` come next: another model's plans (its weights) are dropped.
-    pub(crate) fn bind(&mut self, model: u64) {
+    pub(super) fn bind(&mut self, model: u64) {
         if self.model != model {
             self.slots.clear();
             self.model = model;
@@ -74,7 +74,7 @@ impl ReplayBook {
 
     /// The plan for a step of `kind` ending at KV length `len`, with the number of steps it
     /// comes after the plan's first recorded one.
-    pub(crate) fn plan(&self, kind: StepKind, len: usize) -> Option<(&Recording, i64)> {
+    pub(super) fn plan(&self, kind: StepKind, len: usize) -> Option<(&Recording, i64)> {
         match self.slots.get(&(kind, range(len))) {
             Some(Slot::Ready { plan, first_len }) => Some((plan, len as i64 - *first_len as i64)),
             _ => None,
@@ -82,7 +82,7 @@ impl ReplayBook {
     }
 
     /// Whether such a step should be recorded.
-    pub(crate) fn wants(&self, kind: StepKind, len: usize) -> bool {
+    pub(super) fn wants(&self, kind: StepKind, len: usize) -> bool {
         match self.slots.get(&(kind, range(len))) {
             None | Some(Slot::Recording { .. }) => true,
             Some(_) => false,
@@ -91,7 +91,7 @@ impl ReplayBook {
 
     /// Adds the recording of a step (`None`: the backend could not record it) with its host
     /// inputs; once three consecutive steps are in, `make_plan` turns them into a plan.
-    pub(crate) fn add(
+    pub(super) fn add(
         &mut self,
         kind: StepKind,
         len: usize,

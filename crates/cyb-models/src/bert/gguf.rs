@@ -12,8 +12,9 @@
 //! (`classifier.dense`, `classifier.out_proj`); for BERT llama.cpp's converter drops the
 //! pooler, so such a file scores `cls.output(h_first)`, as llama.cpp does.
 
-use crate::bert_config::{BertActivation, BertConfig, BertHead, BertVariant};
-use crate::bert_weights::{HeadWeights, Linear};
+use super::config::{BertConfig, BertHead, BertVariant};
+use super::pooling::Pooling;
+use super::settings::{BertActivation, JinaSettings};
 use cyb_format::{GgufFile, ModelFile};
 use cyb_ops::GeluApprox;
 use cyb_tensor::{Error, Result};
@@ -33,8 +34,21 @@ fn rows(file: &ModelFile, name: &str) -> Result<Option<usize>> {
     Ok(file.tensor(name)?.dims().first().copied())
 }
 
+impl BertConfig {
+    /// From an opened Hugging Face directory; the tensor names decide the encoder prefix.
+    pub fn from_file(file: &ModelFile) -> Result<BertConfig> {
+        match file {
+            ModelFile::HuggingFace(h) => {
+                let names: Vec<String> = h.tensor_infos().map(|(t, _)| t.name.clone()).collect();
+                BertConfig::from_hf_json(h.config_json(), &names)
+            }
+            ModelFile::Gguf(g) => config(file, g),
+        }
+    }
+}
+
 /// A GGUF file's BERT config (`general.architecture = "bert"`).
-pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
+fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
     let arch = g
         .get("general.architecture")
         .and_then(cyb_format::MetaValue::as_str)
@@ -118,7 +132,7 @@ pub(crate) fn config(file: &ModelFile, g: &GgufFile) -> Result<BertConfig> {
         modern: None,
         deberta: None,
         // llama.cpp runs every jina-bert-v2 file's fused feed-forward as GEGLU.
-        jina: jina.then_some(crate::jina::JinaSettings { gelu: true }),
+        jina: jina.then_some(JinaSettings { gelu: true }),
     })
 }
 
@@ -146,53 +160,9 @@ fn labels(g: &GgufFile, arch: &str, n: usize) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// The classifier of a `bert` GGUF file (see the module notes); `cls` is `[hidden, hidden]`
-/// when `cls.output` follows it, else `[labels, hidden]`. Biases are optional, as in
-/// llama.cpp.
-pub(crate) fn rank_head(file: &ModelFile, c: &BertConfig) -> Result<HeadWeights> {
-    let (h, n) = (c.hidden_size, c.labels.len());
-    let names: std::collections::HashSet<String> =
-        file.tensors().into_iter().map(|t| t.name).collect();
-    let linear = |name: &str, out: usize| -> Result<Option<Linear>> {
-        let w_name = format!("{name}.weight");
-        if !names.contains(&w_name) {
-            return Ok(None);
-        }
-        let w = file.tensor(&w_name)?;
-        if w.dims() != [out, h] {
-            return Err(Error::shape(
-                format!("tensor {w_name}"),
-                &[out, h],
-                w.dims(),
-            ));
-        }
-        let b_name = format!("{name}.bias");
-        let b = match names.contains(&b_name) {
-            true => {
-                let b = file.tensor(&b_name)?;
-                if b.dims() != [out] {
-                    return Err(Error::shape(format!("tensor {b_name}"), &[out], b.dims()));
-                }
-                Some(b)
-            }
-            false => None,
-        };
-        Ok(Some(Linear { w, b }))
-    };
-    let out = linear("cls.output", n)?;
-    let cls = linear("cls", if out.is_some() { h } else { n })?;
-    if cls.is_none() && out.is_none() {
-        return Err(Error::MissingTensor {
-            name: "cls.output.weight (or cls.weight)".into(),
-            required_by: format!("the classifier of {}", file.path().display()),
-        });
-    }
-    Ok(HeadWeights::Rank { cls, out })
-}
-
 /// llama.cpp's name for a Hugging Face BERT tensor name (prefix already stripped), or `None`
 /// for a tensor llama.cpp does not keep.
-pub(crate) fn gguf_name(hf: &str) -> Option<String> {
+pub(super) fn gguf_name(hf: &str) -> Option<String> {
     let (stem, suffix) = hf.rsplit_once('.')?;
     let fixed = match stem {
         "embeddings.word_embeddings" => Some("token_embd"),
@@ -226,7 +196,7 @@ pub(crate) fn gguf_name(hf: &str) -> Option<String> {
 }
 
 /// The pooling a GGUF encoder asks for (`bert.pooling_type`: 1 mean, 2 cls), if any.
-pub fn gguf_pooling(g: &GgufFile) -> Option<crate::Pooling> {
+pub fn gguf_pooling(g: &GgufFile) -> Option<Pooling> {
     let arch = g
         .get("general.architecture")
         .and_then(cyb_format::MetaValue::as_str)?;
@@ -234,8 +204,8 @@ pub fn gguf_pooling(g: &GgufFile) -> Option<crate::Pooling> {
         .get(&format!("{arch}.pooling_type"))
         .and_then(cyb_format::MetaValue::as_u64)?
     {
-        1 => Some(crate::Pooling::Mean),
-        2 => Some(crate::Pooling::Cls),
+        1 => Some(Pooling::Mean),
+        2 => Some(Pooling::Cls),
         _ => None,
     }
 }

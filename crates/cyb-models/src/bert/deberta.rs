@@ -23,14 +23,14 @@
 //! Its attention span `min(len, max_relative_positions)` reads the same table rows as the
 //! v2 formula with `span = max_relative_positions`: below the limit no distance is clamped.
 
-use crate::bert::Step;
-use crate::bert_batch::Batch;
-use crate::bert_config::{BertActivation, BertConfig, BertHead};
-use crate::bert_pooling::EncoderOutput;
-use crate::bert_weights::Linear;
-use crate::deberta_config::invalid;
-pub use crate::deberta_config::{ConvActivation, DebertaConv, DebertaSettings};
-use crate::deberta_weights::{DebertaHead, DebertaWeights};
+use super::batch::Batch;
+use super::config::{BertConfig, BertHead};
+use super::deberta_config::{ConvActivation, DebertaSettings};
+use super::deberta_weights::{DebertaHead, DebertaWeights};
+use super::model::Step;
+use super::pooling::EncoderOutput;
+use super::settings::{invalid, BertActivation};
+use super::weights::Linear;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{Op, PadMode, SdpaLayout};
@@ -146,7 +146,7 @@ impl DebertaModel {
     /// Masked-LM vocabulary logits of the tokens at `positions` of one sequence only,
     /// `[positions.len(), vocab]` row-major (the head runs on those rows alone).
     pub fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
-        crate::bert::check_positions(seq, positions)?;
+        super::model::check_positions(seq, positions)?;
         let (logits, _) = self.masked_lm(std::slice::from_ref(&seq.to_vec()), Some(positions))?;
         logits.to_f32_vec()
     }
@@ -165,10 +165,10 @@ impl DebertaModel {
         self.in_step(seqs, None, |m, step, batch| {
             let mut x = m.encode(step, batch)?;
             if let Some(p) = positions {
-                x = crate::bert::rows_at(step, &x, batch.starts[0], p)?;
+                x = super::model::rows_at(step, &x, batch.starts[0], p)?;
             }
             let head = (dense, *act, norm, decoder);
-            crate::bert::masked_lm_head(step, &x, head, m.config.norm_eps)
+            super::model::masked_lm_head(step, &x, head, m.config.norm_eps)
         })
     }
 
@@ -296,7 +296,7 @@ impl DebertaModel {
         l: usize,
         emb: &Tensor,
         x: &Tensor,
-        (proj, norm): &(Linear, crate::bert_weights::Norm),
+        (proj, norm): &(Linear, super::weights::Norm),
     ) -> Result<Tensor> {
         let (h, b) = (self.config.hidden_size, batch.lens.len());
         let Some(settings) = &self.settings.conv else {
@@ -353,7 +353,7 @@ impl DebertaModel {
     fn attention(
         &self,
         step: &mut Step<'_>,
-        layer: &crate::deberta_weights::DebertaLayer,
+        layer: &super::deberta_weights::DebertaLayer,
         x: &Tensor,
         a: &mut AttnCtx<'_>,
     ) -> Result<Tensor> {

@@ -10,7 +10,7 @@
 //!
 //! Either way each sequence's real tokens get exactly the states they would get alone.
 
-use crate::bert_config::{BertConfig, BertVariant};
+use super::config::{BertConfig, BertVariant};
 use cyb_tensor::{Error, Result, Tensor};
 
 /// Which layout a forward pass uses.
@@ -25,7 +25,7 @@ pub enum BatchLayout {
 }
 
 /// The inputs of one forward pass: ids, positions and token types, one per row.
-pub(crate) struct Batch {
+pub(super) struct Batch {
     pub ids: Tensor,
     pub positions: Tensor,
     pub types: Tensor,
@@ -40,7 +40,7 @@ pub(crate) struct Batch {
 }
 
 /// Checks `seqs` against the model: non-empty, within the position table and vocabulary.
-pub(crate) fn check(c: &BertConfig, seqs: &[Vec<u32>]) -> Result<()> {
+pub(super) fn check(c: &BertConfig, seqs: &[Vec<u32>]) -> Result<()> {
     if seqs.is_empty() {
         return Err(Error::invalid("encode", "no sequences to encode"));
     }
@@ -77,7 +77,7 @@ impl Batch {
     /// Lays out checked `seqs` (`padded` picks the padded layout) with the token type of every
     /// token (a text pair: 0 for the first text, 1 for the second), checked against the
     /// model's token type table; `None` is all 0.
-    pub(crate) fn with_types(
+    pub(super) fn with_types(
         c: &BertConfig,
         seqs: &[Vec<u32>],
         types: Option<&[Vec<u32>]>,
@@ -154,7 +154,7 @@ impl Batch {
     }
 
     /// Each sequence's real rows of a host `[rows, width]` result.
-    pub(crate) fn split_rows(&self, host: &[f32], width: usize) -> Result<Vec<Vec<f32>>> {
+    pub(super) fn split_rows(&self, host: &[f32], width: usize) -> Result<Vec<Vec<f32>>> {
         self.starts
             .iter()
             .zip(&self.lens)

@@ -2,14 +2,15 @@
 //! query_proj`, `deberta.encoder.rel_embeddings`; v1's fused `attention.self.in_proj`),
 //! checked for presence and shape at load.
 
-use crate::bert_config::{BertActivation, BertConfig, BertHead};
-use crate::bert_weights::{Linear, Norm};
-use crate::deberta::DebertaSettings;
+use super::config::{BertConfig, BertHead};
+use super::deberta_config::DebertaSettings;
+use super::settings::BertActivation;
+use super::weights::{Linear, Norm};
 use cyb_format::ModelFile;
 use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashSet;
 
-pub(crate) struct DebertaLayer {
+pub(super) struct DebertaLayer {
     pub q: Linear,
     pub k: Linear,
     pub v: Linear,
@@ -23,7 +24,7 @@ pub(crate) struct DebertaLayer {
     pub ffn_norm: Norm,
 }
 
-pub(crate) enum DebertaHead {
+pub(super) enum DebertaHead {
     None,
     /// `classifier(act(pooler.dense(h_first)))`.
     Sequence {
@@ -44,7 +45,7 @@ pub(crate) enum DebertaHead {
     },
 }
 
-pub(crate) struct DebertaWeights {
+pub(super) struct DebertaWeights {
     pub word: Tensor,
     pub position: Option<Tensor>,
     pub token_type: Option<Tensor>,
@@ -161,7 +162,7 @@ impl Loader<'_> {
 }
 
 impl DebertaWeights {
-    pub(crate) fn load(
+    pub(super) fn load(
         file: &ModelFile,
         c: &BertConfig,
         s: &DebertaSettings,

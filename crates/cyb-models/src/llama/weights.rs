@@ -5,7 +5,7 @@
 //! Fused projections (Phi-3's qkv and gate_up) are recognized by the tensors the file holds,
 //! not by the architecture name, so any member may come fused or split.
 
-use crate::llama_config::{LlamaConfig, WeightNaming};
+use super::config::{LlamaConfig, WeightNaming};
 use cyb_format::ModelFile;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
@@ -100,19 +100,19 @@ fn hf_name(role: Role, layer: usize, sandwich: bool) -> String {
 }
 
 /// The q, k and v projections, split or fused (`[q; k; v]` rows).
-pub(crate) enum QkvWeights {
+pub(super) enum QkvWeights {
     Split { q: Tensor, k: Tensor, v: Tensor },
     Fused(Tensor),
 }
 
 /// The gate and up projections, split or fused (`[gate; up]` rows).
-pub(crate) enum GateUpWeights {
+pub(super) enum GateUpWeights {
     Split { gate: Tensor, up: Tensor },
     Fused(Tensor),
 }
 
 /// One transformer block.
-pub(crate) struct LayerWeights {
+pub(super) struct LayerWeights {
     pub attn_norm: Tensor,
     pub qkv: QkvWeights,
     pub q_bias: Option<Tensor>,
@@ -129,7 +129,7 @@ pub(crate) struct LayerWeights {
 }
 
 /// Every weight of the model.
-pub(crate) struct LlamaWeights {
+pub(super) struct LlamaWeights {
     pub embed: Tensor,
     pub output_norm: Tensor,
     /// The output projection `[vocab, hidden]` (the embedding itself when tied).
@@ -193,7 +193,7 @@ impl Loader<'_> {
 impl LlamaWeights {
     /// Finds every tensor `cfg` needs in `file` and checks its shape; with `stack`, small split
     /// q/k/v and gate/up projections are stacked into one weight each ([`STACK_MAX_BYTES`]).
-    pub(crate) fn load(file: &ModelFile, cfg: &LlamaConfig, stack: bool) -> Result<LlamaWeights> {
+    pub(super) fn load(file: &ModelFile, cfg: &LlamaConfig, stack: bool) -> Result<LlamaWeights> {
         let names = file.tensors().into_iter().map(|t| t.name).collect();
         let l = Loader { file, names, cfg };
         let (hidden, d, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);

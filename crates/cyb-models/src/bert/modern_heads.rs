@@ -8,30 +8,23 @@
 //! token class.:    classifier(head(h)) per token
 //! ```
 
-use crate::bert::Step;
-use crate::bert_config::BertHead;
-use crate::bert_modern::ModernSettings;
-use crate::bert_weights::Linear;
+use super::config::BertHead;
+use super::model::Step;
+use super::settings::{invalid, ModernSettings};
+use super::weights::Linear;
 use cyb_ops::{GeluApprox, Op};
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{Result, Tensor};
 
 /// A loaded head.
-pub(crate) struct ModernHead {
-    pub(crate) kind: BertHead,
+pub(super) struct ModernHead {
+    pub(super) kind: BertHead,
     dense: Linear,
     act: Op,
     norm: (Tensor, Option<Tensor>),
     /// The decoder (masked LM) or classifier.
-    pub(crate) out: Linear,
+    pub(super) out: Linear,
     /// Sequence classification pools by the mean, not the first token.
-    pub(crate) mean_pool: bool,
-}
-
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig {
-        field: field.into(),
-        reason: reason.into(),
-    }
+    pub(super) mean_pool: bool,
 }
 
 /// transformers' `ACT2FN` names a ModernBERT head may use.
@@ -58,7 +51,7 @@ fn activation(name: &str) -> Result<Op> {
 impl ModernHead {
     /// The head `kind` asks for, from tensors fetched by `tensor(name, dims, required)`
     /// (head names have no `model.` prefix). `embed` is the decoder when none is saved.
-    pub(crate) fn load(
+    pub(super) fn load(
         kind: BertHead,
         settings: &ModernSettings,
         hidden: usize,
@@ -104,7 +97,7 @@ impl ModernHead {
     }
 
     /// `out(head(x))` for the rows of `x`.
-    pub(crate) fn run(&self, step: &mut Step<'_>, x: &Tensor, eps: f32) -> Result<Tensor> {
+    pub(super) fn run(&self, step: &mut Step<'_>, x: &Tensor, eps: f32) -> Result<Tensor> {
         let y = step.linear(x, &self.dense)?;
         let y = step.run(self.act.clone(), &[&y])?;
         let op = Op::LayerNorm { eps };

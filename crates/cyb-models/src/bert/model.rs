@@ -7,14 +7,15 @@
 //!             x = LayerNorm(x + down(act(up(x))))
 //! ```
 //! Attention is bidirectional. A batch of sequences of different lengths is padded and
-//! masked, or packed (see [`crate::bert_batch`]), so each sequence's real tokens get exactly
+//! masked, or packed (see [`super::batch`]), so each sequence's real tokens get exactly
 //! the states they would get alone. Every step is an `Op` run by the dispatcher; pooling (see
-//! [`crate::bert_pooling`]) is done on the host rows.
+//! [`super::pooling`]) is done on the host rows.
 
-use crate::bert_batch::{Batch, BatchLayout};
-use crate::bert_config::{BertActivation, BertConfig, BertVariant};
-use crate::bert_pooling::EncoderOutput;
-use crate::bert_weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
+use super::batch::{Batch, BatchLayout};
+use super::config::{BertConfig, BertVariant};
+use super::pooling::EncoderOutput;
+use super::settings::BertActivation;
+use super::weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{LinearAct, Op, SdpaLayout};
@@ -39,13 +40,13 @@ impl std::fmt::Debug for BertModel {
 }
 
 /// Runs ops through the dispatcher within one forward step.
-pub(crate) struct Step<'a> {
+pub(super) struct Step<'a> {
     pub dispatcher: &'a Dispatcher,
     pub ctx: ExecContext,
 }
 
 impl Step<'_> {
-    pub(crate) fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    pub(super) fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
         let mut out = self.dispatcher.run_with(&op, &inputs, &mut self.ctx)?;
         if out.is_empty() {
@@ -54,13 +55,13 @@ impl Step<'_> {
         Ok(out.swap_remove(0))
     }
 
-    pub(crate) fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
+    pub(super) fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
         self.linear_act(x, l, LinearAct::None)
     }
 
     /// `act(x · wᵀ + b)`: one `Op::Linear` where the primary backend runs it (and there is a
     /// bias), else `MatMul`, `Add` and the activation op.
-    pub(crate) fn linear_act(&mut self, x: &Tensor, l: &Linear, act: LinearAct) -> Result<Tensor> {
+    fn linear_act(&mut self, x: &Tensor, l: &Linear, act: LinearAct) -> Result<Tensor> {
         if let Some(b) = &l.b {
             let fused = Op::Linear {
                 rhs_transposed: true,
@@ -92,7 +93,7 @@ impl Step<'_> {
     /// projections reshaped) with an optional additive mask; the output is
     /// `[.., seq, heads, head_dim]` too. Token-major where the primary backend runs it, else
     /// head-major between permutes.
-    pub(crate) fn attend(
+    pub(super) fn attend(
         &mut self,
         head_dim: usize,
         [q, k, v]: [&Tensor; 3],
@@ -120,13 +121,7 @@ impl Step<'_> {
     }
 
     /// `LayerNorm(a + b)`: one `Op::AddLayerNorm` where the primary backend runs it.
-    pub(crate) fn add_layer_norm(
-        &mut self,
-        a: &Tensor,
-        b: &Tensor,
-        n: &Norm,
-        eps: f32,
-    ) -> Result<Tensor> {
+    fn add_layer_norm(&mut self, a: &Tensor, b: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
         let fused = Op::AddLayerNorm { eps };
         let inputs = [a, b, &n.w, &n.b];
         if self.primary_supports(&fused, &inputs) {
@@ -144,16 +139,16 @@ impl Step<'_> {
         self.layer_norm(&s, n, eps)
     }
 
-    pub(crate) fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
+    pub(super) fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
         self.run(Op::LayerNorm { eps }, &[x, &n.w, &n.b])
     }
 
-    pub(crate) fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
+    pub(super) fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
         let dims = dims.iter().map(|&d| d as isize).collect();
         self.run(Op::Reshape { dims }, &[x])
     }
 
-    pub(crate) fn permute(&mut self, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    pub(super) fn permute(&mut self, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
         self.run(
             Op::Permute {
                 perm: perm.to_vec(),
@@ -410,7 +405,7 @@ impl BertModel {
 }
 
 /// Refuses positions outside `seq` (and an empty list).
-pub(crate) fn check_positions(seq: &[u32], positions: &[usize]) -> Result<()> {
+pub(super) fn check_positions(seq: &[u32], positions: &[usize]) -> Result<()> {
     if positions.is_empty() {
         return Err(Error::invalid("masked LM", "no positions asked for"));
     }
@@ -424,7 +419,7 @@ pub(crate) fn check_positions(seq: &[u32], positions: &[usize]) -> Result<()> {
 }
 
 /// The BERT-style masked-LM head: dense, activation, layer norm, then the vocabulary decoder.
-pub(crate) fn masked_lm_head(
+pub(super) fn masked_lm_head(
     step: &mut Step<'_>,
     x: &Tensor,
     (dense, act, norm, decoder): (&Linear, BertActivation, &Norm, &Linear),
@@ -437,7 +432,7 @@ pub(crate) fn masked_lm_head(
 }
 
 /// Rows `start + p` of `x` for each `p` in `positions` (a lookup in the states).
-pub(crate) fn rows_at(
+pub(super) fn rows_at(
     step: &mut Step<'_>,
     x: &Tensor,
     start: usize,
@@ -457,7 +452,7 @@ fn activation_op(act: BertActivation) -> Op {
 
 /// The sequence-classification head on the final states `x` of `batch`: the first row of each
 /// sequence, then `act(dense(..))` and `out(..)` where given.
-pub(crate) fn sequence_head(
+pub(super) fn sequence_head(
     step: &mut Step<'_>,
     x: &Tensor,
     batch: &Batch,
@@ -479,7 +474,7 @@ pub(crate) fn sequence_head(
 }
 
 /// `logits` (`[sequences, n]`) as one vector per sequence of `batch`.
-pub(crate) fn per_sequence(logits: &Tensor, n: usize, batch: &Batch) -> Result<Vec<Vec<f32>>> {
+pub(super) fn per_sequence(logits: &Tensor, n: usize, batch: &Batch) -> Result<Vec<Vec<f32>>> {
     let host = logits.to_f32_vec()?;
     Ok(host
         .chunks_exact(n.max(1))
@@ -489,7 +484,7 @@ pub(crate) fn per_sequence(logits: &Tensor, n: usize, batch: &Batch) -> Result<V
 }
 
 /// Bidirectional attention in `layout`, scaled by `1/sqrt(head_dim)`.
-pub(crate) fn sdpa_op(layout: SdpaLayout, head_dim: usize) -> Op {
+fn sdpa_op(layout: SdpaLayout, head_dim: usize) -> Op {
     Op::Sdpa {
         layout,
         scale: 1.0 / (head_dim as f32).sqrt(),
@@ -516,7 +511,7 @@ fn runs(dispatcher: &Dispatcher, op: &Op, dims: Vec<Vec<usize>>) -> bool {
 
 /// Runs `body` on `batch` inside one forward step of `dispatcher` (always ended, also after
 /// an error, once the result is on the host) and returns its host result.
-pub(crate) fn in_step(
+pub(super) fn in_step(
     dispatcher: &Dispatcher,
     batch: &Batch,
     body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
@@ -538,7 +533,7 @@ pub(crate) fn in_step(
 /// The error for a `what` head (`"sequence classification"`, `"token classification"`,
 /// `"masked LM"`) a checkpoint of `architecture` lacks; `family` prefixes the class names
 /// that carry it (`"*For"`, `"JinaBertFor"`).
-pub(crate) fn no_head(architecture: &str, what: &str, family: &str) -> Error {
+pub(super) fn no_head(architecture: &str, what: &str, family: &str) -> Error {
     let class = if what.starts_with("token") {
         "TokenClassification"
     } else if what.starts_with("masked") {

@@ -1,9 +1,9 @@
 //! `DebertaSettings`: what DeBERTa (v1, v2, v3) adds to the family's config, read from
 //! `config.json`, with the relative-position bucketing it implies.
 
-use crate::bert_config::BertActivation;
+use super::settings::{invalid, BertActivation};
 use cyb_ops::GeluApprox;
-use cyb_tensor::{Error, Result};
+use cyb_tensor::Result;
 use serde_json::Value;
 
 /// What DeBERTa adds to the family's config.
@@ -102,15 +102,8 @@ impl DebertaConv {
     }
 }
 
-pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 impl DebertaSettings {
-    pub(crate) fn from_hf_json(config: &Value, hidden: usize) -> Result<DebertaSettings> {
+    pub(super) fn from_hf_json(config: &Value, hidden: usize) -> Result<DebertaSettings> {
         let int = |k: &str| config.get(k).and_then(Value::as_i64);
         let flag = |k: &str, d: bool| config.get(k).and_then(Value::as_bool).unwrap_or(d);
         let v1 = config.get("model_type").and_then(Value::as_str) == Some("deberta");
@@ -207,7 +200,7 @@ impl DebertaSettings {
     }
 
     /// `1 / sqrt(d · (1 + number of position attention types))`.
-    pub(crate) fn scale(&self, head_dim: usize) -> f32 {
+    pub(super) fn scale(&self, head_dim: usize) -> f32 {
         let factor = 1 + usize::from(self.c2p) + usize::from(self.p2c);
         1.0 / ((head_dim * factor) as f32).sqrt()
     }
@@ -230,7 +223,7 @@ impl DebertaSettings {
 
     /// `δ(i, j)` for a sequence of `l` positions, row-major `[l, l]`; transposed when
     /// `transposed` (`[j, i]`, for the p2c gather over key rows).
-    pub(crate) fn index(&self, l: usize, transposed: bool) -> Vec<i64> {
+    pub(super) fn index(&self, l: usize, transposed: bool) -> Vec<i64> {
         let span = self.span as i64;
         let mut out = Vec::with_capacity(l * l);
         for a in 0..l as i64 {

@@ -13,45 +13,18 @@
 //! Config: `model_type: bert`, `position_embedding_type: alibi`, `feed_forward_type`
 //! (`geglu`: GELU, `reglu`: ReLU).
 
-use crate::bert::Step;
-use crate::bert_batch::Batch;
-use crate::bert_config::{BertConfig, BertHead};
-use crate::bert_pooling::EncoderOutput;
-use crate::bert_weights::{HeadWeights, Linear, Norm};
+use super::batch::Batch;
+use super::config::{BertConfig, BertHead};
+use super::model::Step;
+use super::pooling::EncoderOutput;
+use super::settings::JinaSettings;
+use super::weights::{rank_head, HeadWeights, Linear, Norm};
 use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op};
 use cyb_tensor::{Error, Result, Tensor};
-use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// What Jina-v2 adds to the family's config.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JinaSettings {
-    /// `true` for GELU (`geglu`), `false` for ReLU (`reglu`) on the gated half.
-    pub gelu: bool,
-}
-
-impl JinaSettings {
-    pub(crate) fn from_hf_json(config: &Value) -> Result<JinaSettings> {
-        let kind = config
-            .get("feed_forward_type")
-            .and_then(Value::as_str)
-            .unwrap_or("geglu");
-        let gelu = match kind {
-            "geglu" | "glu" => true,
-            "reglu" => false,
-            other => {
-                return Err(Error::InvalidConfig {
-                    field: "feed_forward_type".into(),
-                    reason: format!("\"{other}\": supported are geglu, glu and reglu"),
-                })
-            }
-        };
-        Ok(JinaSettings { gelu })
-    }
-}
 
 /// ALiBi slopes for `n` heads (see the module comment): the ALiBi paper's with a maximum bias
 /// of 8, as the attention op's `alibi_max_bias` uses them.
@@ -103,7 +76,7 @@ impl Loader<'_> {
         let name = format!("{}{name}", self.prefix);
         // GGUF files keep llama.cpp's names; the loader asks in Hugging Face's.
         let name = match self.file {
-            ModelFile::Gguf(_) => crate::bert_gguf::gguf_name(&name).unwrap_or(name),
+            ModelFile::Gguf(_) => super::gguf::gguf_name(&name).unwrap_or(name),
             _ => name,
         };
         if !self.names.contains(&name) {
@@ -179,7 +152,7 @@ impl JinaBertModel {
         let head = match config.head {
             BertHead::None | BertHead::MaskedLm => HeadWeights::None,
             BertHead::SequenceClassification if matches!(file, ModelFile::Gguf(_)) => {
-                crate::bert_gguf::rank_head(file, &config)?
+                rank_head(file, &config)?
             }
             BertHead::SequenceClassification => HeadWeights::Sequence {
                 dense: l.linear("pooler.dense", h, h, true)?,
@@ -228,9 +201,9 @@ impl JinaBertModel {
         };
         let (logits, batch) = self.in_step(seqs, types, |step, batch| {
             let x = self.encode(step, batch)?;
-            crate::bert::sequence_head(step, &x, batch, dense.map(|d| (d, Op::Tanh)), out)
+            super::model::sequence_head(step, &x, batch, dense.map(|d| (d, Op::Tanh)), out)
         })?;
-        crate::bert::per_sequence(&logits, self.config.labels.len(), &batch)
+        super::model::per_sequence(&logits, self.config.labels.len(), &batch)
     }
 
     /// Token classification logits, `[len_i, labels]` row-major per sequence
@@ -247,7 +220,7 @@ impl JinaBertModel {
     }
 
     fn no_head(&self, what: &str) -> Error {
-        crate::bert::no_head(&self.config.architecture, what, "JinaBertFor")
+        super::model::no_head(&self.config.architecture, what, "JinaBertFor")
     }
 
     /// Builds the padded batch and runs `body` on it in one forward step.
@@ -258,7 +231,7 @@ impl JinaBertModel {
         body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
     ) -> Result<(Tensor, Batch)> {
         let batch = Batch::with_types(&self.config, seqs, types, true)?;
-        let out = crate::bert::in_step(&self.dispatcher, &batch, body)?;
+        let out = super::model::in_step(&self.dispatcher, &batch, body)?;
         Ok((out, batch))
     }
 

@@ -11,102 +11,21 @@
 //! Face `layer_types` and `rope_parameters`, or the older `global_attn_every_n_layers`,
 //! `global_rope_theta`, `local_rope_theta`). No biases unless the config asks for them.
 //! Sequences of a batch are packed back to back and attend one at a time (see
-//! [`crate::bert_batch`]).
+//! [`super::batch`]).
 
-use crate::bert::Step;
-use crate::bert_batch;
-use crate::bert_config::{BertConfig, BertHead};
-use crate::bert_modern_heads::ModernHead;
-use crate::bert_pooling::{EncoderOutput, Pooling};
-use crate::bert_weights::Linear;
+use super::batch;
+use super::config::{BertConfig, BertHead};
+use super::model::Step;
+use super::modern_heads::ModernHead;
+use super::pooling::{EncoderOutput, Pooling};
+use super::settings::{invalid, ModernSettings};
+use super::weights::Linear;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};
 use cyb_tensor::{Error, Result, Tensor};
-use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// What ModernBERT adds to the family's config.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModernSettings {
-    /// Per layer: `true` for global attention.
-    pub global: Vec<bool>,
-    /// Half width of the local window: `|i - j| ≤ window`.
-    pub window: usize,
-    pub rope_global: f32,
-    pub rope_local: f32,
-    /// The task head's activation (`classifier_activation`, transformers' name).
-    pub head_activation: String,
-    /// Sequence classification pools by the mean (`classifier_pooling: mean`), not the first
-    /// token.
-    pub mean_pool: bool,
-}
-
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidConfig {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-impl ModernSettings {
-    pub(crate) fn from_hf_json(config: &Value, num_layers: usize) -> Result<ModernSettings> {
-        let num = |k: &str| config.get(k).and_then(Value::as_f64);
-        let local_attention = num("local_attention").unwrap_or(128.0) as usize;
-        let global = match config.get("layer_types").and_then(Value::as_array) {
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("full_attention") => Ok(true),
-                    Some("sliding_attention") => Ok(false),
-                    _ => Err(invalid("layer_types", format!("unknown layer type {t}"))),
-                })
-                .collect::<Result<Vec<_>>>()?,
-            None => {
-                let every = num("global_attn_every_n_layers").unwrap_or(3.0).max(1.0) as usize;
-                (0..num_layers).map(|i| i % every == 0).collect()
-            }
-        };
-        if global.len() != num_layers {
-            return Err(invalid(
-                "layer_types",
-                format!("{} entries for {num_layers} layers", global.len()),
-            ));
-        }
-        let theta = |kind: &str, old: &str, default: f64| {
-            config
-                .get("rope_parameters")
-                .and_then(|r| r.get(kind))
-                .and_then(|r| r.get("rope_theta"))
-                .and_then(Value::as_f64)
-                .or_else(|| num(old))
-                .unwrap_or(default) as f32
-        };
-        let pooling = config
-            .get("classifier_pooling")
-            .and_then(Value::as_str)
-            .unwrap_or("cls");
-        if !matches!(pooling, "cls" | "mean") {
-            return Err(invalid(
-                "classifier_pooling",
-                format!("{pooling:?} (expected cls or mean)"),
-            ));
-        }
-        Ok(ModernSettings {
-            head_activation: config
-                .get("classifier_activation")
-                .and_then(Value::as_str)
-                .unwrap_or("gelu")
-                .into(),
-            mean_pool: pooling == "mean",
-            global,
-            window: local_attention / 2,
-            rope_global: theta("full_attention", "global_rope_theta", 160_000.0),
-            rope_local: theta("sliding_attention", "local_rope_theta", 10_000.0),
-        })
-    }
-}
 
 struct ModernLayer {
     attn_norm: Option<(Tensor, Option<Tensor>)>,
@@ -279,11 +198,11 @@ impl ModernBertModel {
     /// Masked-LM vocabulary logits of the tokens at `positions` of one sequence only,
     /// `[positions.len(), vocab]` row-major (the head runs on those rows alone).
     pub fn masked_lm_logits_at(&self, seq: &[u32], positions: &[usize]) -> Result<Vec<f32>> {
-        crate::bert::check_positions(seq, positions)?;
+        super::model::check_positions(seq, positions)?;
         let head = self.head_of(BertHead::MaskedLm, "masked LM")?;
         let eps = self.config.norm_eps;
         self.in_step(std::slice::from_ref(&seq.to_vec()), |_, step, x| {
-            let x = crate::bert::rows_at(step, &x, 0, positions)?;
+            let x = super::model::rows_at(step, &x, 0, positions)?;
             head.run(step, &x, eps)
         })
     }
@@ -336,7 +255,7 @@ impl ModernBertModel {
         seqs: &[Vec<u32>],
         then: impl FnOnce(&Self, &mut Step<'_>, Tensor) -> Result<Tensor>,
     ) -> Result<Vec<f32>> {
-        bert_batch::check(&self.config, seqs)?;
+        batch::check(&self.config, seqs)?;
         let ids: Vec<i64> = seqs.iter().flatten().map(|&t| i64::from(t)).collect();
         let ids = Tensor::from_i64(&[ids.len()], &ids)?;
         self.steps(|step| {

@@ -1,4 +1,4 @@
-//! The LlamaStyle family as a graph template: the same block as `llama.rs`, written as a
+//! The LlamaStyle family as a graph template: the same block as `model.rs`, written as a
 //! `cyb_graph::Graph` so the graph executor can run GGUF and safetensors models too
 //! (`--path graph`). The two must agree (F32 within 1e-5); tests compare them.
 //!
@@ -9,8 +9,8 @@
 //! `[n, kv_heads, head_dim]`, the new tokens' keys (after rope) and values that the session
 //! appends to its cache.
 
-use crate::llama_config::{Activation, LlamaConfig};
-use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
+use super::config::{Activation, LlamaConfig};
+use super::weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_graph::{Dim, Graph, NodeOp, ValueId, ValueType};
 use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Tensor};
@@ -107,7 +107,7 @@ impl Builder<'_> {
 
 /// Builds the template for `cfg` over `weights` (the graph holds the weight tensors, which
 /// still point into the file mapping). `last_only` makes `logits` the last token's row only.
-pub(crate) fn llama_graph(
+pub(super) fn llama_graph(
     cfg: &LlamaConfig,
     weights: &LlamaWeights,
     last_only: bool,

@@ -2,26 +2,27 @@
 //! self.query`, DistilBERT `transformer.layer.N.attention.q_lin`), each checked for presence
 //! and shape at load time and then used in place from the file mapping.
 
-use crate::bert_config::{BertActivation, BertConfig, BertHead, BertVariant};
+use super::config::{BertConfig, BertHead, BertVariant};
+use super::settings::BertActivation;
 use cyb_format::ModelFile;
 use cyb_ops::GeluApprox;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
 
 /// `y = x · wᵀ + b`.
-pub(crate) struct Linear {
+pub(super) struct Linear {
     pub w: Tensor,
     pub b: Option<Tensor>,
 }
 
 /// LayerNorm weight and bias.
-pub(crate) struct Norm {
+pub(super) struct Norm {
     pub w: Tensor,
     pub b: Tensor,
 }
 
 /// One post-LN block: attention, then the feed-forward, each followed by a residual LayerNorm.
-pub(crate) struct BertLayer {
+pub(super) struct BertLayer {
     pub q: Linear,
     pub k: Linear,
     pub v: Linear,
@@ -33,7 +34,7 @@ pub(crate) struct BertLayer {
 }
 
 /// The classification head on top of the encoder.
-pub(crate) enum HeadWeights {
+pub(super) enum HeadWeights {
     None,
     /// `out(act(dense(h_first)))`: BERT's pooler + tanh, RoBERTa's `classifier.dense` + tanh,
     /// DistilBERT's `pre_classifier` + ReLU.
@@ -42,7 +43,7 @@ pub(crate) enum HeadWeights {
         out: Linear,
     },
     /// llama.cpp's classifier from a GGUF file: `out(tanh(cls(h_first)))`, each step only
-    /// when its tensor is there (see [`crate::bert_gguf`]).
+    /// when its tensor is there (see [`super::gguf`]).
     Rank {
         cls: Option<Linear>,
         out: Option<Linear>,
@@ -62,7 +63,7 @@ pub(crate) enum HeadWeights {
 }
 
 /// Every weight of the model.
-pub(crate) struct BertWeights {
+pub(super) struct BertWeights {
     pub word: Tensor,
     pub position: Tensor,
     pub token_type: Option<Tensor>,
@@ -83,7 +84,7 @@ impl Loader<'_> {
         let mapped;
         let name = match self.file {
             ModelFile::Gguf(_) => {
-                mapped = crate::bert_gguf::gguf_name(name).unwrap_or_else(|| name.to_string());
+                mapped = super::gguf::gguf_name(name).unwrap_or_else(|| name.to_string());
                 mapped.as_str()
             }
             _ => name,
@@ -209,7 +210,7 @@ impl Loader<'_> {
             (BertHead::None, _) => HeadWeights::None,
             (BertHead::MaskedLm, _) => self.masked_lm(word)?,
             (BertHead::SequenceClassification, _) if matches!(self.file, ModelFile::Gguf(_)) => {
-                crate::bert_gguf::rank_head(self.file, c)?
+                rank_head(self.file, c)?
             }
             (BertHead::TokenClassification, _) => HeadWeights::Token {
                 out: self.linear("classifier", n, h)?,
@@ -232,7 +233,7 @@ impl Loader<'_> {
 
 impl BertWeights {
     /// Finds every tensor `cfg` needs in `file` and checks its shape.
-    pub(crate) fn load(file: &ModelFile, cfg: &BertConfig) -> Result<BertWeights> {
+    pub(super) fn load(file: &ModelFile, cfg: &BertConfig) -> Result<BertWeights> {
         let names = file.tensors().into_iter().map(|t| t.name).collect();
         let l = Loader { file, names, cfg };
         let (p, h) = (&cfg.prefix, cfg.hidden_size);
@@ -254,4 +255,48 @@ impl BertWeights {
             word,
         })
     }
+}
+
+/// The classifier of a `bert` GGUF file (see [`super::gguf`]'s module notes); `cls` is `[hidden, hidden]`
+/// when `cls.output` follows it, else `[labels, hidden]`. Biases are optional, as in
+/// llama.cpp.
+pub(super) fn rank_head(file: &ModelFile, c: &BertConfig) -> Result<HeadWeights> {
+    let (h, n) = (c.hidden_size, c.labels.len());
+    let names: std::collections::HashSet<String> =
+        file.tensors().into_iter().map(|t| t.name).collect();
+    let linear = |name: &str, out: usize| -> Result<Option<Linear>> {
+        let w_name = format!("{name}.weight");
+        if !names.contains(&w_name) {
+            return Ok(None);
+        }
+        let w = file.tensor(&w_name)?;
+        if w.dims() != [out, h] {
+            return Err(Error::shape(
+                format!("tensor {w_name}"),
+                &[out, h],
+                w.dims(),
+            ));
+        }
+        let b_name = format!("{name}.bias");
+        let b = match names.contains(&b_name) {
+            true => {
+                let b = file.tensor(&b_name)?;
+                if b.dims() != [out] {
+                    return Err(Error::shape(format!("tensor {b_name}"), &[out], b.dims()));
+                }
+                Some(b)
+            }
+            false => None,
+        };
+        Ok(Some(Linear { w, b }))
+    };
+    let out = linear("cls.output", n)?;
+    let cls = linear("cls", if out.is_some() { h } else { n })?;
+    if cls.is_none() && out.is_none() {
+        return Err(Error::MissingTensor {
+            name: "cls.output.weight (or cls.weight)".into(),
+            required_by: format!("the classifier of {}", file.path().display()),
+        });
+    }
+    Ok(HeadWeights::Rank { cls, out })
 }

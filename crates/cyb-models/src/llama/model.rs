@@ -11,11 +11,11 @@
 //! `Op` run by the dispatcher, so the same code runs on every backend; weights are passed in
 //! whatever dtype the file stores (quantized matmuls read the packed blocks in place).
 
-use crate::kv_cache::KvCache;
-use crate::llama_config::{Activation, LayerAttention, LlamaConfig};
-use crate::llama_graph::llama_graph;
-use crate::llama_weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
-use crate::replay::StepKind;
+use super::config::{Activation, LayerAttention, LlamaConfig};
+use super::graph::llama_graph;
+use super::kv_cache::KvCache;
+use super::replay::StepKind;
+use super::weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_graph::{Executor, Graph};

@@ -1,0 +1,15 @@
+//! The LlamaStyle decoder family: config, weights, the op-by-op model and its graph template,
+//! the KV cache and the replay plans of decode steps.
+
+mod config;
+mod graph;
+mod kv_cache;
+mod model;
+mod replay;
+mod weights;
+
+pub use config::{
+    Activation, LayerAttention, LlamaConfig, LlamaVariant, WeightNaming, SUPPORTED_ARCHITECTURES,
+};
+pub use kv_cache::KvCache;
+pub use model::LlamaModel;
