@@ -27,7 +27,7 @@ pub fn run(args: GraphArgs) -> Result<()> {
     let g = if is_onnx && args.raw {
         cyb_format::onnx::read_onnx(&args.model)?
     } else if is_onnx {
-        cyb_format::onnx::load_onnx(&args.model)?
+        cyb_runtime::read_graph(&args.model)?
     } else if let Ok(m) = cyb_format::model_container::open_graph(&args.model) {
         // A .model imported from ONNX; other files are architecture templates' business.
         m.graph

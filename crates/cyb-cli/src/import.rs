@@ -89,8 +89,9 @@ fn is_onnx(src: &Path) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
-/// An ONNX file becomes a graph model: the graph as `load_onnx` gives it (folded, with curated
-/// ops where equivalent), so the `.model` runs exactly what `infer` runs on the `.onnx`.
+/// An ONNX file becomes a graph model: the graph as `cyb_runtime::read_graph` prepares it
+/// (folded, with curated ops where equivalent), so the `.model` runs exactly what `infer` runs
+/// on the `.onnx`.
 fn import_graph(src: &Path, out: &Path, opts: &WriteOptions, bar: &Bar) -> Result<WriteReport> {
     if opts.quant.is_some() || !opts.keep.is_empty() {
         return Err(Error::InvalidArgument {
@@ -102,7 +103,7 @@ fn import_graph(src: &Path, out: &Path, opts: &WriteOptions, bar: &Bar) -> Resul
             ),
         });
     }
-    let graph = cyb_format::onnx::load_onnx(src)?;
+    let graph = cyb_runtime::read_graph(src)?;
     write_graph_model(&graph, src, out, &mut |p| bar.update(p))
 }
 

@@ -29,7 +29,6 @@ pub struct InferArgs {
 }
 
 pub fn run(args: InferArgs) -> Result<()> {
-    let mut graph = cyb_format::model_container::load_graph(&args.model)?;
     let mut inputs = HashMap::new();
     for spec in &args.inputs {
         let (name, file) = spec
@@ -41,14 +40,8 @@ pub fn run(args: InferArgs) -> Result<()> {
         backend: args.backend.clone(),
         ..Default::default()
     })?;
-    // Fusion needs inferred types; a graph whose types cannot be inferred runs unfused.
-    if !args.no_fuse && cyb_graph::infer_types(&mut graph).is_ok() {
-        let primary = rt.dispatcher().primary().clone();
-        let fused = cyb_graph::fuse_for_backend(&mut graph, primary.as_ref());
-        tracing::debug!(fused, backend = primary.name(), "fusion pass");
-    }
-    let ex = cyb_graph::Executor::new(&graph, rt.dispatcher())?;
-    let (outs, _) = ex.run(&inputs)?;
+    let model = rt.load_graph(&args.model, !args.no_fuse)?;
+    let outs = model.run(&inputs)?;
     std::fs::create_dir_all(&args.output).map_err(|source| Error::Io {
         path: args.output.clone(),
         source,

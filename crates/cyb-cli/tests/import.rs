@@ -267,7 +267,7 @@ fn onnx_import_runs_with_bit_identical_outputs() {
             cyb_format::onnx::read_tensor_pb(&dir.join("test_data_set_0/input_0.pb")).unwrap();
         let npy = scratch(&format!("{name}_input.npy"));
         write_f32_npy(&npy, input.dims(), &input.to_f32_vec().unwrap());
-        let graph = cyb_format::onnx::load_onnx(Path::new(&onnx)).unwrap();
+        let graph = cyb_runtime::read_graph(Path::new(&onnx)).unwrap();
         let input_name = graph.name_of(graph.inputs[0]).to_string();
         let spec = format!("{input_name}={}", npy.display());
         let mut outputs = Vec::new();

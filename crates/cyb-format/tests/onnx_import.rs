@@ -4,9 +4,11 @@
 use bytes::Bytes;
 use cyb_backend::Dispatcher;
 use cyb_format::onnx::proto::*;
-use cyb_format::onnx::{graph_from_bytes, load_onnx};
+mod prepared;
+use cyb_format::onnx::graph_from_bytes;
 use cyb_graph::Executor;
 use cyb_tensor::{Error, Tensor};
+use prepared::load_onnx;
 use prost::Message;
 use std::collections::HashMap;
 use std::path::Path;

@@ -10,9 +10,11 @@
 //! docs/onnx-support.md from the results.
 
 use cyb_backend::Dispatcher;
-use cyb_format::onnx::{decode_model, load_onnx, read_tensor_pb};
+mod prepared;
+use cyb_format::onnx::{decode_model, read_tensor_pb};
 use cyb_graph::Executor;
 use cyb_tensor::{DType, Tensor};
+use prepared::load_onnx;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 

@@ -6,9 +6,10 @@
 //! tools/fixtures/onnx_models_reference.py. With `CI=true` a missing model fails the test.
 
 use cyb_backend::Dispatcher;
-use cyb_format::onnx::load_onnx;
+mod prepared;
 use cyb_graph::Executor;
 use cyb_tensor::{DType, Tensor};
+use prepared::load_onnx;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

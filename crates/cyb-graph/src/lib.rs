@@ -44,7 +44,7 @@ pub use host_op::{
 pub use host_resize::{CoordMode, NearestMode, ResizeMode};
 pub use host_rnn::{RnnActivation, RnnCell, RnnSpec};
 pub use infer::infer_types;
-pub use passes::{eliminate_dead_nodes, fold_constants, prefer_curated_ops};
+pub use passes::{eliminate_dead_nodes, fold_constants, prefer_curated_ops, prepare};
 pub use plan::{MemoryPlan, SlotAssignment};
 pub use subgraph::{ScanSpec, SubGraph};
 pub use text::{parse_graph, write_graph, INLINE_CONSTANT_LIMIT};

@@ -197,3 +197,36 @@ fn curated_matmul_or_norm(g: &Graph, i: usize) -> Option<cyb_ops::Op> {
         _ => None,
     }
 }
+
+/// The load-time passes, in order: infers types, folds constants, drops dead nodes and uses
+/// curated ops where they are equivalent (so fast backends can run them). An output whose
+/// computed dtype differs from the one the graph declares (an F64 input through an op with an
+/// F32 rule) is an error rather than F32 where F64 was promised.
+pub fn prepare(g: &mut Graph) -> Result<()> {
+    let declared: Vec<Option<cyb_tensor::DType>> = g
+        .outputs
+        .iter()
+        .map(|&o| g.values[o].ty.as_ref().map(|t| t.dtype))
+        .collect();
+    crate::infer_types(g)?;
+    fold_constants(g)?;
+    eliminate_dead_nodes(g);
+    crate::infer_types(g)?;
+    prefer_curated_ops(g);
+    for (&o, want) in g.outputs.iter().zip(declared) {
+        let got = g.values[o].ty.as_ref().map(|t| t.dtype);
+        if let (Some(want), Some(got)) = (want, got) {
+            if want != got {
+                return Err(cyb_tensor::Error::UnsupportedOp {
+                    op: format!(
+                        "graph output {:?}: the model declares {want}, the graph computes {got}",
+                        g.name_of(o)
+                    ),
+                    backend: "graph".into(),
+                    input_dtype: want,
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -15,6 +15,7 @@ mod embed_load;
 mod embed_pairs;
 mod fill_mask;
 mod generator;
+mod graph_model;
 mod kl_divergence;
 mod logprobs;
 mod model;
@@ -36,6 +37,7 @@ pub use embed::{
 pub use embed_pairs::ZeroShotOptions;
 pub use fill_mask::MaskFill;
 pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
+pub use graph_model::{read_graph, GraphModel};
 pub use kl_divergence::{KldBaseWriter, KldComparison, KldReport};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;

@@ -174,10 +174,81 @@ pub fn cases() -> Vec<Case> {
     v.push(Case::new(sdpa(true, None, None, None, head), inputs, "f16 values").tol(TRANSCENDENTAL));
     let cache = rng.f32(&[3, 10, 8], 1.0);
     let new = rng.f32(&[2, 3, 8], 1.0);
-    v.push(Case::new(
-        Op::KvAppend { start: 4 },
-        vec![cache, new],
-        "odd",
-    ));
+    v.push(Case::new(Op::KvAppend { start: 4 }, vec![cache, new], "odd").tol(0.0));
+    // Rope with GGUF's rope_freqs factors on top of each scaling.
+    let factors = Tensor::from_f32(&[4], &[1.0, 2.0, 4.0, 8.0]).expect("valid");
+    for layout in [RopeLayout::Normal, RopeLayout::Neox] {
+        for (_, scaling) in scalings {
+            let op = Op::Rope {
+                layout,
+                rot_dims: 8,
+                base: 10000.0,
+                scaling,
+            };
+            let pos = Tensor::from_i64(&[7], &[5, 6, 7, 8, 9, 10, 11]).expect("valid");
+            let inputs = vec![rng.f32(&[7, 3, 10], 2.0), pos, factors.clone()];
+            v.push(Case::new(op, inputs, "scaling and factors").tol(TRANSCENDENTAL));
+        }
+    }
+    let causal = |sliding_window, softcap| Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
+        scale: 0.3,
+        causal: true,
+        sliding_window,
+        softcap,
+        alibi_max_bias: None,
+    };
+    // (op, q, k, v dims, shape class): dv ≠ d; a window with a softcap; decode over a batch
+    // of caches; a head size past a GPU score loop's eight four-value loads (68 = 2 · 32 + 4);
+    // value rows wider than 256 over 300 keys; thousands of keys with a window and a softcap.
+    type Dims = [usize; 4];
+    let shapes: [(Op, Dims, Dims, Dims, &str); 6] = [
+        (
+            causal(None, None),
+            [1, 4, 5, 9],
+            [1, 2, 11, 9],
+            [1, 2, 11, 7],
+            "dv ≠ d",
+        ),
+        (
+            causal(Some(2), Some(0.5)),
+            [1, 4, 5, 9],
+            [1, 2, 11, 9],
+            [1, 2, 11, 9],
+            "window and softcap",
+        ),
+        (
+            causal(None, None),
+            [2, 6, 1, 16],
+            [2, 3, 131, 16],
+            [2, 3, 131, 16],
+            "batched decode",
+        ),
+        (
+            causal(None, None),
+            [1, 4, 1, 68],
+            [1, 2, 45, 68],
+            [1, 2, 45, 68],
+            "head size 68",
+        ),
+        (
+            causal(None, None),
+            [1, 2, 1, 8],
+            [1, 1, 300, 8],
+            [1, 1, 300, 260],
+            "value rows past 256",
+        ),
+        (
+            causal(Some(1500), Some(4.0)),
+            [1, 2, 3, 8],
+            [1, 1, 2500, 8],
+            [1, 1, 2500, 8],
+            "2500 keys, window",
+        ),
+    ];
+    for (op, q, k, val, shape) in shapes {
+        let inputs = vec![rng.f32(&q, 2.0), rng.f32(&k, 2.0), rng.f32(&val, 1.0)];
+        v.push(Case::new(op, inputs, shape).tol(TRANSCENDENTAL));
+    }
     v
 }

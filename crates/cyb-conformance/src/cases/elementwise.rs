@@ -164,5 +164,16 @@ pub fn cases() -> Vec<Case> {
         inputs,
         "per tensor",
     ));
+    // Both inputs broadcast.
+    for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+        let both = vec![rng.f32(&[3, 1, 5], 1.0), rng.f32(&[4, 5], 1.0)];
+        v.push(Case::new(op, both, "broadcast both"));
+    }
+    let op = Op::GeGlu {
+        approx: GeluApprox::Erf,
+    };
+    let pair = vec![rng.f32(&[3, 41], 4.0), rng.f32(&[3, 41], 4.0)];
+    v.push(Case::new(op.clone(), pair, "erf").tol(TRANSCENDENTAL));
+    v.push(Case::new(op, vec![rng.f32(&[3, 82], 4.0)], "erf, one input").tol(TRANSCENDENTAL));
     v
 }

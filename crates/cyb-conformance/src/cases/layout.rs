@@ -131,5 +131,31 @@ pub fn cases() -> Vec<Case> {
         let shape = if upper { "upper" } else { "lower" };
         v.push(Case::new(Op::Trilu { upper, k }, vec![sq.clone()], shape));
     }
+    let small = rng.f32(&[2, 3, 5], 1.0);
+    for (start, end, step, shape) in [
+        (0, 5, 2, "step 2"),
+        (-3, 5, 1, "negative start"),
+        (1, 2, 1, "one element"),
+        (4, -1, 3, "negative end"),
+    ] {
+        let op = Op::Slice {
+            axis: -1,
+            start,
+            end,
+            step,
+        };
+        v.push(Case::new(op, vec![small.clone()], shape));
+    }
+    let three = vec![
+        small.clone(),
+        rng.f32(&[2, 4, 5], 1.0),
+        rng.f32(&[2, 1, 5], 1.0),
+    ];
+    v.push(Case::new(Op::Concat { axis: 1 }, three, "three inputs"));
+    let op = Op::Split {
+        axis: -1,
+        sizes: vec![2, 1, 2],
+    };
+    v.push(Case::new(op, vec![small], "three pieces"));
     v
 }

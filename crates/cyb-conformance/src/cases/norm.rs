@@ -107,5 +107,32 @@ pub fn cases() -> Vec<Case> {
         rng.f32(&[5, 7], 1.0),
     ];
     v.push(Case::new(lnd, inputs, "odd"));
+    // Rows longer than one pass of a GPU workgroup's loads (2048 values); a weight but no bias.
+    for weight_offset in [0.0, 1.0] {
+        let op = Op::RmsNorm {
+            eps: 1e-6,
+            weight_offset,
+        };
+        let inputs = vec![rng.f32(&[2, 2500], 2.0), rng.f32(&[2500], 1.0)];
+        v.push(Case::new(op, inputs, "rows past 2048"));
+        let fused = Op::AddRmsNorm {
+            eps: 1e-6,
+            weight_offset,
+        };
+        for (d, shape) in [(577, "long rows"), (2500, "rows past 2048")] {
+            let inputs = vec![
+                rng.f32(&[3, 5, d], 2.0),
+                rng.f32(&[3, 5, d], 2.0),
+                rng.f32(&[d], 1.0),
+            ];
+            v.push(Case::new(fused.clone(), inputs, shape));
+        }
+    }
+    let inputs = vec![rng.f32(&[3, 5, 37], 3.0), rng.f32(&[37], 1.0)];
+    v.push(Case::new(
+        Op::LayerNorm { eps: 1e-5 },
+        inputs,
+        "weight only",
+    ));
     v
 }

@@ -89,8 +89,8 @@ pub fn graph_from_bytes(bytes: SharedBytes, path: &Path) -> Result<GraphModel> {
     Ok(GraphModel { graph, info })
 }
 
-/// A graph from a `.model` file or an ONNX file (imported with the load-time passes), chosen by
-/// the file's first bytes.
+/// A graph from a `.model` file (as imported) or an ONNX file (as the file describes it), chosen
+/// by the file's first bytes; `cyb_graph::prepare` readies either to run.
 pub fn load_graph(path: &Path) -> Result<Graph> {
     let mut magic = [0u8; 10];
     let n = std::fs::File::open(path)
@@ -102,5 +102,5 @@ pub fn load_graph(path: &Path) -> Result<Graph> {
     if super::has_model_magic(magic.get(..n).unwrap_or_default()) {
         return open_graph(path).map(|m| m.graph);
     }
-    crate::onnx::load_onnx(path)
+    crate::onnx::read_onnx(path)
 }

@@ -3,7 +3,9 @@
 //! Supported: the default domain at opsets 7–21 for the operators in `ops.rs` (the rest give
 //! `UnsupportedOp` naming the node and op type), initializers (kept in the file mapping when
 //! aligned), external data files. Malformed or hostile files give `Error::Format`, never a
-//! panic. [`load_onnx`] also runs inference, constant folding and dead-node elimination.
+//! panic. Import only converts: type inference, constant folding and the other load-time passes
+//! are `cyb_graph::prepare`, which the runtime runs (folding executes ops, which a format crate
+//! does not).
 
 mod attrs;
 mod builder;
@@ -31,40 +33,6 @@ pub const OPSETS: std::ops::RangeInclusive<i64> = 1..=21;
 pub fn read_onnx(path: &Path) -> Result<Graph> {
     let model = decode_model(path)?;
     build(&model, path)
-}
-
-/// Reads `path`, then infers types, folds constants, drops dead nodes and uses curated ops
-/// where they are equivalent (so fast backends can run them).
-pub fn load_onnx(path: &Path) -> Result<Graph> {
-    let mut g = read_onnx(path)?;
-    let declared: Vec<Option<cyb_tensor::DType>> = g
-        .outputs
-        .iter()
-        .map(|&o| g.values[o].ty.as_ref().map(|t| t.dtype))
-        .collect();
-    cyb_graph::infer_types(&mut g)?;
-    cyb_graph::fold_constants(&mut g)?;
-    cyb_graph::eliminate_dead_nodes(&mut g);
-    cyb_graph::infer_types(&mut g)?;
-    cyb_graph::prefer_curated_ops(&mut g);
-    // An op that computes in another dtype than the model declares (an F64 input through an
-    // op with an F32 rule) is refused here rather than returning F32 where F64 is promised.
-    for (&o, want) in g.outputs.iter().zip(declared) {
-        let got = g.values[o].ty.as_ref().map(|t| t.dtype);
-        if let (Some(want), Some(got)) = (want, got) {
-            if want != got {
-                return Err(Error::UnsupportedOp {
-                    op: format!(
-                        "graph output {:?}: the model declares {want}, the graph computes {got}",
-                        g.name_of(o)
-                    ),
-                    backend: "onnx-import".into(),
-                    input_dtype: want,
-                });
-            }
-        }
-    }
-    Ok(g)
 }
 
 /// Reads a serialized `TensorProto` (the `.pb` files of ONNX's test data) with its name.
