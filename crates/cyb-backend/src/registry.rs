@@ -79,7 +79,7 @@ pub fn available_backends() -> Vec<BackendDescription> {
 fn unavailable_reason(name: &str) -> &'static str {
     match name {
         "cpu" => "the fast CPU backend (cyb-cpu) was not registered by this program",
-        "wgpu" => "the wgpu GPU backend is not part of this build yet",
+        "wgpu" => "this build has no wgpu backend (built without the `wgpu` cargo feature)",
         "cuda" => "the CUDA backend is not part of this build (it will sit behind the `cuda` cargo feature)",
         "honeycrisp" => "honeycrisp (Metal + Apple Neural Engine) runs only on macOS on Apple silicon",
         "nox" => "nox is not available: it needs the Nox runtime, which does not exist for this platform",
