@@ -250,5 +250,16 @@ pub fn cases() -> Vec<Case> {
         let inputs = vec![rng.f32(&q, 2.0), rng.f32(&k, 2.0), rng.f32(&val, 1.0)];
         v.push(Case::new(op, inputs, shape).tol(TRANSCENDENTAL));
     }
+    // Half-precision activations.
+    for dt in [DType::F16, DType::BF16] {
+        let op = Op::Rope {
+            layout: RopeLayout::Neox,
+            rot_dims: 16,
+            base: 10000.0,
+            scaling: RopeScaling::None,
+        };
+        let pos = Tensor::from_i64(&[5], &[0, 1, 2, 3, 4]).expect("valid");
+        v.push(Case::new(op, vec![rng.values(&[5, 3, 16], dt), pos], "odd"));
+    }
     v
 }

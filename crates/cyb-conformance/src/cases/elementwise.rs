@@ -175,5 +175,23 @@ pub fn cases() -> Vec<Case> {
     let pair = vec![rng.f32(&[3, 41], 4.0), rng.f32(&[3, 41], 4.0)];
     v.push(Case::new(op.clone(), pair, "erf").tol(TRANSCENDENTAL));
     v.push(Case::new(op, vec![rng.f32(&[3, 82], 4.0)], "erf, one input").tol(TRANSCENDENTAL));
+    // Half-precision inputs (computed in f32, F32 out).
+    for dt in [DType::F16, DType::BF16] {
+        for op in [
+            Op::Silu,
+            Op::Relu,
+            Op::Tanh,
+            Op::Gelu {
+                approx: GeluApprox::Erf,
+            },
+            Op::Scale { factor: 0.37 },
+            Op::Softmax { axis: -1 },
+        ] {
+            v.push(Case::new(op, vec![rng.values(&[7, 67], dt)], "odd"));
+        }
+        let pair = vec![rng.values(&[7, 67], dt), rng.values(&[7, 67], dt)];
+        v.push(Case::new(Op::SwiGlu, pair.clone(), "odd"));
+        v.push(Case::new(Op::Mul, pair, "odd"));
+    }
     v
 }

@@ -134,5 +134,20 @@ pub fn cases() -> Vec<Case> {
         inputs,
         "weight only",
     ));
+    // Half-precision inputs (computed in f32, F32 out).
+    for dt in [DType::F16, DType::BF16] {
+        let inputs = vec![
+            rng.values(&[7, 67], dt),
+            rng.values(&[67], dt),
+            rng.values(&[67], dt),
+        ];
+        v.push(Case::new(Op::LayerNorm { eps: 1e-5 }, inputs, "odd"));
+    }
+    let inputs = vec![rng.values(&[7, 67], DType::BF16), rng.f32(&[67], 1.0)];
+    let op = Op::RmsNorm {
+        eps: 1e-5,
+        weight_offset: 0.0,
+    };
+    v.push(Case::new(op, inputs, "odd"));
     v
 }
