@@ -1,10 +1,12 @@
 //! `CpuBackend`: the fast CPU implementation of the ops that dominate inference; every other op
 //! answers `supports == false` and falls back to the reference, on the same host memory.
 
+use crate::features::KernelSet;
+use crate::matmul::quant_act::ActPrecision;
+use crate::options::CpuOptions;
+use crate::par::pool::ThreadPool;
 use crate::par::Par;
-use crate::pool::ThreadPool;
-use crate::quant_act::ActPrecision;
-use crate::{attention, matmul, norm, ops, CpuOptions, KernelSet};
+use crate::{attention, elementwise, matmul, norm};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
@@ -118,12 +120,15 @@ impl CpuBackend {
                 matmul::matmul(self.set, self.act, &self.pool, &self.scratch, a, w, linear)?
             }
             Op::AddRmsNorm { eps, weight_offset } => {
-                return ops::add_rms_norm(par, *eps, *weight_offset, inputs);
+                return norm::add_rms_norm(par, *eps, *weight_offset, inputs);
+            }
+            Op::RmsNorm { eps, weight_offset } => {
+                norm::rms_norm(par, *eps, *weight_offset, inputs)?
             }
             Op::AddLayerNorm { eps } => return norm::add_layer_norm(par, *eps, inputs),
             Op::LayerNorm { eps } => norm::layer_norm(par, *eps, inputs)?,
             Op::Sdpa { .. } => attention::sdpa(op, par, inputs)?,
-            _ => ops::execute(op, inputs, par)?,
+            _ => elementwise::execute(op, inputs, par)?,
         };
         Ok(vec![out])
     }
@@ -203,10 +208,11 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
                 && matmul::supports(set, *rhs_transposed, &inputs[..2])
         }
         Op::Sdpa { .. } => attention::supports(op, inputs),
-        Op::LayerNorm { .. } | Op::AddLayerNorm { .. } => {
-            inputs.iter().all(|i| i.dtype == DType::F32)
-        }
-        _ => ops::supports(op, inputs),
+        Op::LayerNorm { .. }
+        | Op::AddLayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::AddRmsNorm { .. } => inputs.iter().all(|i| i.dtype == DType::F32),
+        _ => elementwise::supports(op, inputs),
     }
 }
 

@@ -7,68 +7,55 @@
 //! back to the CPU reference, which is also the oracle its tests compare against.
 //!
 //! This crate knows ops and tensors; it must not know about models or file formats.
-//! `unsafe` lives only in the kernel files (`*_x86.rs`, `*_arm.rs`) and the thread pool.
+//!
+//! Kernels are filed by op, then by instruction set: a folder per op family whose `mod.rs`
+//! picks the kernel for the kernel set, beside one file per instruction set.
+//!
+//! - `matmul/`: `MatMul` and `Linear`. `mod.rs` chooses the path; `rows/` the per-row kernels
+//!   on the weight's own blocks (`legacy.rs`, `kquant.rs`, `q16.rs`, `float.rs`, each beside its
+//!   `*_x86.rs` / `*_avx2.rs` kernels, and `neon.rs`); `gemm/` the GEMM on repacked weights
+//!   (`repack.rs`, `act_quads.rs`, kernels `avx512.rs`, `avx512_kq.rs`, `amx.rs`, `avx2.rs`);
+//!   `sgemm/` the float GEMM on packed panels (`x86.rs`); `blocks.rs` the packed-block decoders
+//!   (scales, nibbles, high bits) every kernel set shares; `quant_act.rs` the quantized
+//!   activations.
+//! - `attention/`: `Sdpa` (`avx512.rs`: the decode kernels).
+//! - `norm/`: `LayerNorm` (`layer.rs`) and `RmsNorm` (`rms.rs`) with their fused adds.
+//! - `elementwise/`: arithmetic, activations, RoPE, embedding, layout ops.
+//! - `par/`: the thread pool (`pool.rs`) and the helpers that spread ops over it.
+//!
+//! Dispatchers import kernels; kernels import only shared leaves and data types (`blocks.rs`,
+//! `quant_act.rs`, `gemm/act_quads.rs`, `gemm/avx512_base.rs`, `rows/x86_base.rs`,
+//! `sgemm/tile.rs`; `gemm/avx512.rs` also the K-quant kernels of `gemm/avx512_kq.rs`), never a
+//! dispatcher, so no two files import each other, even through others. `unsafe` lives in the
+//! kernel files (those named for an instruction set), the thread pool, and the GEMM drivers and
+//! dispatchers that call kernels and write disjoint parts of an output.
 
 // The repacked, AMX and packed-panel GEMM paths run on x86-64 only; elsewhere their shared
 // parts are compiled but unused.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
-mod act_quads;
-#[cfg(target_arch = "x86_64")]
-mod amx_x86;
 mod attention;
 mod backend;
+mod elementwise;
 mod features;
-mod gemm;
-#[cfg(target_arch = "x86_64")]
-mod gemm_avx2;
-#[cfg(target_arch = "x86_64")]
-mod gemm_kq_x86;
-#[cfg(target_arch = "x86_64")]
-mod gemm_x86;
 mod math;
 mod matmul;
-mod matmul_float;
-#[cfg(target_arch = "x86_64")]
-mod matmul_float_x86;
-mod matmul_kquant;
-#[cfg(target_arch = "x86_64")]
-mod matmul_kquant16_x86;
-#[cfg(target_arch = "x86_64")]
-mod matmul_kquant_x86;
-mod matmul_q16;
-#[cfg(target_arch = "x86_64")]
-mod matmul_q16_x86;
-mod matmul_q4;
-#[cfg(target_arch = "x86_64")]
-mod matmul_q4_x86;
-#[cfg(target_arch = "aarch64")]
-mod neon_arm;
 mod norm;
-mod ops;
 mod options;
 mod par;
-mod pool;
 mod profile;
-mod quant_act;
-mod repack;
-mod sgemm;
-#[cfg(target_arch = "x86_64")]
-mod sgemm_x86;
-#[cfg(target_arch = "x86_64")]
-mod wide_x86;
 
 pub use backend::{register, supports, CpuBackend};
 pub use features::KernelSet;
+pub use matmul::quant_act::ActPrecision;
 pub use options::{CpuOptions, ENV_VARS};
-pub use quant_act::ActPrecision;
 
 /// Whether this CPU and OS run the AMX-INT8 prefill kernels (the AVX-512 kernel set uses them
 /// for quantized matmuls of 8 or more rows).
 pub fn amx_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        KernelSet::Avx512.is_available() && amx_x86::available()
+        KernelSet::Avx512.is_available() && matmul::gemm::amx::available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     false

@@ -2,7 +2,8 @@
 //! runtime API; [`CpuOptions::from_env`] is the one place the backend reads environment
 //! variables ([`ENV_VARS`] lists them; docs/backends/cpu.md shows the table).
 
-use crate::{ActPrecision, KernelSet};
+use crate::features::KernelSet;
+use crate::matmul::quant_act::ActPrecision;
 use cyb_tensor::{Error, Result};
 
 /// How a [`CpuBackend`](crate::CpuBackend) is set up. `None` fields take the machine's

@@ -178,7 +178,7 @@ fn legacy_block_formats() {
         DType::Q5_1,
         DType::Q8_0,
     ] {
-        // 1440: several spans of the repacked layout (repack.rs), the last one shorter.
+        // 1440: several spans of the repacked layout (matmul/gemm/repack.rs), the last one shorter.
         check_dtype(dtype, &[32, 96, 576, 1440]);
     }
 }
@@ -192,7 +192,7 @@ fn k_quant_formats() {
         DType::Q5_K,
         DType::Q6_K,
     ] {
-        // 2816: several spans of the repacked layout (repack.rs), the last one shorter.
+        // 2816: several spans of the repacked layout (matmul/gemm/repack.rs), the last one shorter.
         check_dtype(dtype, &[256, 768, 2816]);
     }
 }
@@ -207,7 +207,7 @@ fn ternary_formats() {
 #[test]
 fn float_formats() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        // 4100: one-row matmuls through the packed panels on AMD CPUs (matmul.rs).
+        // 4100: one-row matmuls through the packed panels on AMD CPUs (matmul/mod.rs).
         check_dtype(dtype, &[1, 7, 37, 200, 1100, 4100]);
     }
 }

@@ -1,0 +1,132 @@
+//! The AVX-512 kernels of decode attention (`mod.rs`'s `decode_chunk`): one query row's scores
+//! against 16 keys with the 16 sums transposed in registers, and the weighted sum of value rows
+//! for four query rows at a time.
+
+/// Raw scores of one query row `q` (`d` values) against `m ≤ 16` keys, key `i` at `keys[i ·
+/// ld..]`, into `out[..m]`: one 16-lane product sum per key (the head's `d` in 16-value steps,
+/// the last one masked), then the 16 keys' lanes summed by an in-register transpose (pairs of
+/// keys, quads, then 128-bit quarters), so the sums leave in one vector.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn scores16_avx512(
+    q: &[f32],
+    keys: &[f32],
+    ld: usize,
+    m: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!((1..=16).contains(&m) && out.len() >= m && keys.len() >= (m - 1) * ld + d);
+    // All 16 accumulators in registers (a fixed count: keys past `m` repeat key `m - 1`, and
+    // the store leaves them out).
+    let rows: [*const f32; 16] = std::array::from_fn(|i| keys[i.min(m - 1) * ld..].as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut c = 0;
+    while c < d {
+        let mask: __mmask16 = if d - c >= 16 {
+            0xffff
+        } else {
+            (1u16 << (d - c)) - 1
+        };
+        // SAFETY: lanes under `mask` lie inside `q` and each key row (asserted above).
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(c));
+            for i in 0..16 {
+                let y = _mm512_maskz_loadu_ps(mask, rows[i].add(c));
+                acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+            }
+        }
+        c += 16;
+    }
+    // Pairs: per 128-bit quarter, [a0+a2, b0+b2, a1+a3, b1+b3] of keys a, b.
+    let pair =
+        |a: __m512, b: __m512| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    let t: [__m512; 8] = std::array::from_fn(|i| pair(acc[2 * i], acc[2 * i + 1]));
+    // Quads: per quarter, the quarter's sums of four keys.
+    let quad = |a: __m512, b: __m512| {
+        let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+        _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+        )
+    };
+    let u: [__m512; 4] = std::array::from_fn(|i| quad(t[2 * i], t[2 * i + 1]));
+    // Quarters: keys 4i..4i + 4 of `u[i]` summed over its four quarters into quarter i.
+    let half = |a: __m512, b: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+        )
+    };
+    let sums = half(half(u[0], u[1]), half(u[2], u[3]));
+    // SAFETY: `out` holds `m` values (asserted); the store is masked to them.
+    unsafe {
+        _mm512_mask_storeu_ps(
+            out.as_mut_ptr(),
+            (((1u32 << m) - 1) & 0xffff) as __mmask16,
+            sums,
+        )
+    };
+}
+
+/// `acc_r += Σ_j w_rj · v_j` for the `n` rows of `acc` (each `dv` = `acc.len() / n` long) over
+/// `keys` value rows (`vals`: rows and their distance), the weights of row `r` at `w[r ·
+/// ld..]`: four rows × 64 columns of sums in registers, each value vector loaded once for the
+/// four rows, keys in order. Keys weighted 0 are skipped (a non-finite value there cannot leak
+/// in).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn weighted_avx512(
+    w: &[f32],
+    ld: usize,
+    n: usize,
+    (vals, vs): (&[f32], usize),
+    keys: usize,
+    acc: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let dv = acc.len() / n.max(1);
+    assert!(n >= 1 && keys >= 1 && w.len() >= (n - 1) * ld + keys);
+    assert!(vals.len() >= (keys - 1) * vs + dv && acc.len() == n * dv);
+    for r0 in (0..n).step_by(4) {
+        let rn = (n - r0).min(4);
+        for c0 in (0..dv).step_by(64) {
+            let mask: [__mmask16; 4] = std::array::from_fn(|i| {
+                let left = dv.saturating_sub(c0 + 16 * i).min(16);
+                ((1u32 << left) - 1) as __mmask16
+            });
+            let mut a = [[_mm512_setzero_ps(); 4]; 4];
+            for j in 0..keys {
+                // SAFETY: lanes under `mask` lie inside value row `j` (asserted above).
+                let v: [__m512; 4] = std::array::from_fn(|i| unsafe {
+                    _mm512_maskz_loadu_ps(mask[i], vals.as_ptr().add(j * vs + c0 + 16 * i))
+                });
+                for r in 0..4 {
+                    let wr = if r < rn { w[(r0 + r) * ld + j] } else { 0.0 };
+                    if wr != 0.0 {
+                        let b = _mm512_set1_ps(wr);
+                        for i in 0..4 {
+                            a[r][i] = _mm512_fmadd_ps(b, v[i], a[r][i]);
+                        }
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate().take(rn) {
+                for (i, &x) in ar.iter().enumerate() {
+                    let at = (r0 + r) * dv + c0 + 16 * i;
+                    // SAFETY: lanes under `mask` lie inside row `r0 + r` of `acc`.
+                    unsafe {
+                        _mm512_mask_storeu_ps(acc.as_mut_ptr().add(at.min(acc.len())), mask[i], x)
+                    };
+                }
+            }
+        }
+    }
+}
