@@ -8,7 +8,7 @@
 // Kernels index several parallel arrays (rows, columns, groups) by one loop counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::x86_base::{f16_in, hsum};
+use super::x86_base::{f16_in, hsum, q6_k_levels};
 use crate::matmul::blocks::{scale_min_k4, unpack_kquant};
 use crate::matmul::quant_act::QuantizedRows;
 use cyb_tensor::DType;
@@ -97,7 +97,6 @@ fn q6_k_one<const R: usize>(w: &[u8], a: &QuantizedRows, r0: usize, out: &mut [f
     let (k, nb) = (a.k, a.k / 256);
     assert!(w.len() >= nb * 210 && a.qs.len() >= (r0 + R) * k);
     assert!(a.d.len() >= (r0 + R) * nb && a.bsums.len() >= (r0 + R) * k / 16);
-    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
     let mut acc = [_mm256_setzero_ps(); R];
     let mut corr = [0f32; R];
     for bi in 0..nb {
@@ -106,30 +105,8 @@ fn q6_k_one<const R: usize>(w: &[u8], a: &QuantizedRows, r0: usize, out: &mut [f
         let sc: [i32; 16] = std::array::from_fn(|g| i32::from(b[192 + g] as i8));
         let mut isum = [_mm256_setzero_si256(); R];
         for h in 0..2 {
-            // SAFETY: ql (0..128) and qh (128..192) reads stay inside the 210-byte block.
-            let (ql0, ql1, qh) = unsafe {
-                let p = b.as_ptr();
-                (
-                    load(p.add(64 * h)),
-                    load(p.add(64 * h + 32)),
-                    load(p.add(128 + 32 * h)),
-                )
-            };
-            let high = |shift: i32| {
-                let v = match shift {
-                    0 => qh,
-                    2 => _mm256_srli_epi16(qh, 2),
-                    4 => _mm256_srli_epi16(qh, 4),
-                    _ => _mm256_srli_epi16(qh, 6),
-                };
-                _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
-            };
-            let levels = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
-            ];
+            // SAFETY: `b` is a whole 210-byte block and h < 2.
+            let levels = unsafe { q6_k_levels(b.as_ptr(), h) };
             for (s, &q) in levels.iter().enumerate() {
                 let g = 8 * h + 2 * s;
                 let scales = group_scales(sc[g], sc[g + 1]);

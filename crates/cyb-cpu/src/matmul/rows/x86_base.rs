@@ -104,3 +104,35 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
+
+/// The 6-bit levels (0..=63) of half `h` of a Q6_K super-block: four vectors of 32 levels, each
+/// the low or the high nibble of `ql` with two bits of `qh` above it.
+///
+/// # Safety
+/// `b` must point at a whole 210-byte Q6_K block, and `h` must be 0 or 1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q6_k_levels(b: *const u8, h: usize) -> [__m256i; 4] {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x03));
+    // SAFETY: ql (0..128) and qh (128..192) reads stay inside the block, per the caller.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            _mm256_loadu_si256(b.add(64 * h) as *const __m256i),
+            _mm256_loadu_si256(b.add(64 * h + 32) as *const __m256i),
+            _mm256_loadu_si256(b.add(128 + 32 * h) as *const __m256i),
+        )
+    };
+    let high = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, m2), 4);
+    [
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), high(qh)),
+        _mm256_or_si256(_mm256_and_si256(ql1, m4), high(_mm256_srli_epi16(qh, 2))),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+            high(_mm256_srli_epi16(qh, 4)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+            high(_mm256_srli_epi16(qh, 6)),
+        ),
+    ]
+}
