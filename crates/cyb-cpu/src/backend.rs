@@ -82,6 +82,12 @@ impl CpuBackend {
         self.act
     }
 
+    /// Bytes held in derived copies of weights (repacked blocks, float panels); they go when
+    /// the weights' owner does and `release_unowned` runs.
+    pub fn cached_weight_bytes(&self) -> usize {
+        self.scratch.cached_bytes()
+    }
+
     pub fn threads(&self) -> usize {
         self.pool.threads()
     }

@@ -143,6 +143,11 @@ impl Scratch {
         self.repacked.release_unowned();
         self.panels.release_unowned();
     }
+
+    /// Bytes of the repacked and panel copies of weights held now.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.repacked.bytes(|r| r.data.len()) + self.panels.bytes(|p| p.data.len())
+    }
 }
 
 /// How [`repacked`] went.

@@ -384,6 +384,12 @@ impl<T> WeightCache<T> {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, (o, _)| o.strong_count() > 0);
     }
+
+    /// Bytes the entries hold, `size` giving each one's.
+    pub fn bytes(&self, size: impl Fn(&T) -> usize) -> usize {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.values().map(|(_, r)| size(r)).sum()
+    }
 }
 
 /// Repacked quantized weights.
