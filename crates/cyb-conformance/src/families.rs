@@ -78,11 +78,6 @@ pub fn all() -> Vec<FamilyCase> {
     v
 }
 
-/// max|a - b| / max|b|.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    crate::run::rel_err(a, b)
-}
-
 fn within(what: &str, got: &[f32], want: &[f32], tol: f32) -> Check {
     if got.len() != want.len() {
         return Err(format!(
@@ -91,7 +86,7 @@ fn within(what: &str, got: &[f32], want: &[f32], tol: f32) -> Check {
             want.len()
         ));
     }
-    let e = rel_err(got, want);
+    let e = crate::run::rel_err(got, want);
     if e > tol {
         return Err(format!("{what}: relative error {e:.3e} > {tol:.0e}"));
     }

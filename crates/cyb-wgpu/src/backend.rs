@@ -36,12 +36,6 @@ pub struct WgpuBackend {
     /// A decode matvec, the residual add + norm of its output and the matvecs of that are
     /// recorded as two launches when merging is on (`launch.rs`, `ResNorm`).
     pub(crate) norm_merge: bool,
-    /// Launches after which the recorded work is submitted mid-step, so the GPU runs the
-    /// first part of a step while the rest is being recorded (0: once per step).
-    pub(crate) submit_every: usize,
-    /// Launches after which a step's first submission goes out (`FIRST_SUBMIT`: the GPU starts
-    /// on a step sooner than after a full batch).
-    pub(crate) first_submit: usize,
     /// How long a readback polls for the GPU before it sleeps (`SPIN_WAIT`; none on a software
     /// adapter, whose work runs on the same CPU cores).
     spin_wait: std::time::Duration,
@@ -58,10 +52,12 @@ pub struct WgpuBackend {
     pub(crate) coop: std::sync::atomic::AtomicBool,
 }
 
-/// Launches recorded between submissions within a step (best on the H200 for the 1B shape).
-const SUBMIT_EVERY: usize = 16;
-/// Launches recorded before a step's first submission.
-const FIRST_SUBMIT: usize = 4;
+/// Launches after which the recorded work is submitted mid-step, so the GPU runs the first part
+/// of a step while the rest is being recorded (best on the H200 for the 1B shape).
+pub(crate) const SUBMIT_EVERY: usize = 16;
+/// Launches after which a step's first submission goes out (the GPU starts on a step sooner
+/// than after a full batch).
+pub(crate) const FIRST_SUBMIT: usize = 4;
 /// How long a readback spins before it sleeps, on a hardware adapter.
 const SPIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -114,7 +110,7 @@ pub(crate) struct State {
     /// Launches recorded since the last submission.
     pub(crate) since_submit: usize,
     /// Something was submitted since the step began (the step's first submission comes after
-    /// `first_submit` launches, the later ones every `submit_every`).
+    /// `FIRST_SUBMIT` launches, the later ones every `SUBMIT_EVERY`).
     pub(crate) submitted_in_step: bool,
     /// Timestamps around every compute pass (`CYB_WGPU_GPU_TIME`).
     pub(crate) gpu_time: Option<crate::gpu_time::GpuTimer>,
@@ -217,8 +213,6 @@ impl WgpuBackend {
             profile: options.profile.then(crate::profile::Profile::default),
             host_time,
             launches: std::sync::atomic::AtomicU64::new(0),
-            submit_every: SUBMIT_EVERY,
-            first_submit: FIRST_SUBMIT,
             spin_wait: if software {
                 std::time::Duration::ZERO
             } else {

@@ -932,7 +932,7 @@ impl WgpuBackend {
     }
 
     /// Records a launch of `kernel` with `bind` over `groups` workgroups into the step's one
-    /// compute pass (submitting every `submit_every` launches).
+    /// compute pass (submitting every `SUBMIT_EVERY` launches).
     pub(crate) fn encode(
         &self,
         st: &mut State,
@@ -973,11 +973,11 @@ impl WgpuBackend {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         st.since_submit += 1;
         let every = if st.submitted_in_step {
-            self.submit_every
+            crate::backend::SUBMIT_EVERY
         } else {
-            self.first_submit
+            crate::backend::FIRST_SUBMIT
         };
-        if every > 0 && st.since_submit >= every {
+        if st.since_submit >= every {
             self.flush(st);
         }
         if let Some(p) = &self.profile {

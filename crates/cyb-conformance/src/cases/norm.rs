@@ -26,6 +26,9 @@ pub fn cases() -> Vec<Case> {
             vec![rng.f32(&[1, 2048], 2.0), rng.f32(&[2048], 1.0)],
             "one row",
         ));
+        // Rows longer than one pass of a GPU workgroup's loads (2048 values).
+        let past = vec![rng.f32(&[2, 2500], 2.0), rng.f32(&[2500], 1.0)];
+        v.push(Case::new(op.clone(), past, "rows past 2048"));
         let fused = Op::AddRmsNorm {
             eps: 1e-6,
             weight_offset,
@@ -35,7 +38,15 @@ pub fn cases() -> Vec<Case> {
             rng.f32(&[7, 67], 2.0),
             rng.f32(&[67], 1.0),
         ];
-        v.push(Case::new(fused, inputs, "odd"));
+        v.push(Case::new(fused.clone(), inputs, "odd"));
+        for (d, shape) in [(577, "long rows"), (2500, "rows past 2048")] {
+            let inputs = vec![
+                rng.f32(&[3, 5, d], 2.0),
+                rng.f32(&[3, 5, d], 2.0),
+                rng.f32(&[d], 1.0),
+            ];
+            v.push(Case::new(fused.clone(), inputs, shape));
+        }
     }
     let ln = Op::LayerNorm { eps: 1e-12 };
     let x = rng.f32(&[7, 67], 3.0);
@@ -46,6 +57,11 @@ pub fn cases() -> Vec<Case> {
         "odd",
     ));
     v.push(Case::new(ln.clone(), vec![x.clone()], "no weight"));
+    v.push(Case::new(
+        ln.clone(),
+        vec![x.clone(), w.clone()],
+        "weight only",
+    ));
     v.push(Case::new(
         ln,
         vec![
@@ -107,33 +123,6 @@ pub fn cases() -> Vec<Case> {
         rng.f32(&[5, 7], 1.0),
     ];
     v.push(Case::new(lnd, inputs, "odd"));
-    // Rows longer than one pass of a GPU workgroup's loads (2048 values); a weight but no bias.
-    for weight_offset in [0.0, 1.0] {
-        let op = Op::RmsNorm {
-            eps: 1e-6,
-            weight_offset,
-        };
-        let inputs = vec![rng.f32(&[2, 2500], 2.0), rng.f32(&[2500], 1.0)];
-        v.push(Case::new(op, inputs, "rows past 2048"));
-        let fused = Op::AddRmsNorm {
-            eps: 1e-6,
-            weight_offset,
-        };
-        for (d, shape) in [(577, "long rows"), (2500, "rows past 2048")] {
-            let inputs = vec![
-                rng.f32(&[3, 5, d], 2.0),
-                rng.f32(&[3, 5, d], 2.0),
-                rng.f32(&[d], 1.0),
-            ];
-            v.push(Case::new(fused.clone(), inputs, shape));
-        }
-    }
-    let inputs = vec![rng.f32(&[3, 5, 37], 3.0), rng.f32(&[37], 1.0)];
-    v.push(Case::new(
-        Op::LayerNorm { eps: 1e-5 },
-        inputs,
-        "weight only",
-    ));
     // Half-precision inputs (computed in f32, F32 out).
     for dt in [DType::F16, DType::BF16] {
         let inputs = vec![
