@@ -1,6 +1,7 @@
 //! cyb-models: curated model families, one folder per family (`llama/`, the LlamaStyle
 //! decoders; `bert/`, the BertStyle encoders with the pieces its members share: config,
-//! settings, batch layout, pooling, weights), written once against the dispatcher's op API
+//! settings, batch layout, pooling, weights; `whisper/`, the speech recognizers, over the
+//! encoder–decoder pieces of `encdec/`), written once against the dispatcher's op API
 //! (`Dispatcher::run` with `cyb_ops::Op` values) so the same code runs on every backend.
 //! Variants of a family are config flags, not copies.
 //!
@@ -9,7 +10,10 @@
 //! tokenizers, chat templates or sampling (cyb-runtime).
 
 mod bert;
+mod encdec;
 mod llama;
+mod step;
+mod whisper;
 
 pub use bert::{
     alibi_slopes, gguf_pooling, l2_normalize, pool_rows, BatchLayout, BertActivation, BertConfig,
@@ -17,7 +21,9 @@ pub use bert::{
     EncoderOutput, JinaBertModel, JinaSettings, ModernBertModel, ModernSettings, Pooling,
     BERT_ARCHITECTURES,
 };
+pub use encdec::CrossKv;
 pub use llama::{
     Activation, KvCache, LayerAttention, LlamaConfig, LlamaModel, LlamaVariant, WeightNaming,
     SUPPORTED_ARCHITECTURES,
 };
+pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};

@@ -27,10 +27,10 @@ use super::batch::Batch;
 use super::config::{BertConfig, BertHead};
 use super::deberta_config::{ConvActivation, DebertaSettings};
 use super::deberta_weights::{DebertaHead, DebertaWeights};
-use super::model::Step;
 use super::pooling::EncoderOutput;
 use super::settings::{invalid, BertActivation};
-use super::weights::Linear;
+use crate::step::Linear;
+use crate::step::Step;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{Op, PadMode, SdpaLayout};
@@ -296,7 +296,7 @@ impl DebertaModel {
         l: usize,
         emb: &Tensor,
         x: &Tensor,
-        (proj, norm): &(Linear, super::weights::Norm),
+        (proj, norm): &(Linear, crate::step::Norm),
     ) -> Result<Tensor> {
         let (h, b) = (self.config.hidden_size, batch.lens.len());
         let Some(settings) = &self.settings.conv else {

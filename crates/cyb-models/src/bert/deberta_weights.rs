@@ -5,7 +5,7 @@
 use super::config::{BertConfig, BertHead};
 use super::deberta_config::DebertaSettings;
 use super::settings::BertActivation;
-use super::weights::{Linear, Norm};
+use crate::step::{Linear, Norm};
 use cyb_format::ModelFile;
 use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashSet;

@@ -15,10 +15,11 @@
 
 use super::batch::Batch;
 use super::config::{BertConfig, BertHead};
-use super::model::Step;
 use super::pooling::EncoderOutput;
 use super::settings::JinaSettings;
-use super::weights::{rank_head, HeadWeights, Linear, Norm};
+use super::weights::{rank_head, HeadWeights};
+use crate::step::Step;
+use crate::step::{Linear, Norm};
 use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op};

@@ -15,11 +15,12 @@ use super::batch::{Batch, BatchLayout};
 use super::config::{BertConfig, BertVariant};
 use super::pooling::EncoderOutput;
 use super::settings::BertActivation;
-use super::weights::{BertLayer, BertWeights, HeadWeights, Linear, Norm};
-use cyb_backend::{Dispatcher, ExecContext};
+use super::weights::{BertLayer, BertWeights, HeadWeights};
+use crate::step::{runs, sdpa_op, Linear, Norm, Step};
+use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
 use cyb_ops::{LinearAct, Op, SdpaLayout};
-use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
+use cyb_tensor::{Error, Result, Tensor};
 use std::sync::Arc;
 
 /// A loaded BertStyle model: config, weights in place in the file mapping, and the
@@ -36,125 +37,6 @@ impl std::fmt::Debug for BertModel {
         f.debug_struct("BertModel")
             .field("config", &self.config)
             .finish_non_exhaustive()
-    }
-}
-
-/// Runs ops through the dispatcher within one forward step.
-pub(super) struct Step<'a> {
-    pub dispatcher: &'a Dispatcher,
-    pub ctx: ExecContext,
-}
-
-impl Step<'_> {
-    pub(super) fn run(&mut self, op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
-        let inputs: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
-        let mut out = self.dispatcher.run_with(&op, &inputs, &mut self.ctx)?;
-        if out.is_empty() {
-            return Err(Error::invalid(op.name(), "returned no output"));
-        }
-        Ok(out.swap_remove(0))
-    }
-
-    pub(super) fn linear(&mut self, x: &Tensor, l: &Linear) -> Result<Tensor> {
-        self.linear_act(x, l, LinearAct::None)
-    }
-
-    /// `act(x · wᵀ + b)`: one `Op::Linear` where the primary backend runs it (and there is a
-    /// bias), else `MatMul`, `Add` and the activation op.
-    fn linear_act(&mut self, x: &Tensor, l: &Linear, act: LinearAct) -> Result<Tensor> {
-        if let Some(b) = &l.b {
-            let fused = Op::Linear {
-                rhs_transposed: true,
-                act,
-            };
-            if self.primary_supports(&fused, &[x, &l.w, b]) {
-                return self.run(fused, &[x, &l.w, b]);
-            }
-        }
-        let mm = Op::MatMul {
-            rhs_transposed: true,
-        };
-        let mut y = self.run(mm, &[x, &l.w])?;
-        if let Some(b) = &l.b {
-            y = self.run(Op::Add, &[&y, b])?;
-        }
-        match act.op() {
-            Some(op) => self.run(op, &[&y]),
-            None => Ok(y),
-        }
-    }
-
-    fn primary_supports(&self, op: &Op, inputs: &[&Tensor]) -> bool {
-        let infos: Vec<TensorInfo> = inputs.iter().map(|t| t.info()).collect();
-        self.dispatcher.primary().supports(op, &infos)
-    }
-
-    /// Attention (scale `1/sqrt(head_dim)`) of q, k, v `[.., seq, heads, head_dim]` (the
-    /// projections reshaped) with an optional additive mask; the output is
-    /// `[.., seq, heads, head_dim]` too. Token-major where the primary backend runs it, else
-    /// head-major between permutes.
-    pub(super) fn attend(
-        &mut self,
-        head_dim: usize,
-        [q, k, v]: [&Tensor; 3],
-        mask: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        let tokens = sdpa_op(SdpaLayout::TokenMajor, head_dim);
-        let mut inputs = vec![q, k, v];
-        inputs.extend(mask);
-        let dims = inputs.iter().map(|t| t.dims().to_vec()).collect();
-        if runs(self.dispatcher, &tokens, dims) {
-            return self.run(tokens, &inputs);
-        }
-        let r = q.dims().len();
-        let mut perm: Vec<usize> = (0..r).collect();
-        perm.swap(r - 3, r - 2);
-        let (q, k, v) = (
-            self.permute(q, &perm)?,
-            self.permute(k, &perm)?,
-            self.permute(v, &perm)?,
-        );
-        let mut inputs = vec![&q, &k, &v];
-        inputs.extend(mask);
-        let a = self.run(sdpa_op(SdpaLayout::HeadMajor, head_dim), &inputs)?;
-        self.permute(&a, &perm)
-    }
-
-    /// `LayerNorm(a + b)`: one `Op::AddLayerNorm` where the primary backend runs it.
-    fn add_layer_norm(&mut self, a: &Tensor, b: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
-        let fused = Op::AddLayerNorm { eps };
-        let inputs = [a, b, &n.w, &n.b];
-        if self.primary_supports(&fused, &inputs) {
-            let owned: Vec<Tensor> = inputs.iter().map(|&t| t.clone()).collect();
-            let mut out = self.dispatcher.run_with(&fused, &owned, &mut self.ctx)?;
-            if out.len() != 2 {
-                return Err(Error::invalid(
-                    fused.name(),
-                    "expected the sum and its norm",
-                ));
-            }
-            return Ok(out.swap_remove(1));
-        }
-        let s = self.run(Op::Add, &[a, b])?;
-        self.layer_norm(&s, n, eps)
-    }
-
-    pub(super) fn layer_norm(&mut self, x: &Tensor, n: &Norm, eps: f32) -> Result<Tensor> {
-        self.run(Op::LayerNorm { eps }, &[x, &n.w, &n.b])
-    }
-
-    pub(super) fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
-        let dims = dims.iter().map(|&d| d as isize).collect();
-        self.run(Op::Reshape { dims }, &[x])
-    }
-
-    pub(super) fn permute(&mut self, x: &Tensor, perm: &[usize]) -> Result<Tensor> {
-        self.run(
-            Op::Permute {
-                perm: perm.to_vec(),
-            },
-            &[x],
-        )
     }
 }
 
@@ -322,7 +204,7 @@ impl BertModel {
         let c = &self.config;
         let (b, l) = (seqs.len(), seqs.iter().map(Vec::len).max().unwrap_or(0));
         let qkv = vec![b, c.num_heads, l, c.head_dim];
-        let op = sdpa_op(SdpaLayout::HeadMajor, c.head_dim);
+        let op = sdpa_op(SdpaLayout::HeadMajor, c.head_dim, false);
         runs(
             &self.dispatcher,
             &op,
@@ -484,31 +366,6 @@ pub(super) fn per_sequence(logits: &Tensor, n: usize, batch: &Batch) -> Result<V
 }
 
 /// Bidirectional attention in `layout`, scaled by `1/sqrt(head_dim)`.
-fn sdpa_op(layout: SdpaLayout, head_dim: usize) -> Op {
-    Op::Sdpa {
-        layout,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        causal: false,
-        sliding_window: None,
-        softcap: None,
-        alibi_max_bias: None,
-    }
-}
-
-/// Whether the primary backend of `dispatcher` runs `op` on F32 inputs of these dims.
-fn runs(dispatcher: &Dispatcher, op: &Op, dims: Vec<Vec<usize>>) -> bool {
-    let infos = dims
-        .into_iter()
-        .map(|dims| {
-            Shape::new(dims).map(|shape| TensorInfo {
-                shape,
-                dtype: DType::F32,
-            })
-        })
-        .collect::<Result<Vec<_>>>();
-    infos.is_ok_and(|infos| dispatcher.primary().supports(op, &infos))
-}
-
 /// Runs `body` on `batch` inside one forward step of `dispatcher` (always ended, also after
 /// an error, once the result is on the host) and returns its host result.
 pub(super) fn in_step(
@@ -516,18 +373,7 @@ pub(super) fn in_step(
     batch: &Batch,
     body: impl FnOnce(&mut Step<'_>, &Batch) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let mut step = Step {
-        dispatcher,
-        ctx: ExecContext::default(),
-    };
-    let begun = dispatcher.begin_step(&mut step.ctx);
-    let result = begun
-        .and_then(|()| body(&mut step, batch))
-        .and_then(|t| dispatcher.to_host(&t));
-    let ended = dispatcher.end_step(&mut step.ctx);
-    let out = result?;
-    ended?;
-    Ok(out)
+    crate::step::run_step(dispatcher, |step| body(step, batch))
 }
 
 /// The error for a `what` head (`"sequence classification"`, `"token classification"`,

@@ -15,11 +15,11 @@
 
 use super::batch;
 use super::config::{BertConfig, BertHead};
-use super::model::Step;
 use super::modern_heads::ModernHead;
 use super::pooling::{EncoderOutput, Pooling};
 use super::settings::{invalid, ModernSettings};
-use super::weights::Linear;
+use crate::step::Linear;
+use crate::step::Step;
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, Op, RopeLayout, RopeScaling};

@@ -9,9 +9,9 @@
 //! ```
 
 use super::config::BertHead;
-use super::model::Step;
 use super::settings::{invalid, ModernSettings};
-use super::weights::Linear;
+use crate::step::Linear;
+use crate::step::Step;
 use cyb_ops::{GeluApprox, Op};
 use cyb_tensor::{Result, Tensor};
 

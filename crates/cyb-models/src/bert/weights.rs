@@ -4,22 +4,11 @@
 
 use super::config::{BertConfig, BertHead, BertVariant};
 use super::settings::BertActivation;
+use crate::step::{Linear, Norm};
 use cyb_format::ModelFile;
 use cyb_ops::GeluApprox;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
-
-/// `y = x · wᵀ + b`.
-pub(super) struct Linear {
-    pub w: Tensor,
-    pub b: Option<Tensor>,
-}
-
-/// LayerNorm weight and bias.
-pub(super) struct Norm {
-    pub w: Tensor,
-    pub b: Tensor,
-}
 
 /// One post-LN block: attention, then the feed-forward, each followed by a residual LayerNorm.
 pub(super) struct BertLayer {

@@ -228,6 +228,22 @@ impl KvCache {
         self.head_dim
     }
 
+    /// A copy of this host cache that shares its buffers until either side writes (then the
+    /// writer copies): how a beam search hands a hypothesis's past to its continuations.
+    pub fn fork(&self) -> Result<KvCache> {
+        let Layers::Host(layers) = &self.layers else {
+            return Err(host_only());
+        };
+        Ok(KvCache {
+            layers: Layers::Host(layers.clone()),
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            capacity: self.capacity,
+            len: self.len,
+            replays: Default::default(),
+        })
+    }
+
     /// Forgets every token (a new conversation).
     pub fn clear(&mut self) {
         self.len = 0;

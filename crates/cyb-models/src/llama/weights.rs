@@ -6,6 +6,7 @@
 //! not by the architecture name, so any member may come fused or split.
 
 use super::config::{LlamaConfig, WeightNaming};
+use crate::step::stack_rows;
 use cyb_format::ModelFile;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
@@ -272,41 +273,6 @@ fn stack_small(stack: bool, parts: &[&Tensor]) -> Option<Tensor> {
     (stack && bytes <= STACK_MAX_BYTES)
         .then(|| stack_rows(parts))
         .flatten()
-}
-
-/// The rows of rank-2 host tensors of one dtype and width stacked into one tensor (in shared
-/// storage, so the cpu backend's weight caches take it like a file's), or `None` when they are
-/// not all such tensors.
-fn stack_rows(parts: &[&Tensor]) -> Option<Tensor> {
-    let first = parts.first()?;
-    let (dtype, width) = (first.dtype(), *first.dims().get(1)?);
-    let fit = |p: &Tensor| p.dtype() == dtype && p.dims().len() == 2 && p.dims()[1] == width;
-    if !parts.iter().all(|p| fit(p)) {
-        return None;
-    }
-    let rows = parts.iter().map(|p| p.dims()[0]).sum();
-    let bytes = parts
-        .iter()
-        .map(|p| p.host_bytes())
-        .collect::<Option<Vec<_>>>()?;
-    let len = bytes.iter().map(|b| b.len()).sum();
-    let mut buf = cyb_tensor::AlignedBuf::for_overwrite(len);
-    let mut at = 0;
-    for b in bytes {
-        buf.as_bytes_mut()[at..at + b.len()].copy_from_slice(b);
-        at += b.len();
-    }
-    let storage = cyb_tensor::Storage::Shared {
-        owner: std::sync::Arc::new(buf),
-        offset: 0,
-        len,
-    };
-    Tensor::new(
-        cyb_tensor::Shape::new(vec![rows, width]).ok()?,
-        dtype,
-        storage,
-    )
-    .ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,361 @@
+//! The WhisperStyle encoder–decoder, every step an `Op` run by the dispatcher:
+//!
+//! ```text
+//! encoder:  x = gelu(conv2(gelu(conv1(mel))))  (kernel 3, padding 1; conv2 of stride 2)
+//!           x = x + position[0..n]             (sinusoidal, stored as a table)
+//!           per block (pre-LN):  x = x + out(attention(LN(x)))
+//!                                x = x + fc2(gelu(fc1(LN(x))))
+//!           states = LN(x);  per decoder layer, cross keys/values = states · Wk, Wv (once)
+//! decoder:  x = token[id] + position[p]
+//!           per block (pre-LN):  x = x + out(causal self-attention(LN(x)), KV cache)
+//!                                x = x + out(attention(LN(x) · Wq, cross keys/values))
+//!                                x = x + fc2(gelu(fc1(LN(x))))
+//!           logits = LN(x) · tokenᵀ            (tied)
+//! ```
+
+use super::config::{WhisperConfig, LAYER_NORM_EPS};
+use super::weights::{Conv3, Qkv, WhisperWeights};
+use crate::encdec::CrossKv;
+use crate::llama::KvCache;
+use crate::step::{run_step, Step};
+use cyb_backend::Dispatcher;
+use cyb_format::ModelFile;
+use cyb_ops::{GeluApprox, LinearAct, Op, PadMode};
+use cyb_tensor::{Error, Result, Tensor};
+use std::sync::Arc;
+
+const GELU: LinearAct = LinearAct::Gelu(GeluApprox::Erf);
+
+/// A loaded WhisperStyle model: config, weights and the dispatcher that runs its ops.
+pub struct WhisperModel {
+    config: WhisperConfig,
+    weights: WhisperWeights,
+    dispatcher: Arc<Dispatcher>,
+}
+
+impl std::fmt::Debug for WhisperModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WhisperModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One window's encoder output: the final states and the cross-attention keys and values of
+/// every decoder layer, computed once and read by every decoder step of the window.
+pub struct EncodedAudio {
+    /// `[max_source_positions, d]`.
+    pub states: Tensor,
+    pub cross: CrossKv,
+}
+
+impl WhisperModel {
+    /// Resolves the config of `file` and checks every tensor it needs.
+    pub fn load(file: &ModelFile, dispatcher: Arc<Dispatcher>) -> Result<WhisperModel> {
+        let config = WhisperConfig::from_file(file)?;
+        let stack = dispatcher.primary().prefers_stacked_projections();
+        let weights = WhisperWeights::load(file, &config, stack)?;
+        Ok(WhisperModel {
+            config,
+            weights,
+            dispatcher,
+        })
+    }
+
+    pub fn config(&self) -> &WhisperConfig {
+        &self.config
+    }
+
+    /// Alignment heads named outside the config (transformers keeps them in
+    /// generation_config.json); checked against the decoder's size.
+    pub fn set_alignment_heads(&mut self, heads: Vec<(usize, usize)>) -> Result<()> {
+        let c = &self.config;
+        if let Some(&(l, h)) = heads
+            .iter()
+            .find(|&&(l, h)| l >= c.decoder_layers || h >= c.decoder_heads)
+        {
+            return Err(Error::invalid(
+                "alignment heads",
+                format!(
+                    "({l}, {h}) is outside the decoder's {} layers × {} heads",
+                    c.decoder_layers, c.decoder_heads
+                ),
+            ));
+        }
+        self.config.alignment_heads = heads;
+        Ok(())
+    }
+
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.dispatcher
+    }
+
+    /// A self-attention cache for one decoded sequence of up to `max_target_positions` tokens.
+    pub fn new_cache(&self) -> Result<KvCache> {
+        let c = &self.config;
+        KvCache::new(
+            c.decoder_layers,
+            c.decoder_heads,
+            c.d_model / c.decoder_heads,
+            c.max_target_positions,
+        )
+    }
+
+    /// Encodes one window of log-mel features `mel` (row-major `[num_mel_bins, frames]`,
+    /// `frames` = [`WhisperConfig::window_frames`]).
+    pub fn encode(&self, mel: &[f32]) -> Result<EncodedAudio> {
+        let c = &self.config;
+        let frames = c.window_frames();
+        if mel.len() != c.num_mel_bins * frames {
+            return Err(Error::invalid(
+                "whisper encode",
+                format!(
+                    "expected {} mel bins × {frames} frames ({} values), got {} values",
+                    c.num_mel_bins,
+                    c.num_mel_bins * frames,
+                    mel.len()
+                ),
+            ));
+        }
+        // Token-major: frame t is row t.
+        let mut rows = vec![0f32; mel.len()];
+        for (m, bin) in mel.chunks_exact(frames).enumerate() {
+            for (t, &v) in bin.iter().enumerate() {
+                rows[t * c.num_mel_bins + m] = v;
+            }
+        }
+        let x = Tensor::from_f32(&[frames, c.num_mel_bins], &rows)?;
+        let w = &self.weights;
+        let mut cross = Vec::with_capacity(c.decoder_layers);
+        let states = run_step(&self.dispatcher, |step| {
+            let mut x = conv3(step, &x, &w.conv1)?;
+            x = conv3(step, &x, &w.conv2)?;
+            x = step.run(Op::Add, &[&x, &w.encoder_positions])?;
+            for layer in &w.encoder_layers {
+                let h = step.layer_norm(&x, &layer.attn_norm, LAYER_NORM_EPS)?;
+                let a = self_attention(step, &h, &layer.qkv, c.d_model, c.encoder_heads, None)?;
+                let a = step.linear(&a, &layer.attn_out)?;
+                x = step.run(Op::Add, &[&x, &a])?;
+                let h = step.layer_norm(&x, &layer.mlp_norm, LAYER_NORM_EPS)?;
+                let f = step.linear_act(&h, &layer.fc1, GELU)?;
+                let f = step.linear(&f, &layer.fc2)?;
+                x = step.run(Op::Add, &[&x, &f])?;
+            }
+            let states = step.layer_norm(&x, &w.encoder_norm, LAYER_NORM_EPS)?;
+            let (n, heads) = (c.max_source_positions, c.decoder_heads);
+            let hd = c.d_model / heads;
+            for layer in &w.decoder_layers {
+                let k = step.linear(&states, &layer.cross_k)?;
+                let v = step.linear(&states, &layer.cross_v)?;
+                cross.push((
+                    step.reshape(&k, &[n, heads, hd])?,
+                    step.reshape(&v, &[n, heads, hd])?,
+                ));
+            }
+            Ok(states)
+        })?;
+        Ok(EncodedAudio {
+            states,
+            cross: CrossKv::new(cross),
+        })
+    }
+
+    /// One decoder forward over `tokens[s]`, the new tokens of sequence `s` (every sequence the
+    /// same number of them), each after the past in its own `caches[s]`, which the step extends.
+    /// Returns the logits (`vocab_size` each) of every new token of every sequence with
+    /// `all_rows`, else of the last new token of each sequence.
+    pub fn decode(
+        &self,
+        audio: &EncodedAudio,
+        tokens: &[&[u32]],
+        caches: &mut [KvCache],
+        all_rows: bool,
+    ) -> Result<Vec<Vec<f32>>> {
+        let c = &self.config;
+        let n = tokens.first().map_or(0, |t| t.len());
+        if n == 0 || tokens.iter().any(|t| t.len() != n) || caches.len() != tokens.len() {
+            return Err(Error::invalid(
+                "whisper decode",
+                "every sequence needs the same number (≥ 1) of new tokens and its own cache",
+            ));
+        }
+        let past = caches[0].len();
+        if caches.iter().any(|k| k.len() != past) || past + n > c.max_target_positions {
+            return Err(Error::invalid(
+                "whisper decode",
+                format!(
+                    "{past} + {n} tokens exceed the decoder's {} positions, or the sequences' \
+                     pasts differ in length",
+                    c.max_target_positions
+                ),
+            ));
+        }
+        if let Some(&bad) = tokens
+            .iter()
+            .flat_map(|t| t.iter())
+            .find(|&&t| t as usize >= c.vocab_size)
+        {
+            return Err(Error::invalid(
+                "whisper decode",
+                format!("token {bad} is outside the vocabulary of {}", c.vocab_size),
+            ));
+        }
+        let seqs = tokens.len();
+        let ids: Vec<i64> = tokens
+            .iter()
+            .flat_map(|t| t.iter().map(|&t| t as i64))
+            .collect();
+        let ids = Tensor::from_i64(&[seqs * n], &ids)?;
+        let pos: Vec<i64> = (0..seqs)
+            .flat_map(|_| (past..past + n).map(|p| p as i64))
+            .collect();
+        let pos = Tensor::from_i64(&[seqs * n], &pos)?;
+        let w = &self.weights;
+        let (d, heads) = (c.d_model, c.decoder_heads);
+        let hd = d / heads;
+        let logits = run_step(&self.dispatcher, |step| {
+            let mut x = step.run(Op::Embedding, &[&w.tokens, &ids])?;
+            let p = step.run(Op::Embedding, &[&w.decoder_positions, &pos])?;
+            x = step.run(Op::Add, &[&x, &p])?;
+            for (i, layer) in w.decoder_layers.iter().enumerate() {
+                let h = step.layer_norm(&x, &layer.self_norm, LAYER_NORM_EPS)?;
+                let a = self_attention(
+                    step,
+                    &h,
+                    &layer.self_qkv,
+                    d,
+                    heads,
+                    Some((i, n, &mut *caches)),
+                )?;
+                let a = step.linear(&a, &layer.self_out)?;
+                x = step.run(Op::Add, &[&x, &a])?;
+                let h = step.layer_norm(&x, &layer.cross_norm, LAYER_NORM_EPS)?;
+                let q = step.linear(&h, &layer.cross_q)?;
+                let q = step.reshape(&q, &[seqs * n, heads, hd])?;
+                let (k, v) = audio.cross.layer(i)?;
+                let a = step.attend(hd, [&q, k, v], None)?;
+                let a = step.reshape(&a, &[seqs * n, d])?;
+                let a = step.linear(&a, &layer.cross_out)?;
+                x = step.run(Op::Add, &[&x, &a])?;
+                let h = step.layer_norm(&x, &layer.mlp_norm, LAYER_NORM_EPS)?;
+                let f = step.linear_act(&h, &layer.fc1, GELU)?;
+                let f = step.linear(&f, &layer.fc2)?;
+                x = step.run(Op::Add, &[&x, &f])?;
+            }
+            if !all_rows && n > 1 {
+                let last: Vec<i64> = (0..seqs).map(|s| (s * n + n - 1) as i64).collect();
+                let last = Tensor::from_i64(&[seqs], &last)?;
+                x = step.run(Op::Embedding, &[&x, &last])?;
+            }
+            let x = step.layer_norm(&x, &w.decoder_norm, LAYER_NORM_EPS)?;
+            step.run(
+                Op::MatMul {
+                    rhs_transposed: true,
+                },
+                &[&x, &w.tokens],
+            )
+        })?;
+        for cache in caches.iter_mut() {
+            cache.commit(n)?;
+        }
+        let v = logits.to_f32_vec()?;
+        Ok(v.chunks_exact(c.vocab_size).map(<[f32]>::to_vec).collect())
+    }
+}
+
+/// `gelu(conv(x))` of `x` `[t, c]` (token-major), as the matrix product of the stacked taps.
+fn conv3(step: &mut Step<'_>, x: &Tensor, conv: &Conv3) -> Result<Tensor> {
+    let t = x.dims()[0];
+    let s = conv.stride;
+    let out = (t + 2 - 3) / s + 1;
+    let padded = step.run(
+        Op::Pad {
+            pads: vec![1, 0, 1, 0],
+            mode: PadMode::Constant { value: 0.0 },
+        },
+        &[x],
+    )?;
+    let taps = (0..3)
+        .map(|q| {
+            step.run(
+                Op::Slice {
+                    axis: 0,
+                    start: q as isize,
+                    end: (q + (out - 1) * s + 1) as isize,
+                    step: s,
+                },
+                &[&padded],
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&Tensor> = taps.iter().collect();
+    let cols = step.run(Op::Concat { axis: 1 }, &refs)?;
+    step.linear_act(&cols, &conv.lin, GELU)
+}
+
+/// Multi-head self-attention of `h` `[rows, d]`: bidirectional without a cache; with
+/// `(layer, n, caches)`, causal over each sequence's past in `caches[s]` plus its `n` new rows
+/// (rows `s·n ..`). Returns `[rows, d]` before the output projection.
+fn self_attention(
+    step: &mut Step<'_>,
+    h: &Tensor,
+    qkv: &Qkv,
+    d: usize,
+    heads: usize,
+    cache: Option<(usize, usize, &mut [KvCache])>,
+) -> Result<Tensor> {
+    let rows = h.dims()[0];
+    let hd = d / heads;
+    let (q, k, v) = match qkv {
+        Qkv::Stacked(l) => {
+            let y = step.linear(h, l)?;
+            let mut p = step.split(&y, -1, &[d, d, d])?;
+            let v = p.swap_remove(2);
+            let k = p.swap_remove(1);
+            (p.swap_remove(0), k, v)
+        }
+        Qkv::Apart { q, k, v } => (step.linear(h, q)?, step.linear(h, k)?, step.linear(h, v)?),
+    };
+    let shape = [rows, heads, hd];
+    let (q, k, v) = (
+        step.reshape(&q, &shape)?,
+        step.reshape(&k, &shape)?,
+        step.reshape(&v, &shape)?,
+    );
+    let Some((layer, n, caches)) = cache else {
+        let a = step.attend(hd, [&q, &k, &v], None)?;
+        return step.reshape(&a, &[rows, d]);
+    };
+    if caches.len() == 1 {
+        let (k, v) = (step.dispatcher.to_host(&k)?, step.dispatcher.to_host(&v)?);
+        let (k, v) = caches[0].write(layer, &k, &v)?;
+        let a = step.attend_causal(hd, [&q, &k, &v])?;
+        return step.reshape(&a, &[rows, d]);
+    }
+    let rows_of = |step: &mut Step<'_>, t: &Tensor, s: usize| {
+        step.run(
+            Op::Slice {
+                axis: 0,
+                start: (s * n) as isize,
+                end: ((s + 1) * n) as isize,
+                step: 1,
+            },
+            &[t],
+        )
+    };
+    let mut parts = Vec::with_capacity(caches.len());
+    for (s, cache) in caches.iter_mut().enumerate() {
+        let (qs, ks, vs) = (
+            rows_of(step, &q, s)?,
+            rows_of(step, &k, s)?,
+            rows_of(step, &v, s)?,
+        );
+        let ks = step.dispatcher.to_host(&ks)?;
+        let vs = step.dispatcher.to_host(&vs)?;
+        let (k, v) = cache.write(layer, &ks, &vs)?;
+        parts.push(step.attend_causal(hd, [&qs, &k, &v])?);
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let a = step.run(Op::Concat { axis: 0 }, &refs)?;
+    step.reshape(&a, &[rows, d])
+}
