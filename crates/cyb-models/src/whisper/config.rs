@@ -101,7 +101,7 @@ impl WhisperConfig {
             ("encoder_attention_heads", c.encoder_heads),
             ("decoder_attention_heads", c.decoder_heads),
         ] {
-            if c.d_model % heads != 0 {
+            if !c.d_model.is_multiple_of(heads) {
                 return Err(Error::invalid(
                     "whisper config",
                     format!("d_model {} is not a multiple of {name} {heads}", c.d_model),

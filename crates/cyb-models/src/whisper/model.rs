@@ -314,7 +314,11 @@ fn self_attention(
             let k = p.swap_remove(1);
             (p.swap_remove(0), k, v)
         }
-        Qkv::Apart { q, k, v } => (step.linear(h, q)?, step.linear(h, k)?, step.linear(h, v)?),
+        Qkv::Apart(l) => (
+            step.linear(h, &l[0])?,
+            step.linear(h, &l[1])?,
+            step.linear(h, &l[2])?,
+        ),
     };
     let shape = [rows, heads, hd];
     let (q, k, v) = (

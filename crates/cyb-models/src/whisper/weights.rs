@@ -21,7 +21,7 @@ pub(crate) struct Conv3 {
 /// q/k/v of one attention, stacked (`[3d, d]`, k's bias zero) or apart.
 pub(crate) enum Qkv {
     Stacked(Linear),
-    Apart { q: Linear, k: Linear, v: Linear },
+    Apart(Box<[Linear; 3]>),
 }
 
 pub(crate) struct EncoderLayer {
@@ -118,7 +118,7 @@ impl Loader<'_> {
                 return Ok(Qkv::Stacked(Linear { w, b: Some(b) }));
             }
         }
-        Ok(Qkv::Apart { q, k, v })
+        Ok(Qkv::Apart(Box::new([q, k, v])))
     }
 
     fn conv(&self, name: &str, out: usize, inp: usize, stride: usize) -> Result<Conv3> {
