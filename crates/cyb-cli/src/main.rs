@@ -23,6 +23,7 @@ mod run;
 mod serve;
 mod session_args;
 mod stream;
+mod transcribe;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -73,6 +74,8 @@ enum Command {
     Fetch(fetch::FetchArgs),
     /// List, describe or remove the models in the hub cache.
     Models(models::ModelsArgs),
+    /// Speech to text with a Whisper model (txt, srt, vtt, json, verbose_json).
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 fn main() -> ExitCode {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
             .try_for_each(fetch::resolve_in_place)
             .and_then(|()| bench::run(args)),
         Command::Serve(args) => serve::run(args),
+        Command::Transcribe(args) => transcribe::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),

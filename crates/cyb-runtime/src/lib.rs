@@ -23,6 +23,7 @@ mod perplexity;
 mod runtime;
 pub mod sampling;
 pub mod tokenizer;
+pub mod transcribe;
 
 pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
@@ -45,3 +46,4 @@ pub use perplexity::PerplexityReport;
 pub use runtime::{ExecPath, Runtime, RuntimeOptions};
 pub use sampling::{Sampler, SamplingParams, StopMatcher, TokenConstraint};
 pub use tokenizer::{IncrementalDecoder, PairEncoding, Tokenizer};
+pub use transcribe::{Segment, Task, TranscribeOptions, Transcriber, Transcript, TranscriptFormat};

@@ -10,10 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What computes: a text generator (decoder) or an encoder that embeds and classifies.
+/// What computes: a text generator (decoder), an encoder that embeds and classifies, or a
+/// speech recognizer.
 pub(crate) enum Net {
     Decoder(Box<LlamaModel>),
     Encoder(Box<crate::embed::Encoder>),
+    Speech(Box<crate::transcribe::Transcriber>),
 }
 
 /// A loaded model. Cheap to clone.
@@ -48,6 +50,18 @@ impl Model {
     pub(crate) fn load(path: &Path, dispatcher: Arc<Dispatcher>, exec: ExecPath) -> Result<Model> {
         let t0 = Instant::now();
         let file = cyb_format::open(path)?;
+        if cyb_models::WhisperConfig::is_whisper_file(&file) {
+            if exec == ExecPath::Graph {
+                return Err(Error::InvalidConfig {
+                    field: "path".into(),
+                    reason: format!(
+                        "{}: Whisper runs on the curated path only; use --path curated or auto",
+                        path.display()
+                    ),
+                });
+            }
+            return crate::transcribe::load_model(path, &file, dispatcher, t0);
+        }
         if cyb_models::BertConfig::is_bert_file(&file) {
             if exec == ExecPath::Graph {
                 return Err(Error::InvalidConfig {
@@ -145,6 +159,14 @@ impl Model {
                     self.inner.config.architecture
                 ),
             )),
+            Net::Speech(_) => Err(Error::invalid(
+                "generate",
+                format!(
+                    "{} is a speech recognizer ({}): it transcribes audio but does not generate                      text from a prompt (use `cyb-llm transcribe` or /v1/audio/transcriptions)",
+                    self.inner.path.display(),
+                    self.inner.config.architecture
+                ),
+            )),
         }
     }
 
@@ -152,8 +174,50 @@ impl Model {
     pub(crate) fn encoder(&self) -> Option<&crate::embed::Encoder> {
         match &self.inner.net {
             Net::Encoder(e) => Some(e),
-            Net::Decoder(_) => None,
+            Net::Decoder(_) | Net::Speech(_) => None,
         }
+    }
+
+    /// The speech recognizer, when this is one.
+    pub fn transcriber(&self) -> Option<&crate::transcribe::Transcriber> {
+        match &self.inner.net {
+            Net::Speech(t) => Some(t),
+            Net::Decoder(_) | Net::Encoder(_) => None,
+        }
+    }
+
+    /// True for a speech recognizer (Whisper): [`transcribe`](Model::transcribe) works.
+    pub fn is_speech(&self) -> bool {
+        matches!(self.inner.net, Net::Speech(_))
+    }
+
+    /// Transcribes (or translates) 16 kHz mono `samples`, calling `on_segment` with each
+    /// segment as it is decoded (return `false` to stop); a model that is not a speech
+    /// recognizer is an error.
+    pub fn transcribe(
+        &self,
+        samples: &[f32],
+        opts: &crate::transcribe::TranscribeOptions,
+        on_segment: &mut dyn FnMut(
+            &crate::transcribe::Segment,
+            crate::transcribe::Progress,
+        ) -> bool,
+    ) -> Result<crate::transcribe::Transcript> {
+        self.speech()?.transcribe(samples, opts, on_segment)
+    }
+
+    /// The speech recognizer, or an error naming what this model is.
+    pub fn speech(&self) -> Result<&crate::transcribe::Transcriber> {
+        self.transcriber().ok_or_else(|| {
+            Error::invalid(
+                "transcribe",
+                format!(
+                    "{} is a {} model, not a speech recognizer (Whisper)",
+                    self.inner.path.display(),
+                    self.inner.config.architecture
+                ),
+            )
+        })
     }
 
     /// True for an encoder (BERT-style) model: [`embed`](Model::embed) and

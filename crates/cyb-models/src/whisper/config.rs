@@ -30,7 +30,7 @@ pub struct WhisperConfig {
 }
 
 /// Layer norm epsilon of every Whisper checkpoint (PyTorch's default).
-pub const LAYER_NORM_EPS: f32 = 1e-5;
+pub(crate) const LAYER_NORM_EPS: f32 = 1e-5;
 
 impl WhisperConfig {
     /// True when `file`'s config names the Whisper architecture.
@@ -123,6 +123,9 @@ impl WhisperConfig {
         }
         Ok(c)
     }
+
+    /// Layer norm epsilon of every Whisper checkpoint.
+    pub const LAYER_NORM_EPS: f32 = LAYER_NORM_EPS;
 
     /// Mel frames of one encoder window (3000 for 30 s).
     pub fn window_frames(&self) -> usize {

@@ -162,15 +162,15 @@ impl WhisperModel {
 
     /// One decoder forward over `tokens[s]`, the new tokens of sequence `s` (every sequence the
     /// same number of them), each after the past in its own `caches[s]`, which the step extends.
-    /// Returns the logits (`vocab_size` each) of every new token of every sequence with
-    /// `all_rows`, else of the last new token of each sequence.
+    /// Returns, for each sequence, the logits (`vocab_size` each) of its new tokens at the
+    /// indices `at` (`&[n - 1]`: the next-token logits).
     pub fn decode(
         &self,
         audio: &EncodedAudio,
         tokens: &[&[u32]],
         caches: &mut [KvCache],
-        all_rows: bool,
-    ) -> Result<Vec<Vec<f32>>> {
+        at: &[usize],
+    ) -> Result<Vec<Vec<Vec<f32>>>> {
         let c = &self.config;
         let n = tokens.first().map_or(0, |t| t.len());
         if n == 0 || tokens.iter().any(|t| t.len() != n) || caches.len() != tokens.len() {
@@ -188,6 +188,12 @@ impl WhisperModel {
                      pasts differ in length",
                     c.max_target_positions
                 ),
+            ));
+        }
+        if at.is_empty() || at.iter().any(|&r| r >= n) {
+            return Err(Error::invalid(
+                "whisper decode",
+                format!("logit rows {at:?} are not among the {n} new tokens"),
             ));
         }
         if let Some(&bad) = tokens
@@ -242,10 +248,12 @@ impl WhisperModel {
                 let f = step.linear(&f, &layer.fc2)?;
                 x = step.run(Op::Add, &[&x, &f])?;
             }
-            if !all_rows && n > 1 {
-                let last: Vec<i64> = (0..seqs).map(|s| (s * n + n - 1) as i64).collect();
-                let last = Tensor::from_i64(&[seqs], &last)?;
-                x = step.run(Op::Embedding, &[&x, &last])?;
+            if at.len() != n || at.iter().enumerate().any(|(i, &r)| i != r) {
+                let rows: Vec<i64> = (0..seqs)
+                    .flat_map(|s| at.iter().map(move |&r| (s * n + r) as i64))
+                    .collect();
+                let rows = Tensor::from_i64(&[rows.len()], &rows)?;
+                x = step.run(Op::Embedding, &[&x, &rows])?;
             }
             let x = step.layer_norm(&x, &w.decoder_norm, LAYER_NORM_EPS)?;
             step.run(
@@ -259,7 +267,10 @@ impl WhisperModel {
             cache.commit(n)?;
         }
         let v = logits.to_f32_vec()?;
-        Ok(v.chunks_exact(c.vocab_size).map(<[f32]>::to_vec).collect())
+        let mut rows = v.chunks_exact(c.vocab_size).map(<[f32]>::to_vec);
+        Ok((0..seqs)
+            .map(|_| rows.by_ref().take(at.len()).collect())
+            .collect())
     }
 }
 

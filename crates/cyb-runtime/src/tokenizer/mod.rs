@@ -16,6 +16,7 @@ use cyb_format::ModelFile;
 use cyb_tensor::{Error, Result};
 
 /// A loaded tokenizer with the ids generation needs (BOS, end-of-generation ids).
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     bos_id: Option<u32>,
