@@ -105,7 +105,11 @@ impl LogMel {
         for ((dst, &x), &w) in s.input.iter_mut().zip(frame).zip(&self.window) {
             *dst = x * w;
         }
-        if self.fft.process_with_scratch(&mut s.input, &mut s.spectrum, &mut s.fft).is_err() {
+        if self
+            .fft
+            .process_with_scratch(&mut s.input, &mut s.spectrum, &mut s.fft)
+            .is_err()
+        {
             // Only wrong buffer lengths fail, and FrameScratch sizes them from this plan.
             out.fill(-10.0);
             return;
@@ -176,13 +180,21 @@ mod tests {
     fn silence_is_the_floor_and_a_tone_lights_its_band() {
         let mel = LogMel::whisper(80);
         assert!(mel.compute(&[0.0; 1600]).iter().all(|&v| v == -1.5));
-        let tone: Vec<f32> =
-            (0..16_000).map(|i| (2.0 * std::f32::consts::PI * 1000.0 * i as f32 / 16_000.0).sin()).collect();
+        let tone: Vec<f32> = (0..16_000)
+            .map(|i| (2.0 * std::f32::consts::PI * 1000.0 * i as f32 / 16_000.0).sin())
+            .collect();
         let f = mel.compute(&tone);
         let frames = 100;
-        let band_mean = |m: usize| f[m * frames..(m + 1) * frames].iter().sum::<f32>() / frames as f32;
-        let loudest = (0..80).max_by(|&a, &b| band_mean(a).total_cmp(&band_mean(b))).unwrap();
+        let band_mean =
+            |m: usize| f[m * frames..(m + 1) * frames].iter().sum::<f32>() / frames as f32;
+        let loudest = (0..80)
+            .max_by(|&a, &b| band_mean(a).total_cmp(&band_mean(b)))
+            .unwrap();
         let centre = |m: usize| mel_to_hz(hz_to_mel(8000.0) * (m + 1) as f64 / 81.0);
-        assert!((centre(loudest) - 1000.0).abs() < 60.0, "band {loudest} at {} Hz", centre(loudest));
+        assert!(
+            (centre(loudest) - 1000.0).abs() < 60.0,
+            "band {loudest} at {} Hz",
+            centre(loudest)
+        );
     }
 }

@@ -171,6 +171,66 @@ impl WhisperModel {
         caches: &mut [KvCache],
         at: &[usize],
     ) -> Result<Vec<Vec<Vec<f32>>>> {
+        self.forward(audio, tokens, caches, at, &mut |_, _| Ok(()))
+    }
+
+    /// The cross-attention scores (scaled `q·kᵀ`, before the softmax) of `heads`
+    /// (`(layer, head)` pairs) for `tokens` run from position 0, each `[tokens, source]`
+    /// row-major, and the logits of every token: what word-level alignment needs.
+    pub fn cross_attention_scores(
+        &self,
+        audio: &EncodedAudio,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+        let c = &self.config;
+        let (h, hd) = (c.decoder_heads, c.d_model / c.decoder_heads);
+        let src = c.max_source_positions;
+        let n = tokens.len();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut scores = vec![Vec::new(); heads.len()];
+        let mut cache = self.new_cache()?;
+        let all: Vec<usize> = (0..n).collect();
+        let logits = self.forward(
+            audio,
+            &[tokens],
+            std::slice::from_mut(&mut cache),
+            &all,
+            &mut |layer, q| {
+                let wanted: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].0 == layer).collect();
+                if wanted.is_empty() {
+                    return Ok(());
+                }
+                let q = self.dispatcher.to_host_f32(q)?;
+                let k = self.dispatcher.to_host_f32(audio.cross.layer(layer)?.0)?;
+                for i in wanted {
+                    let head = heads[i].1;
+                    let mut m = vec![0f32; n * src];
+                    for t in 0..n {
+                        let qv = &q[(t * h + head) * hd..][..hd];
+                        for (j, out) in m[t * src..][..src].iter_mut().enumerate() {
+                            let kv = &k[(j * h + head) * hd..][..hd];
+                            *out = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>() * scale;
+                        }
+                    }
+                    scores[i] = m;
+                }
+                Ok(())
+            },
+        )?;
+        Ok((scores, logits.into_iter().next().unwrap_or_default()))
+    }
+
+    /// [`WhisperModel::decode`], handing each layer's cross-attention queries
+    /// (`[rows, heads, head_dim]`) to `probe`.
+    fn forward(
+        &self,
+        audio: &EncodedAudio,
+        tokens: &[&[u32]],
+        caches: &mut [KvCache],
+        at: &[usize],
+        probe: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+    ) -> Result<Vec<Vec<Vec<f32>>>> {
         let c = &self.config;
         let n = tokens.first().map_or(0, |t| t.len());
         if n == 0 || tokens.iter().any(|t| t.len() != n) || caches.len() != tokens.len() {
@@ -238,6 +298,7 @@ impl WhisperModel {
                 let h = step.layer_norm(&x, &layer.cross_norm, LAYER_NORM_EPS)?;
                 let q = step.linear(&h, &layer.cross_q)?;
                 let q = step.reshape(&q, &[seqs * n, heads, hd])?;
+                probe(i, &q)?;
                 let (k, v) = audio.cross.layer(i)?;
                 let a = step.attend(hd, [&q, k, v], None)?;
                 let a = step.reshape(&a, &[seqs * n, d])?;

@@ -9,6 +9,7 @@
 //! a block gets exactly the features of the whole input.
 
 use super::filters::LogitRules;
+use super::words::{add_word_timestamps, Piece};
 use super::search::{Decoded, Rng, Search, Strategy};
 use super::tokens::TIME_PRECISION;
 use super::{
@@ -119,6 +120,7 @@ pub(super) fn run(
     let mut segments: Vec<Segment> = Vec::new();
     let mut rng = Rng::new(opts.seed);
     let mut total_frames_seen = 0usize;
+    let mut last_speech = 0.0f64;
     'windows: loop {
         let stale = match &block {
             None => true,
@@ -226,7 +228,46 @@ pub(super) fn run(
             pieces.push((time_offset, time_offset + duration, tokens.clone()));
             seek += segment_size;
         }
-        for (start, end, toks) in pieces {
+        let mut pieces: Vec<Piece> = pieces
+            .into_iter()
+            .map(|(start, end, tokens)| Piece {
+                start,
+                end,
+                tokens,
+                words: Vec::new(),
+            })
+            .collect();
+        if opts.word_timestamps {
+            let sot_sequence = sot_sequence(tr, lang, opts)?;
+            last_speech = add_word_timestamps(
+                tr,
+                &audio,
+                &sot_sequence,
+                &mut pieces,
+                window_seek,
+                segment_size,
+                &opts.prepend_punctuations,
+                &opts.append_punctuations,
+                last_speech,
+            )?;
+            if !single_timestamp_ending {
+                let last_end = pieces
+                    .iter()
+                    .rev()
+                    .find_map(|p| p.words.last().map(|w| w.end))
+                    .or_else(|| pieces.last().map(|p| p.end));
+                if let Some(end) = last_end.filter(|&e| e > time_offset) {
+                    seek = (end * super::FRAMES_PER_SECOND as f64).round() as usize;
+                }
+            }
+        }
+        for piece in pieces {
+            let Piece {
+                start,
+                end,
+                tokens: toks,
+                words,
+            } = piece;
             let text = decode_text(tr, &toks)?;
             if start == end || text.trim().is_empty() {
                 continue;
@@ -243,7 +284,7 @@ pub(super) fn run(
                 avg_logprob,
                 compression_ratio,
                 no_speech_prob: decoded.no_speech_prob,
-                words: None,
+                words: opts.word_timestamps.then_some(words),
             };
             let progress = Progress {
                 done: (seek as f64 / super::FRAMES_PER_SECOND as f64),
@@ -336,15 +377,7 @@ fn prompt_for(
         let keep = (max_length / 2).saturating_sub(1);
         prompt.extend_from_slice(&previous[previous.len().saturating_sub(keep)..]);
     }
-    prompt.push(s.sot);
-    if s.multilingual {
-        prompt.push(s.language(language)?);
-        let task = match opts.task {
-            Task::Transcribe => s.transcribe,
-            Task::Translate => s.translate,
-        };
-        prompt.extend(task);
-    }
+    prompt.extend(sot_sequence(tr, language, opts)?);
     if opts.without_timestamps {
         prompt.push(s.no_timestamps);
     }
@@ -359,6 +392,21 @@ fn prompt_for(
         prompt.extend(ids);
     }
     Ok(prompt)
+}
+
+/// `<|startoftranscript|>`, then the language and task for multilingual models.
+fn sot_sequence(tr: &Transcriber, language: &str, opts: &TranscribeOptions) -> Result<Vec<u32>> {
+    let s = &tr.special;
+    let mut seq = vec![s.sot];
+    if s.multilingual {
+        seq.push(s.language(language)?);
+        let task = match opts.task {
+            Task::Transcribe => s.transcribe,
+            Task::Translate => s.translate,
+        };
+        seq.extend(task);
+    }
+    Ok(seq)
 }
 
 /// `len(text) / len(zlib(text))` of the UTF-8 bytes.

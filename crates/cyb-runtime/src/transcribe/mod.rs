@@ -12,6 +12,7 @@ mod options;
 mod output;
 mod search;
 mod tokens;
+mod words;
 
 pub use audio::{audio_error, audio_source, decode_audio_bytes, AudioSource};
 pub use options::{Task, TranscribeOptions};
