@@ -7,6 +7,7 @@ use cyb_tensor::{Error, Result, Tensor};
 
 /// Per decoder layer, the keys and values of the encoder states, each `[source, heads,
 /// head_dim]` (token-major), on the backend that computed them.
+#[derive(Debug)]
 pub struct CrossKv {
     layers: Vec<(Tensor, Tensor)>,
 }

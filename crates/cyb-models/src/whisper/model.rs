@@ -43,6 +43,7 @@ impl std::fmt::Debug for WhisperModel {
 
 /// One window's encoder output: the final states and the cross-attention keys and values of
 /// every decoder layer, computed once and read by every decoder step of the window.
+#[derive(Debug)]
 pub struct EncodedAudio {
     /// `[max_source_positions, d]`.
     pub states: Tensor,
@@ -197,7 +198,8 @@ impl WhisperModel {
             std::slice::from_mut(&mut cache),
             &all,
             &mut |layer, q| {
-                let wanted: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].0 == layer).collect();
+                let wanted: Vec<usize> =
+                    (0..heads.len()).filter(|&i| heads[i].0 == layer).collect();
                 if wanted.is_empty() {
                     return Ok(());
                 }

@@ -9,9 +9,9 @@
 //! a block gets exactly the features of the whole input.
 
 use super::filters::LogitRules;
-use super::words::{add_word_timestamps, Piece};
 use super::search::{Decoded, Rng, Search, Strategy};
 use super::tokens::TIME_PRECISION;
+use super::words::{add_word_timestamps, Piece};
 use super::{
     Progress, Segment, Task, TranscribeOptions, Transcriber, Transcript, HOP, INPUT_STRIDE,
 };

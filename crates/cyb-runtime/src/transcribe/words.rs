@@ -163,7 +163,8 @@ fn find_alignment(
             let row = &logits[sot_len + t];
             let text_logits = &row[..eot.min(row.len())];
             let lp = super::filters::log_softmax(text_logits);
-            lp.get(text[t] as usize).map_or(0.0, |&v| f64::from(v).exp())
+            lp.get(text[t] as usize)
+                .map_or(0.0, |&v| f64::from(v).exp())
         })
         .collect();
     // Per head: crop to the window's frames, softmax over frames, standardize over tokens,
