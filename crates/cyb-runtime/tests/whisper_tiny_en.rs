@@ -1,0 +1,115 @@
+//! The real Whisper tiny.en (CTranslate2, fp16; `tools/fetch_whisper_tiny_en.sh` puts it in
+//! `~/.cache/cyb-llm/whisper-tiny.en-ct2`) on the Piper-spoken test files
+//! (tests/fixtures/whisper/speech) against faster-whisper's transcripts of the same files with
+//! the same options (tests/fixtures/whisper/transcripts.json, made by
+//! tools/fixtures/make_whisper_transcripts.py): greedy and beam 5, no VAD. The text must be
+//! equal, segment times within 0.1 s, and the same for word times with word timestamps.
+//!
+//! Skipped, with a note, when the model is not in the cache.
+
+use cyb_runtime::transcribe::TranscribeOptions;
+use cyb_runtime::{Model, Runtime, RuntimeOptions};
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/whisper")
+}
+
+fn model() -> Option<Model> {
+    let dir = cyb_runtime::cache_dir().join("whisper-tiny.en-ct2");
+    if !dir.join("model.bin").is_file() {
+        eprintln!(
+            "skipped: {} is absent (run tools/fetch_whisper_tiny_en.sh)",
+            dir.display()
+        );
+        return None;
+    }
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    Some(rt.load(&dir).unwrap())
+}
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(fixtures().join("transcripts.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn options(config: &str) -> TranscribeOptions {
+    TranscribeOptions {
+        language: Some("en".into()),
+        beam_size: if config == "greedy" { 1 } else { 5 },
+        word_timestamps: config == "beam5_words",
+        ..TranscribeOptions::default()
+    }
+}
+
+fn check_config(config: &str) {
+    let Some(model) = model() else { return };
+    let reference = reference();
+    let files = reference["files"].as_object().unwrap();
+    let mut failures = Vec::new();
+    for (name, by_config) in files {
+        let want = &by_config[config];
+        if want.is_null() {
+            continue;
+        }
+        let audio = cyb_media::load_16k_mono(&fixtures().join("speech").join(name)).unwrap();
+        let got = model
+            .transcribe(&audio, &options(config), &mut |_, _| true)
+            .unwrap();
+        let want_text = want["text"].as_str().unwrap();
+        if got.text.trim() != want_text.trim() {
+            failures.push(format!("{name}: text\n  got  {:?}\n  want {:?}", got.text.trim(), want_text));
+            continue;
+        }
+        let segs = want["segments"].as_array().unwrap();
+        if segs.len() != got.segments.len() {
+            failures.push(format!("{name}: {} segments, want {}", got.segments.len(), segs.len()));
+            continue;
+        }
+        for (g, w) in got.segments.iter().zip(segs) {
+            let (ws, we) = (w["start"].as_f64().unwrap(), w["end"].as_f64().unwrap());
+            if (g.start - ws).abs() > 0.1 || (g.end - we).abs() > 0.1 {
+                failures.push(format!(
+                    "{name}: segment {} at {}–{}, want {ws}–{we}",
+                    g.id, g.start, g.end
+                ));
+            }
+            if g.text != w["text"].as_str().unwrap() {
+                failures.push(format!("{name}: segment {} text {:?}", g.id, g.text));
+            }
+            if let Some(words) = w["words"].as_array() {
+                let got_words = g.words.as_deref().unwrap_or_default();
+                if got_words.len() != words.len() {
+                    failures.push(format!("{name}: segment {} has {} words, want {}", g.id, got_words.len(), words.len()));
+                    continue;
+                }
+                for (gw, ww) in got_words.iter().zip(words) {
+                    let (ws, we) = (ww["start"].as_f64().unwrap(), ww["end"].as_f64().unwrap());
+                    if gw.word != ww["word"].as_str().unwrap() || (gw.start - ws).abs() > 0.1 || (gw.end - we).abs() > 0.1 {
+                        failures.push(format!(
+                            "{name}: word {:?} {}–{}, want {:?} {ws}–{we}",
+                            gw.word, gw.start, gw.end, ww["word"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{config}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn greedy_equals_faster_whisper() {
+    check_config("greedy");
+}
+
+#[test]
+fn beam_search_equals_faster_whisper() {
+    check_config("beam5");
+}
+
+#[test]
+fn word_timestamps_equal_faster_whisper() {
+    check_config("beam5_words");
+}
