@@ -4,7 +4,8 @@
 //! (tools/fixtures/make_soma_fixture.py) answers exactly like transformers (so the tokenizer,
 //! chat template and weights all came through), `inspect` shows the root that `import` printed,
 //! and a corrupted file is refused naming the tensor. `--keep` rules decide tensor types, bad
-//! ones are refused; an ONNX graph imported into a `.model` runs with bit-identical outputs.
+//! ones are refused; an ONNX graph imported into a `.model` runs with bit-identical outputs; a
+//! CTranslate2 Whisper directory imports under transformers' tensor names.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -106,6 +107,45 @@ fn import_refuses_bad_arguments() {
     assert!(!ok && stderr.contains("not a quantized type"), "{stderr}");
     let (ok, _, stderr) = cyb(&["import", &fixture("nope"), "-o", &out]);
     assert!(!ok && stderr.contains("nope"), "{stderr}");
+}
+
+/// A CTranslate2 Whisper directory (tests/fixtures/ct2, tools/fixtures/make_ct2_fixture.py)
+/// inspects as `ctranslate2` under transformers' names and imports into a `.model` holding the
+/// same tensors: its int8 weights dequantized to F32, the rest float16 as in the source.
+#[test]
+fn ctranslate2_directory_imports_under_transformers_names() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/ct2/int8_float16")
+        .to_string_lossy()
+        .into_owned();
+    let (ok, stdout, stderr) = cyb(&["inspect", "--json", &src]);
+    assert!(ok, "{stderr}");
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(j["format"], "ctranslate2");
+    assert_eq!(j["architecture"], "whisper");
+    let out = scratch("whisper_ct2.model").to_string_lossy().into_owned();
+    let (ok, stdout, stderr) = cyb(&["import", &src, "-o", &out]);
+    assert!(ok, "{stderr}");
+    let root = stdout.split_whitespace().next().unwrap().to_string();
+    let (ok, stdout, stderr) = cyb(&["inspect", "--json", &out]);
+    assert!(ok, "{stderr}");
+    let j: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (j["format"].as_str(), j["root"].as_str()),
+        (Some("model"), Some(&*root))
+    );
+    let (before, after) = (tensor_types(&src), tensor_types(&out));
+    assert_eq!(before, after);
+    assert_eq!(
+        after["model.encoder.layers.1.self_attn.k_proj.weight"],
+        "F32"
+    );
+    assert_eq!(after["model.decoder.embed_tokens.weight"], "F32");
+    assert_eq!(
+        after["model.decoder.layers.0.encoder_attn.v_proj.bias"],
+        "F16"
+    );
+    assert!(!after.contains_key("model.encoder.layers.0.self_attn.k_proj.bias"));
 }
 
 /// `inspect --json`'s tensor name -> dtype.

@@ -312,8 +312,15 @@ impl ModelConfig {
             get(&["num_hidden_layers", "n_layer", "num_layers"]),
             "num_hidden_layers",
         )?;
+        // Encoder-decoder configs (Whisper, BART) name the heads per stack; the encoder's stand
+        // for the model as `num_hidden_layers` does.
         let heads = req(
-            get(&["num_attention_heads", "n_head", "num_heads"]),
+            get(&[
+                "num_attention_heads",
+                "n_head",
+                "num_heads",
+                "encoder_attention_heads",
+            ]),
             "num_attention_heads",
         )?;
         let (num_kv_heads, head_dim) = Dims {
@@ -323,11 +330,18 @@ impl ModelConfig {
             head_dim: as_uint(get(&["head_dim"]))?,
         }
         .resolve()?;
-        let intermediate_size = as_uint(get(&["intermediate_size", "n_inner", "ffn_dim"]))?;
+        let intermediate_size = as_uint(get(&[
+            "intermediate_size",
+            "n_inner",
+            "ffn_dim",
+            "encoder_ffn_dim",
+        ]))?;
+        // Whisper's decoder context is `max_target_positions`.
         let max_position = as_uint(get(&[
             "max_position_embeddings",
             "n_positions",
             "max_seq_len",
+            "max_target_positions",
         ]))?;
         // transformers 5 moved rope_theta and the scaling into `rope_parameters`.
         let rope_params = get(&["rope_parameters"]).map(|(_, v)| v.clone());

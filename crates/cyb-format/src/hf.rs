@@ -3,6 +3,10 @@
 //! tokenizer / generation files beside them.
 //!
 //! Every shard is mapped once; tensors borrow the shard mapping in place.
+//!
+//! A CTranslate2 Whisper directory (`model.bin`, see [`crate::ctranslate2`]) opens as the
+//! Hugging Face Whisper model it was converted from: the same type, its tensors read from
+//! `model.bin` under transformers' names.
 
 use crate::cursor::format_error;
 use crate::safetensors::{SafetensorsFile, SafetensorsTensorInfo};
@@ -33,6 +37,8 @@ pub struct HfModel {
     pub generation_config: Option<Value>,
     /// Set when the directory was read out of a `.model` container.
     container: Option<std::sync::Arc<crate::model_container::ContainerInfo>>,
+    /// Set for a CTranslate2 directory: the weights come from its `model.bin`, not `shards`.
+    ct2: Option<Box<crate::ctranslate2::WhisperWeights>>,
 }
 
 /// Reads and parses a JSON file, naming the file on failure.
@@ -54,9 +60,10 @@ pub(crate) fn read_json(path: &Path) -> Result<Value> {
     })
 }
 
-/// True when `dir` is a directory holding `config.json`.
+/// True when `dir` is a directory holding `config.json`, or a CTranslate2 directory (which
+/// [`HfModel::open`] reads as the Hugging Face model it was converted from).
 pub fn is_hf_dir(dir: &Path) -> bool {
-    dir.is_dir() && dir.join(CONFIG).is_file()
+    dir.is_dir() && (dir.join(CONFIG).is_file() || crate::ctranslate2::is_ct2_dir(dir))
 }
 
 fn optional(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -65,9 +72,12 @@ fn optional(dir: &Path, name: &str) -> Option<PathBuf> {
 }
 
 impl HfModel {
-    /// Opens the model directory `dir`.
+    /// Opens the model directory `dir` (a CTranslate2 one through [`crate::ctranslate2::open`]).
     pub fn open(dir: impl AsRef<Path>) -> Result<HfModel> {
         let dir = dir.as_ref().to_path_buf();
+        if crate::ctranslate2::is_ct2_dir(&dir) {
+            return crate::ctranslate2::open(&dir);
+        }
         let config_path = dir.join(CONFIG);
         let config = read_json(&config_path)?;
         if !config.is_object() {
@@ -106,6 +116,7 @@ impl HfModel {
             order,
             by_name,
             container: None,
+            ct2: None,
         })
     }
 
@@ -132,7 +143,34 @@ impl HfModel {
             tokenizer_config,
             generation_config,
             container: None,
+            ct2: None,
         })
+    }
+
+    /// A CTranslate2 Whisper directory: `config` stands for config.json, `weights` are
+    /// `model.bin` under transformers' names.
+    pub(crate) fn from_ctranslate2(
+        dir: PathBuf,
+        config: Value,
+        weights: crate::ctranslate2::WhisperWeights,
+        tokenizer_json: Option<PathBuf>,
+        tokenizer_config: Option<Value>,
+        generation_config: Option<Value>,
+    ) -> HfModel {
+        HfModel {
+            dir,
+            config,
+            shards: Vec::new(),
+            order: Vec::new(),
+            by_name: HashMap::new(),
+            tokenizer_json,
+            tokenizer_config_json: None,
+            generation_config_json: None,
+            tokenizer_config,
+            generation_config,
+            container: None,
+            ct2: Some(Box::new(weights)),
+        }
     }
 
     /// A Hugging Face model whose files come from a `.model` container: one shard over the
@@ -167,6 +205,7 @@ impl HfModel {
             tokenizer_config: files.tokenizer_config,
             generation_config: files.generation_config,
             container: Some(container),
+            ct2: None,
         }
     }
 
@@ -184,25 +223,48 @@ impl HfModel {
         &self.config
     }
 
-    /// The safetensors files, each mapped once.
+    /// The safetensors files, each mapped once (none for a CTranslate2 directory).
     pub fn shards(&self) -> &[SafetensorsFile] {
         &self.shards
     }
 
-    /// Every tensor with the shard it lives in, shard by shard in data order.
+    /// The parsed `model.bin` of a CTranslate2 directory.
+    pub fn ctranslate2(&self) -> Option<&crate::ctranslate2::Ct2File> {
+        self.ct2.as_ref().map(|w| w.file())
+    }
+
+    /// Every tensor with the file it lives in: shard by shard in data order, or a CTranslate2
+    /// directory's tensors (`file_offset` is where the tensor's values start in `model.bin`).
     pub fn tensor_infos(&self) -> impl Iterator<Item = (&SafetensorsTensorInfo, &Path)> + '_ {
-        self.order.iter().filter_map(|(_, s, i)| {
+        let shards = self.order.iter().filter_map(|(_, s, i)| {
             let shard = self.shards.get(*s)?;
             Some((shard.tensor_infos().get(*i)?, shard.path()))
-        })
+        });
+        let ct2 = self
+            .ct2
+            .iter()
+            .flat_map(|w| w.infos().iter().map(move |t| (t, w.file().path())));
+        shards.chain(ct2)
     }
 
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
+        self.by_name.contains_key(name) || self.ct2.as_ref().is_some_and(|w| w.has_tensor(name))
     }
 
-    /// The tensor `name`, zero-copy from its shard.
+    /// True when the tensor's listed bytes (`file_offset`, `byte_len`) are the tensor itself;
+    /// false for one computed when read (a CTranslate2 int8 weight dequantized to F32).
+    pub fn tensor_in_place(&self, name: &str) -> bool {
+        match &self.ct2 {
+            Some(w) => w.in_place(name),
+            None => self.by_name.contains_key(name),
+        }
+    }
+
+    /// The tensor `name`, zero-copy from its shard (or read from a CTranslate2 `model.bin`).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
+        if let Some(w) = &self.ct2 {
+            return w.tensor(name, &self.dir);
+        }
         let shard = self
             .by_name
             .get(name)

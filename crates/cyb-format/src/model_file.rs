@@ -10,6 +10,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A model file or directory, opened.
+// One per loaded model, so the size gap between the variants costs nothing worth a box (which
+// every `match` across the workspace would then have to see through).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ModelFile {
     Gguf(GgufFile),
@@ -29,11 +32,17 @@ pub struct TensorEntry {
     /// Absolute byte offset in `file`.
     pub offset: u64,
     pub file: PathBuf,
+    /// True when bytes `offset..offset + byte_len` of `file` are the tensor. False for one
+    /// computed when read (a CTranslate2 int8 weight dequantized to F32): `offset` is then where
+    /// its source values start; read it with [`ModelFile::tensor`].
+    pub in_place: bool,
 }
 
 /// Opens a `.model` or GGUF file (recognized by their magic), a Hugging Face model directory (a
 /// directory with `config.json`; a `config.json` or `*.safetensors` path inside one opens the
-/// directory) or a soma directory (with `config.toml`, see [`crate::soma`]).
+/// directory), a CTranslate2 Whisper directory (`model.bin` without safetensors, opened as the
+/// Hugging Face model it was converted from, see [`crate::ctranslate2`]; its `model.bin` path
+/// opens the directory too) or a soma directory (with `config.toml`, see [`crate::soma`]).
 pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     let path = path.as_ref();
     let io = |source| Error::Io {
@@ -50,8 +59,8 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
         }
         return Err(unrecognized(
             path,
-            "a directory without config.json or config.toml (expected a Hugging Face or soma \
-             model directory)",
+            "a directory without config.json, config.toml or model.bin (expected a Hugging Face, \
+             CTranslate2 or soma model directory)",
         ));
     }
     let mut magic = [0u8; 10];
@@ -65,7 +74,10 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
         return GgufFile::open(path).map(ModelFile::Gguf);
     }
     let is_hf_member = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n == "config.json" || n.ends_with(".safetensors") || n.ends_with(".safetensors.index.json")
+        n == "config.json"
+            || n == crate::ctranslate2::MODEL_BIN
+            || n.ends_with(".safetensors")
+            || n.ends_with(".safetensors.index.json")
     });
     if let Some(dir) = path.parent().filter(|d| is_hf_member && hf::is_hf_dir(d)) {
         return HfModel::open(dir).map(ModelFile::HuggingFace);
@@ -74,7 +86,8 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
         path,
         &format!(
             "a file starting with {:02x?}, not a .model file, a GGUF file (magic \"GGUF\") nor \
-             part of a Hugging Face model directory (config.json + safetensors)",
+             part of a Hugging Face model directory (config.json + safetensors) or a \
+             CTranslate2 one (model.bin)",
             magic.get(..4.min(n)).unwrap_or_default()
         ),
     ))
@@ -104,25 +117,36 @@ impl ModelFile {
         self.container().map_or(Ok(()), |c| c.verify())
     }
 
-    /// `"model"` for a `.model` container, else `"gguf"` or `"huggingface"`.
+    /// `"model"` for a `.model` container, else `"gguf"`, `"huggingface"` or `"ctranslate2"`
+    /// (a CTranslate2 directory, presented as a Hugging Face one).
     pub fn format_name(&self) -> &'static str {
         if self.container().is_some() {
             return "model";
         }
         match self {
             ModelFile::Gguf(_) => "gguf",
+            ModelFile::HuggingFace(h) if h.ctranslate2().is_some() => "ctranslate2",
             ModelFile::HuggingFace(_) => "huggingface",
         }
     }
 
-    /// `"v3"` for GGUF; `"safetensors, N shard(s)"` for a Hugging Face directory.
+    /// `"v3"` for GGUF; `"safetensors, N shard(s)"` for a Hugging Face directory;
+    /// `"model.bin v6, WhisperSpec revision 3"` for a CTranslate2 one.
     pub fn format_version(&self) -> String {
         if let Some(c) = self.container() {
             return format!("v{}, from {}", c.version, c.source);
         }
         match self {
             ModelFile::Gguf(g) => format!("v{}", g.version()),
-            ModelFile::HuggingFace(h) => format!("safetensors, {} shard(s)", h.shards().len()),
+            ModelFile::HuggingFace(h) => match h.ctranslate2() {
+                Some(c) => format!(
+                    "model.bin v{}, {} revision {}",
+                    c.binary_version(),
+                    c.spec(),
+                    c.spec_revision()
+                ),
+                None => format!("safetensors, {} shard(s)", h.shards().len()),
+            },
         }
     }
 
@@ -135,7 +159,9 @@ impl ModelFile {
     }
 
     /// Metadata in file order as JSON values: GGUF key/values; for a Hugging Face directory the
-    /// config.json fields, then `safetensors.<key>` header strings.
+    /// config.json fields, then `safetensors.<key>` header strings; for a CTranslate2 directory
+    /// the config.json it stands for, then `ctranslate2.<key>`: the binary version, spec and
+    /// revision, and every setting (rank-0 variable) under its name.
     pub fn metadata(&self) -> Vec<(String, Value)> {
         match self {
             ModelFile::Gguf(g) => g
@@ -154,6 +180,22 @@ impl ModelFile {
                         .into_iter()
                         .map(|(k, v)| (format!("safetensors.{k}"), Value::String(v))),
                 );
+                if let Some(c) = h.ctranslate2() {
+                    m.push((
+                        "ctranslate2.binary_version".into(),
+                        c.binary_version().into(),
+                    ));
+                    m.push(("ctranslate2.spec".into(), c.spec().into()));
+                    m.push(("ctranslate2.spec_revision".into(), c.spec_revision().into()));
+                    m.extend(
+                        c.variables()
+                            .iter()
+                            .filter(|v| v.is_scalar())
+                            .filter_map(|v| {
+                                Some((format!("ctranslate2.{}", v.name), c.scalar(&v.name)?))
+                            }),
+                    );
+                }
                 m
             }
         }
@@ -173,6 +215,7 @@ impl ModelFile {
                     byte_len: t.byte_len,
                     offset: t.file_offset as u64,
                     file: g.path().to_path_buf(),
+                    in_place: true,
                 })
                 .collect(),
             ModelFile::HuggingFace(h) => h
@@ -185,6 +228,7 @@ impl ModelFile {
                     byte_len: t.byte_len,
                     offset: t.file_offset as u64,
                     file: file.to_path_buf(),
+                    in_place: h.tensor_in_place(&t.name),
                 })
                 .collect(),
         }

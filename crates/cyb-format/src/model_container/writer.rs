@@ -1,5 +1,6 @@
-//! Writes a `.model` container from an opened GGUF model or Hugging Face directory, or from a
-//! graph (the `~~~graph` section plus its large constants as tensors).
+//! Writes a `.model` container from an opened GGUF model or Hugging Face directory (including
+//! those read from soma and CTranslate2 directories), or from a graph (the `~~~graph` section
+//! plus its large constants as tensors).
 
 use super::header::{self, IndexEntry, ALIGN, END, MAGIC, VERSION};
 use super::meta_toml;
@@ -416,7 +417,8 @@ fn stream<W: Write + Seek>(
     Ok(*blake3::hash(&head).as_bytes())
 }
 
-/// A tensor's bytes as stored: converted to `to` when the plan says so, else as they are.
+/// A tensor's bytes as stored: converted to `to` when the plan says so, else as they are (read
+/// from the mapping, or for a tensor computed when read, from [`ModelFile::tensor`]).
 fn tensor_bytes<'m>(
     src: &ModelFile,
     t: &crate::model_file::TensorEntry,
@@ -444,6 +446,16 @@ fn tensor_bytes<'m>(
             c.host_bytes().unwrap_or_default().to_vec()
         };
         return Ok(Cow::Owned(out));
+    }
+    if !t.in_place {
+        let tensor = src.tensor(&t.name)?;
+        let data = tensor.host_bytes().ok_or_else(|| {
+            Error::invalid(
+                "import",
+                format!("tensor {:?} is not in host memory", t.name),
+            )
+        })?;
+        return Ok(Cow::Owned(data.to_vec()));
     }
     let bytes: &[u8] = maps.get(&t.file).map_or(&[], |m| (**m).as_ref());
     let start = usize::try_from(t.offset).unwrap_or(usize::MAX);
@@ -521,6 +533,10 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
             if h.container().is_none() && crate::soma::is_soma_dir(h.dir()) {
                 // Provenance only: a soma directory is stored as the HF model it describes.
                 cfg.insert("imported_from".into(), "soma".into());
+            }
+            if h.container().is_none() && h.ctranslate2().is_some() {
+                // Likewise a CTranslate2 directory: its tensors under transformers' names.
+                cfg.insert("imported_from".into(), "ctranslate2".into());
             }
             cfg.insert("config_json".into(), js(h.config_json())?.into());
             if let Some(tc) = &h.tokenizer_config {
