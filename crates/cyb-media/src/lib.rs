@@ -10,7 +10,7 @@ pub mod audio;
 pub mod mel;
 
 pub use audio::{
-    bytes_16k_mono, decode_bytes, decode_file, load_16k_mono, open_stream, resample,
-    stream_reader, to_mono, Audio, AudioError, AudioStream, RawPcm, WHISPER_SAMPLE_RATE,
+    bytes_16k_mono, decode_bytes, decode_file, load_16k_mono, open_stream, resample, stream_reader,
+    to_mono, Audio, AudioError, AudioStream, RawPcm, WHISPER_SAMPLE_RATE,
 };
 pub use mel::LogMel;

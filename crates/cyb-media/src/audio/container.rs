@@ -56,7 +56,10 @@ impl ContainerDecoder {
             hint.with_extension(&ext);
         }
         let stream = MediaSourceStream::new(source, MediaSourceStreamOptions::default());
-        let format_opts = FormatOptions { enable_gapless: true, ..Default::default() };
+        let format_opts = FormatOptions {
+            enable_gapless: true,
+            ..Default::default()
+        };
         let probed = shielded(file, || {
             symphonia::default::get_probe().format(
                 &hint,
@@ -173,7 +176,11 @@ impl ContainerDecoder {
                     let frames = buf.frames();
                     let capacity = buf.capacity() as u64;
                     let samples = match self.samples.take() {
-                        Some(s) if s.capacity() as u64 >= capacity * spec.channels.count() as u64 => s,
+                        Some(s)
+                            if s.capacity() as u64 >= capacity * spec.channels.count() as u64 =>
+                        {
+                            s
+                        }
                         _ => SampleBuffer::<f32>::new(capacity, spec),
                     };
                     let mut samples = samples;
@@ -272,7 +279,10 @@ fn shielded<T>(file: &str, f: impl FnOnce() -> T) -> Result<T, AudioError> {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "panic without a message".to_string());
-        AudioError::DecoderPanic { file: file.to_string(), reason }
+        AudioError::DecoderPanic {
+            file: file.to_string(),
+            reason,
+        }
     })
 }
 
@@ -280,13 +290,20 @@ fn from_symphonia(file: &str, doing: &str, e: SymError) -> AudioError {
     let file = file.to_string();
     match e {
         SymError::IoError(source) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
-            AudioError::Malformed { file, reason: format!("{doing}: the input ends too early") }
+            AudioError::Malformed {
+                file,
+                reason: format!("{doing}: the input ends too early"),
+            }
         }
         SymError::IoError(source) => AudioError::Io { file, source },
-        SymError::Unsupported(what) => {
-            AudioError::Unsupported { file, reason: format!("{doing}: {what}") }
-        }
-        other => AudioError::Malformed { file, reason: format!("{doing}: {other}") },
+        SymError::Unsupported(what) => AudioError::Unsupported {
+            file,
+            reason: format!("{doing}: {what}"),
+        },
+        other => AudioError::Malformed {
+            file,
+            reason: format!("{doing}: {other}"),
+        },
     }
 }
 

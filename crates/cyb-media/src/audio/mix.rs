@@ -11,7 +11,11 @@ pub fn mix_to_mono(interleaved: &[f32], channels: usize, out: &mut Vec<f32>) {
         2 => out.extend(interleaved.chunks_exact(2).map(|f| (f[0] + f[1]) * 0.5)),
         c => {
             let scale = c as f32;
-            out.extend(interleaved.chunks_exact(c).map(|f| f.iter().sum::<f32>() / scale))
+            out.extend(
+                interleaved
+                    .chunks_exact(c)
+                    .map(|f| f.iter().sum::<f32>() / scale),
+            )
         }
     }
 }

@@ -65,7 +65,10 @@ impl Audio {
 pub fn decode_file(path: &Path) -> Result<Audio, AudioError> {
     let name = path.display().to_string();
     let file = open_checked(path, &name)?;
-    decode_all(ContainerDecoder::open(Box::new(file), Some(&name), &name)?, &name)
+    decode_all(
+        ContainerDecoder::open(Box::new(file), Some(&name), &name)?,
+        &name,
+    )
 }
 
 /// [`decode_file`] for bytes in memory (an upload); `name_hint` (a file name) helps the probe
@@ -73,7 +76,10 @@ pub fn decode_file(path: &Path) -> Result<Audio, AudioError> {
 pub fn decode_bytes(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Audio, AudioError> {
     let name = name_hint.unwrap_or("<bytes>");
     let cursor = checked_cursor(bytes, name_hint)?;
-    decode_all(ContainerDecoder::open(Box::new(cursor), name_hint, name)?, name)
+    decode_all(
+        ContainerDecoder::open(Box::new(cursor), name_hint, name)?,
+        name,
+    )
 }
 
 /// The mean of the channels of each frame; see [`mix_to_mono`].
@@ -91,7 +97,10 @@ pub fn load_16k_mono(path: &Path) -> Result<Vec<f32>, AudioError> {
 
 /// [`load_16k_mono`] for bytes in memory (an upload).
 pub fn bytes_16k_mono(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Vec<f32>, AudioError> {
-    collect(stream_bytes(bytes, name_hint)?, name_hint.unwrap_or("<bytes>"))
+    collect(
+        stream_bytes(bytes, name_hint)?,
+        name_hint.unwrap_or("<bytes>"),
+    )
 }
 
 fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {
@@ -99,7 +108,10 @@ fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {
     for chunk in stream {
         let chunk = chunk?;
         if out.len() + chunk.len() > MAX_DECODED_SAMPLES {
-            return Err(AudioError::TooLong { file: name.to_string(), limit: MAX_DECODED_SAMPLES });
+            return Err(AudioError::TooLong {
+                file: name.to_string(),
+                limit: MAX_DECODED_SAMPLES,
+            });
         }
         out.extend_from_slice(&chunk);
     }
@@ -110,12 +122,19 @@ fn decode_all(mut decoder: ContainerDecoder, name: &str) -> Result<Audio, AudioE
     let mut samples = Vec::new();
     while let Some((frames, _, _)) = decoder.next_frames()? {
         if samples.len() + frames.len() > MAX_DECODED_SAMPLES {
-            return Err(AudioError::TooLong { file: name.to_string(), limit: MAX_DECODED_SAMPLES });
+            return Err(AudioError::TooLong {
+                file: name.to_string(),
+                limit: MAX_DECODED_SAMPLES,
+            });
         }
         samples.extend_from_slice(frames);
     }
     match (decoder.sample_rate(), decoder.channels()) {
-        (Some(sample_rate), Some(channels)) => Ok(Audio { samples, sample_rate, channels }),
+        (Some(sample_rate), Some(channels)) => Ok(Audio {
+            samples,
+            sample_rate,
+            channels,
+        }),
         _ => Err(AudioError::Malformed {
             file: name.to_string(),
             reason: "no audio decoded and no sample rate or channel count given".to_string(),

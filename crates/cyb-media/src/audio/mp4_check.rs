@@ -24,12 +24,18 @@ const MAX_STARTS: usize = 32;
 /// Checks `r` (read from its start) as described in the module doc. Inputs with no `ftyp`
 /// pass untouched.
 pub(crate) fn check_mp4_tables<R: Read + Seek>(r: &mut R, file: &str) -> Result<(), AudioError> {
-    let io = |source: io::Error| AudioError::Io { file: file.to_string(), source };
+    let io = |source: io::Error| AudioError::Io {
+        file: file.to_string(),
+        source,
+    };
     let len = r.seek(SeekFrom::End(0)).map_err(io)?;
     let skip = id3v2_len(r).map_err(io)?;
     r.seek(SeekFrom::Start(skip)).map_err(io)?;
     let mut window = Vec::new();
-    r.by_ref().take(PROBE_WINDOW + 16).read_to_end(&mut window).map_err(io)?;
+    r.by_ref()
+        .take(PROBE_WINDOW + 16)
+        .read_to_end(&mut window)
+        .map_err(io)?;
     let starts = window
         .windows(4)
         .enumerate()
@@ -58,7 +64,9 @@ fn id3v2_len<R: Read + Seek>(r: &mut R) -> io::Result<u64> {
     if &h[..3] != b"ID3" {
         return Ok(0);
     }
-    let size = h[6..10].iter().fold(0u64, |acc, b| (acc << 7) | u64::from(b & 0x7f));
+    let size = h[6..10]
+        .iter()
+        .fold(0u64, |acc, b| (acc << 7) | u64::from(b & 0x7f));
     let footer = if h[5] & 0x10 != 0 { 10 } else { 0 };
     Ok(10 + size + footer)
 }
@@ -71,7 +79,10 @@ fn walk<R: Read + Seek>(
     depth: u32,
     file: &str,
 ) -> Result<(), AudioError> {
-    let io = |source: io::Error| AudioError::Io { file: file.to_string(), source };
+    let io = |source: io::Error| AudioError::Io {
+        file: file.to_string(),
+        source,
+    };
     let mut pos = start;
     while end.saturating_sub(pos) >= 8 {
         r.seek(SeekFrom::Start(pos)).map_err(io)?;
@@ -85,7 +96,8 @@ fn walk<R: Read + Seek>(
         let (header, size) = match size32 {
             0 => (8, end - pos),
             1 if got == 16 => {
-                let large = u64::from_be_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+                let large =
+                    u64::from_be_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
                 (16, large)
             }
             // Sizes below the header are symphonia's to reject; stop walking this level.
@@ -130,14 +142,22 @@ fn check_table<R: Read + Seek>(
     file: &str,
 ) -> Result<(), AudioError> {
     let name = String::from_utf8_lossy(kind).into_owned();
-    let malformed = |reason: String| AudioError::Malformed { file: file.to_string(), reason };
-    let io = |source: io::Error| AudioError::Io { file: file.to_string(), source };
+    let malformed = |reason: String| AudioError::Malformed {
+        file: file.to_string(),
+        reason,
+    };
+    let io = |source: io::Error| AudioError::Io {
+        file: file.to_string(),
+        source,
+    };
     let available = body.end - body.start;
     r.seek(SeekFrom::Start(body.start)).map_err(io)?;
     let mut head = [0u8; 12];
     let want = usize::try_from(count_end).unwrap_or(12).min(12);
     if available < count_end || read_up_to(r, &mut head[..want]).map_err(io)? < want {
-        return Err(malformed(format!("MP4 {name} atom too short for its header")));
+        return Err(malformed(format!(
+            "MP4 {name} atom too short for its header"
+        )));
     }
     let u32_at = |i: usize| u32::from_be_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
     if fixed_size_at != 0 && u32_at(fixed_size_at as usize) != 0 {
@@ -203,7 +223,9 @@ mod tests {
             let ok = mp4_with(atom(kind, &table(3, 3, entry)));
             check_mp4_tables(&mut Cursor::new(ok), "<t>").unwrap();
             let bad = mp4_with(atom(kind, &table(u32::MAX, 3, entry)));
-            let err = check_mp4_tables(&mut Cursor::new(bad), "<t>").unwrap_err().to_string();
+            let err = check_mp4_tables(&mut Cursor::new(bad), "<t>")
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(std::str::from_utf8(kind).unwrap()), "{err}");
         }
     }

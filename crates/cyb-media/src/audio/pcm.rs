@@ -98,10 +98,19 @@ impl PcmReader {
                 reason: "RF64 (64-bit WAV) is not read from a stream".to_string(),
             });
         }
-        let raw = raw.unwrap_or(RawPcm { sample_rate: 16_000, channels: 1 });
+        let raw = raw.unwrap_or(RawPcm {
+            sample_rate: 16_000,
+            channels: 1,
+        });
         check_sample_rate(file, raw.sample_rate)?;
         check_channels(file, raw.channels)?;
-        let mut pcm = PcmReader::new(file, reader, SampleFormat::S16, raw.channels, raw.sample_rate);
+        let mut pcm = PcmReader::new(
+            file,
+            reader,
+            SampleFormat::S16,
+            raw.channels,
+            raw.sample_rate,
+        );
         let sniffed = magic.get(..got).unwrap_or(&[]);
         pcm.bytes[..sniffed.len()].copy_from_slice(sniffed);
         pcm.held = sniffed.len();
@@ -147,7 +156,9 @@ impl PcmReader {
         }
         let mut want = self.bytes.len();
         if let Some(left) = self.remaining {
-            let limit = u64::try_from(self.held).unwrap_or(u64::MAX).saturating_add(left);
+            let limit = u64::try_from(self.held)
+                .unwrap_or(u64::MAX)
+                .saturating_add(left);
             want = want.min(usize::try_from(limit).unwrap_or(usize::MAX));
         }
         let target = self.bytes.get_mut(self.held..want).unwrap_or(&mut []);
@@ -163,7 +174,11 @@ impl PcmReader {
         }
         self.frames.clear();
         let format = self.format;
-        self.frames.extend(self.bytes[..whole].chunks_exact(format.bytes()).map(|b| format.decode(b)));
+        self.frames.extend(
+            self.bytes[..whole]
+                .chunks_exact(format.bytes())
+                .map(|b| format.decode(b)),
+        );
         self.bytes.copy_within(whole..filled, 0);
         self.held = filled - whole;
         if self.frames.is_empty() {
@@ -216,12 +231,17 @@ fn read_wav_header(r: &mut dyn Read, file: &str) -> Result<WavHeader, AudioError
                 let (format, channels, rate) = fmt.ok_or_else(|| malformed("data before fmt"))?;
                 // Writers that stream cannot know the size and leave 0 or all ones.
                 let data_len = (size != 0 && size != u32::MAX).then_some(u64::from(size));
-                return Ok(WavHeader { format, channels, rate, data_len });
+                return Ok(WavHeader {
+                    format,
+                    channels,
+                    rate,
+                    data_len,
+                });
             }
             _ => {
                 let skip = u64::from(size) + u64::from(size & 1);
-                let skipped = io::copy(&mut r.take(skip), &mut io::sink())
-                    .map_err(|e| io_err(file, e))?;
+                let skipped =
+                    io::copy(&mut r.take(skip), &mut io::sink()).map_err(|e| io_err(file, e))?;
                 if skipped < skip {
                     return Err(malformed("no data chunk"));
                 }
@@ -233,7 +253,10 @@ fn read_wav_header(r: &mut dyn Read, file: &str) -> Result<WavHeader, AudioError
 /// The sample format, channel count and rate a `fmt ` chunk describes.
 fn parse_fmt(b: &[u8], file: &str) -> Result<(SampleFormat, usize, u32), AudioError> {
     let u16_at = |i: usize| b.get(i..i + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
-    let u32_at = |i: usize| b.get(i..i + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+    let u32_at = |i: usize| {
+        b.get(i..i + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    };
     let short = || AudioError::Malformed {
         file: file.to_string(),
         reason: "WAV: the fmt chunk is too short".to_string(),
@@ -295,7 +318,10 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 fn io_err(file: &str, source: io::Error) -> AudioError {
-    AudioError::Io { file: file.to_string(), source }
+    AudioError::Io {
+        file: file.to_string(),
+        source,
+    }
 }
 
 #[cfg(test)]
@@ -337,7 +363,12 @@ mod tests {
             (1, 24, &[0x00, 0x00, 0x80, 0xff, 0xff, 0x7f], -1.0),
             (1, 32, &[0, 0, 0, 0x80, 0xff, 0xff, 0xff, 0x7f], -1.0),
             (3, 32, &[0, 0, 0x80, 0xbf, 0, 0, 0x80, 0x3f], -1.0),
-            (3, 64, &[0, 0, 0, 0, 0, 0, 0xf0, 0xbf, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f], -1.0),
+            (
+                3,
+                64,
+                &[0, 0, 0, 0, 0, 0, 0xf0, 0xbf, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f],
+                -1.0,
+            ),
         ];
         for (tag, bits, data, first) in cases {
             let mut bytes = wav_header(tag, 1, 8000, bits, data.len() as u32);
@@ -358,21 +389,44 @@ mod tests {
         for len in [0, u32::MAX] {
             let mut open_ended = wav_header(1, 1, 16_000, 16, len);
             open_ended.extend_from_slice(&samples);
-            assert_eq!(read_all(open_ended, None).unwrap().0.len(), 10, "declared {len:#x}");
+            assert_eq!(
+                read_all(open_ended, None).unwrap().0.len(),
+                10,
+                "declared {len:#x}"
+            );
         }
     }
 
     #[test]
     fn raw_pcm_keeps_the_sniffed_bytes_and_drops_a_partial_frame() {
-        let bytes: Vec<u8> = [1i16, -2, 3, -4, 5].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes: Vec<u8> = [1i16, -2, 3, -4, 5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let mut odd = bytes.clone();
         odd.push(7);
-        let (s, rate, ch) =
-            read_all(odd, Some(RawPcm { sample_rate: 8000, channels: 1 })).unwrap();
+        let (s, rate, ch) = read_all(
+            odd,
+            Some(RawPcm {
+                sample_rate: 8000,
+                channels: 1,
+            }),
+        )
+        .unwrap();
         assert_eq!((rate, ch), (8000, 1));
-        let want: Vec<f32> = [1.0f32, -2.0, 3.0, -4.0, 5.0].iter().map(|v| v / 32768.0).collect();
+        let want: Vec<f32> = [1.0f32, -2.0, 3.0, -4.0, 5.0]
+            .iter()
+            .map(|v| v / 32768.0)
+            .collect();
         assert_eq!(s, want);
-        let (s, _, ch) = read_all(bytes, Some(RawPcm { sample_rate: 8000, channels: 2 })).unwrap();
+        let (s, _, ch) = read_all(
+            bytes,
+            Some(RawPcm {
+                sample_rate: 8000,
+                channels: 2,
+            }),
+        )
+        .unwrap();
         assert_eq!((ch, s.len()), (2, 4));
         assert_eq!(read_all(vec![1, 2, 3], None).unwrap().0.len(), 1);
         assert_eq!(read_all(Vec::new(), None).unwrap().0.len(), 0);
@@ -386,7 +440,10 @@ mod tests {
             ("ADPCM", wav_header(0x11, 1, 16_000, 16, 0)),
             ("12-bit", wav_header(1, 1, 16_000, 12, 0)),
             ("truncated", wav_header(1, 1, 16_000, 16, 0)[..30].to_vec()),
-            ("no data chunk", wav_header(1, 1, 16_000, 16, 0)[..36].to_vec()),
+            (
+                "no data chunk",
+                wav_header(1, 1, 16_000, 16, 0)[..36].to_vec(),
+            ),
             ("not WAVE", b"RIFF\0\0\0\0AVI LIST".to_vec()),
         ];
         for (what, bytes) in cases {
@@ -398,7 +455,10 @@ mod tests {
         }
         let mut huge_fmt = wav_header(1, 1, 16_000, 16, 0);
         huge_fmt[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(read_all(huge_fmt, None).unwrap_err().to_string().contains("fmt chunk"));
+        assert!(read_all(huge_fmt, None)
+            .unwrap_err()
+            .to_string()
+            .contains("fmt chunk"));
     }
 
     #[test]

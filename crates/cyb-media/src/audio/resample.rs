@@ -153,9 +153,16 @@ impl StreamResampler {
         } else {
             sinc.process_into_buffer(&input[..], &mut self.out_block, None)
         };
-        let (_, written) =
-            result.map_err(|e| AudioError::Resample { from, to, reason: e.to_string() })?;
-        let block = self.out_block.first().map(|b| &b[..written.min(b.len())]).unwrap_or(&[]);
+        let (_, written) = result.map_err(|e| AudioError::Resample {
+            from,
+            to,
+            reason: e.to_string(),
+        })?;
+        let block = self
+            .out_block
+            .first()
+            .map(|b| &b[..written.min(b.len())])
+            .unwrap_or(&[]);
         let dropped = self.skip.min(block.len());
         self.skip -= dropped;
         out.extend_from_slice(&block[dropped..]);
@@ -183,14 +190,20 @@ mod tests {
             let x = vec![0.25f32; n];
             for (from, to) in [(44_100, 16_000), (8_000, 16_000), (16_000, 16_000)] {
                 let y = resample(&x, from, to).unwrap();
-                assert_eq!(y.len() as u64, output_len(n as u64, from, to), "{n} {from}->{to}");
+                assert_eq!(
+                    y.len() as u64,
+                    output_len(n as u64, from, to),
+                    "{n} {from}->{to}"
+                );
             }
         }
     }
 
     #[test]
     fn streaming_in_odd_blocks_equals_one_call() {
-        let x: Vec<f32> = (0..20_000).map(|i| ((i as f32) * 0.0123).sin() * 0.5).collect();
+        let x: Vec<f32> = (0..20_000)
+            .map(|i| ((i as f32) * 0.0123).sin() * 0.5)
+            .collect();
         let whole = resample(&x, 48_000, 16_000).unwrap();
         let mut r = StreamResampler::new(48_000, 16_000).unwrap();
         let mut pieces = Vec::new();

@@ -78,10 +78,16 @@ pub(crate) fn stream_bytes(
 
 /// Opens a file for symphonia after the checks symphonia itself lacks.
 pub(crate) fn open_checked(path: &Path, name: &str) -> Result<File, AudioError> {
-    let io = |source| AudioError::Io { file: name.to_string(), source };
+    let io = |source| AudioError::Io {
+        file: name.to_string(),
+        source,
+    };
     let file = File::open(path).map_err(io)?;
     if file.metadata().map_err(io)?.len() == 0 {
-        return Err(AudioError::Malformed { file: name.to_string(), reason: "empty file".into() });
+        return Err(AudioError::Malformed {
+            file: name.to_string(),
+            reason: "empty file".into(),
+        });
     }
     let mut buffered = BufReader::new(file);
     check_mp4_tables(&mut buffered, name)?;
@@ -95,7 +101,10 @@ pub(crate) fn checked_cursor(
 ) -> Result<std::io::Cursor<Vec<u8>>, AudioError> {
     let name = name_hint.unwrap_or("<bytes>");
     if bytes.is_empty() {
-        return Err(AudioError::Malformed { file: name.to_string(), reason: "empty input".into() });
+        return Err(AudioError::Malformed {
+            file: name.to_string(),
+            reason: "empty input".into(),
+        });
     }
     let mut cursor = std::io::Cursor::new(bytes);
     check_mp4_tables(&mut cursor, name)?;

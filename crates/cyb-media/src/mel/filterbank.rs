@@ -67,8 +67,14 @@ pub fn slaney_mel_filters(
                 })
                 .collect();
             let first = dense.iter().position(|&w| w != 0.0).unwrap_or(0);
-            let last = dense.iter().rposition(|&w| w != 0.0).map_or(first, |i| i + 1);
-            MelFilter { first, weights: dense[first..last].to_vec() }
+            let last = dense
+                .iter()
+                .rposition(|&w| w != 0.0)
+                .map_or(first, |i| i + 1);
+            MelFilter {
+                first,
+                weights: dense[first..last].to_vec(),
+            }
         })
         .collect()
 }
@@ -96,8 +102,14 @@ mod tests {
             // Rises then falls: a single peak.
             let peak = f.weights.iter().cloned().fold(0.0, f64::max);
             let at = f.weights.iter().position(|&w| w == peak).unwrap();
-            assert!(f.weights[..at].windows(2).all(|w| w[0] <= w[1]), "filter {m}");
-            assert!(f.weights[at..].windows(2).all(|w| w[0] >= w[1]), "filter {m}");
+            assert!(
+                f.weights[..at].windows(2).all(|w| w[0] <= w[1]),
+                "filter {m}"
+            );
+            assert!(
+                f.weights[at..].windows(2).all(|w| w[0] >= w[1]),
+                "filter {m}"
+            );
         }
         // The first filter's left edge is 0 Hz (bin 0, weight 0, so it starts at bin 1).
         assert_eq!(bank[0].first, 1);
