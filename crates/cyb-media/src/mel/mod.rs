@@ -54,8 +54,10 @@ impl LogMel {
     /// openai-whisper's `log_mel_spectrogram`): the samples are padded by 200 on each side by
     /// reflection (`x[-i] = x[i]`, repeatedly for inputs shorter than 201); frame `t` is the
     /// padded samples `160 t .. 160 t + 400` times the window; `P[t, k] = |rfft(frame)[k]|²`
-    /// for k in 0..=200; `L[m, t] = log10(max(sum_k F[m, k] P[t, k], 1e-10))`, computed in
-    /// f64 and rounded to f32. The STFT's last frame (`t = n_frames`) is dropped. Then, in f32,
+    /// for k in 0..=200; `L[m, t] = log10(max(sum_k F[m, k] P[t, k], 1e-10))`, the FFT, power
+    /// and filter sums in f64 (the reference rounds the spectrum to complex64, so the two agree
+    /// to an ulp or two of f32), the log in f32. The STFT's last frame (`t = n_frames`) is
+    /// dropped. Then, in f32,
     /// `L = max(L, max(L) - 8)` over the whole array and `(L + 4) / 4`. The caller pads
     /// (Whisper: with zeros to 480000 samples for 3000 frames) before calling, as the feature
     /// extractor's `padding="max_length"` does.
@@ -64,13 +66,17 @@ impl LogMel {
         if n_frames == 0 || self.n_mels == 0 {
             return Vec::new();
         }
-        let half = N_FFT / 2;
-        let padded: Vec<f64> = (0..samples.len() + N_FFT)
-            .map(|i| {
-                let j = reflect(i as isize - half as isize, samples.len());
-                samples.get(j).map_or(0.0, |&s| f64::from(s))
-            })
-            .collect();
+        let half = (N_FFT / 2) as isize;
+        let n = samples.len() as isize;
+        let at = |i: isize| {
+            samples
+                .get(reflect(i, samples.len()))
+                .map_or(0.0, |&s| f64::from(s))
+        };
+        let mut padded: Vec<f64> = Vec::with_capacity(samples.len() + N_FFT);
+        padded.extend((-half..0).map(at));
+        padded.extend(samples.iter().map(|&s| f64::from(s)));
+        padded.extend((n..n + half).map(at));
 
         // Frame-major while computing (each task owns whole frames), transposed at the end.
         let n_mels = self.n_mels;
@@ -120,7 +126,7 @@ impl LogMel {
         for (dst, filter) in out.iter_mut().zip(&self.filters) {
             let bins = s.power.get(filter.first..).unwrap_or(&[]);
             let mel: f64 = filter.weights.iter().zip(bins).map(|(w, p)| w * p).sum();
-            *dst = mel.max(1e-10).log10() as f32;
+            *dst = (mel.max(1e-10) as f32).log10();
         }
     }
 }
