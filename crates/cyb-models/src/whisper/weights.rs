@@ -5,7 +5,7 @@
 //! where the backend prefers that.
 
 use super::config::WhisperConfig;
-use crate::step::{stack_rows, Linear, Norm};
+use crate::step::{shared_f32, stack_rows, Linear, Norm};
 use cyb_format::ModelFile;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashSet;
@@ -114,7 +114,7 @@ impl Loader<'_> {
                 let mut b = qb.to_f32_vec()?;
                 b.extend(std::iter::repeat_n(0.0, d));
                 b.extend(vb.to_f32_vec()?);
-                let b = Tensor::from_f32(&[3 * d], &b)?;
+                let b = shared_f32(&[3 * d], &b)?;
                 return Ok(Qkv::Stacked(Linear { w, b: Some(b) }));
             }
         }
@@ -135,12 +135,21 @@ impl Loader<'_> {
         let b = self.tensor(&format!("{name}.bias"), &[out])?;
         Ok(Conv3 {
             lin: Linear {
-                w: Tensor::from_f32(&[out, 3 * inp], &w)?,
+                w: shared_f32(&[out, 3 * inp], &w)?,
                 b: Some(b),
             },
             stride,
         })
     }
+}
+
+/// `t` itself when it is a float tensor, else its values as F32 (a position table stored as a
+/// block format by a requantizing import is added, not multiplied).
+fn float(t: Tensor) -> Result<Tensor> {
+    if t.dtype().is_quantized() {
+        return shared_f32(t.dims(), &t.to_f32_vec()?);
+    }
+    Ok(t)
 }
 
 impl WhisperWeights {
@@ -201,10 +210,10 @@ impl WhisperWeights {
         Ok(WhisperWeights {
             conv1: l.conv("model.encoder.conv1", d, c.num_mel_bins, 1)?,
             conv2: l.conv("model.encoder.conv2", d, d, 2)?,
-            encoder_positions: l.tensor(
+            encoder_positions: float(l.tensor(
                 "model.encoder.embed_positions.weight",
                 &[c.max_source_positions, d],
-            )?,
+            )?)?,
             encoder_layers,
             encoder_norm: l.norm("model.encoder.layer_norm", d)?,
             tokens,

@@ -6,7 +6,7 @@
 //! Scores are sums of the chosen tokens' log probabilities, end of text included, divided by
 //! `tokens^length_penalty` (tokens without the end of text, prefix included).
 
-use super::filters::{log_softmax, LogitRules};
+use super::filters::{log_softmax, log_sum_exp, LogitRules};
 use cyb_models::{EncodedAudio, KvCache, WhisperModel};
 use cyb_tensor::{Error, Result};
 use rand_chacha::rand_core::{Rng as _, SeedableRng};
@@ -201,12 +201,12 @@ impl Search<'_> {
         let mut sum = 0f32;
         loop {
             self.rules.apply(&mut logits, &tokens, begin);
-            let lp = log_softmax(&logits);
+            let lse = log_sum_exp(&logits);
             let next = match temperature {
-                None => argmax(&lp),
-                Some(t) => sample(&lp, t, rng),
+                None => argmax(&logits),
+                Some(t) => sample(&log_softmax(&logits), t, rng),
             };
-            sum += lp[next as usize];
+            sum += logits[next as usize] - lse;
             if next == self.eot {
                 break;
             }
@@ -261,9 +261,9 @@ impl Search<'_> {
             let mut cands: Vec<(f32, usize, u32)> = Vec::with_capacity(candidates * seqs.len());
             for (b, row) in rows.iter_mut().enumerate() {
                 self.rules.apply(row, &seqs[b], begin);
-                let lp = log_softmax(row);
-                for (t, v) in top_k(&lp, candidates) {
-                    cands.push((scores[b] + v, b, t));
+                let lse = log_sum_exp(row);
+                for (t, v) in top_k(row, candidates) {
+                    cands.push((scores[b] + (v - lse), b, t));
                 }
             }
             cands.sort_by(|a, b| {
@@ -296,17 +296,54 @@ impl Search<'_> {
             if last_step || finished.len() >= max_finished || chosen.is_empty() {
                 break;
             }
+            // Each chosen beam continues one of the live ones: the first continuation of a
+            // beam takes its cache, any other gets a copy in a cache no beam continues.
+            let mut children = vec![0usize; caches.len()];
+            chosen.iter().for_each(|c| children[c.1] += 1);
+            let mut spare: Vec<KvCache> = Vec::new();
+            let mut old: Vec<Option<KvCache>> = Vec::with_capacity(caches.len());
+            for (b, c) in caches.into_iter().enumerate() {
+                if children[b] == 0 {
+                    spare.push(c);
+                    old.push(None);
+                } else {
+                    old.push(Some(c));
+                }
+            }
+            let mut taken = vec![false; old.len()];
+            let mut copies: Vec<Option<KvCache>> = Vec::with_capacity(chosen.len());
+            for &(_, b, _) in &chosen {
+                if !taken[b] {
+                    taken[b] = true;
+                    copies.push(None);
+                    continue;
+                }
+                let parent = old[b]
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("beam search", "lost a cache"))?;
+                let mut c = match spare.pop() {
+                    Some(c) => c,
+                    None => self.model.new_cache()?,
+                };
+                c.copy_from(parent)?;
+                copies.push(Some(c));
+            }
             let mut next_seqs = Vec::with_capacity(chosen.len());
             let mut next_caches = Vec::with_capacity(chosen.len());
             scores.clear();
-            for &(score, b, t) in &chosen {
+            for (&(score, b, t), copy) in chosen.iter().zip(copies) {
                 let mut s = seqs[b].clone();
                 s.push(t);
                 next_seqs.push(s);
-                next_caches.push(caches[b].fork()?);
+                let cache = match copy {
+                    Some(c) => c,
+                    None => old[b]
+                        .take()
+                        .ok_or_else(|| Error::invalid("beam search", "lost a cache"))?,
+                };
+                next_caches.push(cache);
                 scores.push(score);
             }
-            drop(caches);
             let next: Vec<u32> = chosen.iter().map(|c| c.2).collect();
             caches = next_caches;
             seqs = next_seqs;
@@ -339,18 +376,23 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// The `k` largest values with their indices, largest first (lower index first on ties).
+/// The `k` largest values with their indices, largest first (lower index first on ties), in
+/// one pass that keeps the best `k` seen.
 fn top_k(x: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut idx: Vec<u32> = (0..x.len() as u32).collect();
-    let k = k.min(idx.len());
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
     if k == 0 {
-        return Vec::new();
+        return best;
     }
-    let cmp = |a: &u32, b: &u32| x[*b as usize].total_cmp(&x[*a as usize]).then(a.cmp(b));
-    idx.select_nth_unstable_by(k - 1, cmp);
-    idx.truncate(k);
-    idx.sort_by(cmp);
-    idx.into_iter().map(|i| (i, x[i as usize])).collect()
+    for (i, &v) in x.iter().enumerate() {
+        if best.len() == k && v <= best[k - 1].1 {
+            continue;
+        }
+        // After the last kept value not below `v` (earlier indices win ties).
+        let at = best.partition_point(|&(_, b)| b >= v);
+        best.insert(at, (i as u32, v));
+        best.truncate(k);
+    }
+    best
 }
 
 /// A token drawn from `softmax(log_probs / temperature)`.
