@@ -16,7 +16,7 @@ mod words;
 
 pub use audio::{audio_error, audio_source, decode_audio_bytes, AudioSource};
 pub use options::{Task, TranscribeOptions};
-pub use output::{clock, Segment, Transcript, TranscriptFormat, Word};
+pub use output::{clock, Segment, TranscribeStats, Transcript, TranscriptFormat, Word};
 pub use tokens::{SpecialTokens, LANGUAGES, TIME_PRECISION};
 
 use crate::Tokenizer;

@@ -53,6 +53,11 @@ pub(crate) struct Search<'a> {
     pub no_timestamps: u32,
     /// Decoder positions (448).
     pub max_positions: usize,
+    /// Tokens run through the decoder (for benchmarks).
+    pub tokens_run: &'a std::cell::Cell<usize>,
+    /// Self-attention caches to reuse (allocating one per hypothesis and window would clear
+    /// fresh pages each time).
+    pub spare: &'a std::cell::RefCell<Vec<KvCache>>,
 }
 
 /// The sampler's random numbers: ChaCha8 from a seed, as the text sampler uses.
@@ -109,7 +114,7 @@ impl Search<'_> {
                 ),
             ));
         }
-        let mut cache = self.model.new_cache()?;
+        let mut cache = self.cache()?;
         // The context, the start token and the prefix in one forward: the logits needed are
         // those at the start-of-transcript position (no-speech) and at the last token.
         let last = prompt.len() - 1;
@@ -118,11 +123,11 @@ impl Search<'_> {
         } else {
             vec![last]
         };
-        let mut rows = self
-            .model
-            .decode(self.audio, &[prompt], std::slice::from_mut(&mut cache), &at)?
-            .pop()
-            .unwrap_or_default();
+        let mut rows =
+            self.model
+                .decode(self.audio, &[prompt], std::slice::from_mut(&mut cache), &at)?;
+        self.tokens_run.set(self.tokens_run.get() + prompt.len());
+        let mut rows = rows.pop().unwrap_or_default();
         let logits = rows.pop().unwrap_or_default();
         let sot_row = rows.pop();
         let no_speech_prob = match self.no_speech {
@@ -152,8 +157,9 @@ impl Search<'_> {
                 length_penalty,
                 ..
             } => {
-                let (t, sum) = self.greedy(&start, start.cache.fork()?, None, rng)?;
+                let (t, sum) = self.greedy(&start, &start.cache, None, rng)?;
                 let s = normalize(sum, t.len(), length_penalty);
+                self.recycle(vec![start.cache]);
                 (t, s)
             }
             Strategy::Beam {
@@ -168,13 +174,16 @@ impl Search<'_> {
             } => {
                 let mut best: Option<(Vec<u32>, f32)> = None;
                 for _ in 0..best_of {
-                    let (t, sum) =
-                        self.greedy(&start, start.cache.fork()?, Some(temperature), rng)?;
+                    let mut cache = self.cache()?;
+                    cache.copy_from(&start.cache)?;
+                    let (t, sum) = self.greedy(&start, &cache, Some(temperature), rng)?;
+                    self.recycle(vec![cache]);
                     let s = normalize(sum, t.len(), length_penalty);
                     if best.as_ref().is_none_or(|(_, b)| s > *b) {
                         best = Some((t, s));
                     }
                 }
+                self.recycle(vec![start.cache]);
                 best.unwrap_or_default()
             }
         };
@@ -191,7 +200,22 @@ impl Search<'_> {
     fn greedy(
         &self,
         start: &Start,
-        mut cache: KvCache,
+        cache: &KvCache,
+        temperature: Option<f32>,
+        rng: &mut Rng,
+    ) -> Result<(Vec<u32>, f32)> {
+        // Decodes in a cache of its own (the start's stays as the prompt left it).
+        let mut own = self.cache()?;
+        own.copy_from(cache)?;
+        let result = self.greedy_in(start, &mut own, temperature, rng);
+        self.recycle(vec![own]);
+        result
+    }
+
+    fn greedy_in(
+        &self,
+        start: &Start,
+        cache: &mut KvCache,
         temperature: Option<f32>,
         rng: &mut Rng,
     ) -> Result<(Vec<u32>, f32)> {
@@ -215,10 +239,25 @@ impl Search<'_> {
                 break;
             }
             logits = self
-                .step(&[next], std::slice::from_mut(&mut cache))?
+                .step(&[next], std::slice::from_mut(cache))?
                 .swap_remove(0);
         }
         Ok((tokens, sum))
+    }
+
+    /// An empty self-attention cache, reused when one is spare.
+    fn cache(&self) -> Result<KvCache> {
+        match self.spare.borrow_mut().pop() {
+            Some(mut c) => {
+                c.clear();
+                Ok(c)
+            }
+            None => self.model.new_cache(),
+        }
+    }
+
+    fn recycle(&self, caches: Vec<KvCache>) {
+        self.spare.borrow_mut().extend(caches);
     }
 
     /// One decoder step of every live sequence (one new token each); their next-token logits.
@@ -226,6 +265,7 @@ impl Search<'_> {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
         let toks: Vec<&[u32]> = toks.iter().map(|t| &t[..]).collect();
         let out = self.model.decode(self.audio, &toks, caches, &[0])?;
+        self.tokens_run.set(self.tokens_run.get() + next.len());
         Ok(out
             .into_iter()
             .map(|mut r| r.pop().unwrap_or_default())
@@ -323,11 +363,12 @@ impl Search<'_> {
                     .ok_or_else(|| Error::invalid("beam search", "lost a cache"))?;
                 let mut c = match spare.pop() {
                     Some(c) => c,
-                    None => self.model.new_cache()?,
+                    None => self.cache()?,
                 };
                 c.copy_from(parent)?;
                 copies.push(Some(c));
             }
+            self.recycle(spare);
             let mut next_seqs = Vec::with_capacity(chosen.len());
             let mut next_caches = Vec::with_capacity(chosen.len());
             scores.clear();
@@ -349,6 +390,7 @@ impl Search<'_> {
             seqs = next_seqs;
             rows = self.step(&next, &mut caches)?;
         }
+        self.recycle(caches);
         let best = finished
             .into_iter()
             .map(|(t, s)| {
