@@ -179,6 +179,10 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
                 s.decoded_tokens,
                 peak_rss_mib().map_or("?".into(), |m| m.to_string())
             );
+            tracing::debug!(
+                "where the ops ran:\n{}",
+                speech.model().dispatcher().log().summary()
+            );
         }
         if live {
             continue;

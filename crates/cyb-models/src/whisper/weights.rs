@@ -7,7 +7,7 @@
 use super::config::WhisperConfig;
 use crate::step::{shared_f32, stack_rows, Linear, Norm};
 use cyb_format::ModelFile;
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashSet;
 
 /// A 1-D convolution of kernel 3 (padding 1) as the matrix it is computed with: `w` holds
@@ -87,7 +87,7 @@ impl Loader<'_> {
         Ok(Linear {
             w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
             b: if bias {
-                Some(self.tensor(&format!("{name}.bias"), &[out])?)
+                Some(f32_copy(self.tensor(&format!("{name}.bias"), &[out])?)?)
             } else {
                 None
             },
@@ -96,8 +96,8 @@ impl Loader<'_> {
 
     fn norm(&self, name: &str, d: usize) -> Result<Norm> {
         Ok(Norm {
-            w: self.tensor(&format!("{name}.weight"), &[d])?,
-            b: self.tensor(&format!("{name}.bias"), &[d])?,
+            w: f32_copy(self.tensor(&format!("{name}.weight"), &[d])?)?,
+            b: f32_copy(self.tensor(&format!("{name}.bias"), &[d])?)?,
         })
     }
 
@@ -132,7 +132,7 @@ impl Loader<'_> {
                 }
             }
         }
-        let b = self.tensor(&format!("{name}.bias"), &[out])?;
+        let b = f32_copy(self.tensor(&format!("{name}.bias"), &[out])?)?;
         Ok(Conv3 {
             lin: Linear {
                 w: shared_f32(&[out, 3 * inp], &w)?,
@@ -143,13 +143,14 @@ impl Loader<'_> {
     }
 }
 
-/// `t` itself when it is a float tensor, else its values as F32 (a position table stored as a
-/// block format by a requantizing import is added, not multiplied).
-fn float(t: Tensor) -> Result<Tensor> {
-    if t.dtype().is_quantized() {
-        return shared_f32(t.dims(), &t.to_f32_vec()?);
+/// `t` as F32: biases, norms and the encoder's position table are added, not multiplied, and
+/// the backends add and normalize in F32 (an F16 checkpoint's or a requantized import's small
+/// tensors would otherwise send those ops to the reference).
+fn f32_copy(t: Tensor) -> Result<Tensor> {
+    if t.dtype() == DType::F32 {
+        return Ok(t);
     }
-    Ok(t)
+    shared_f32(t.dims(), &t.to_f32_vec()?)
 }
 
 impl WhisperWeights {
@@ -210,7 +211,7 @@ impl WhisperWeights {
         Ok(WhisperWeights {
             conv1: l.conv("model.encoder.conv1", d, c.num_mel_bins, 1)?,
             conv2: l.conv("model.encoder.conv2", d, d, 2)?,
-            encoder_positions: float(l.tensor(
+            encoder_positions: f32_copy(l.tensor(
                 "model.encoder.embed_positions.weight",
                 &[c.max_source_positions, d],
             )?)?,
