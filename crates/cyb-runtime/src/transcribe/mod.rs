@@ -86,7 +86,9 @@ impl Transcriber {
     /// while loading rather than during the first transcription.
     pub fn warm_up(&self) -> Result<()> {
         let c = self.model.config();
-        let audio = self.model.encode(&vec![0.0; c.num_mel_bins * c.window_frames()])?;
+        let audio = self
+            .model
+            .encode(&vec![0.0; c.num_mel_bins * c.window_frames()])?;
         let mut caches = Vec::new();
         let prompt = [self.special.sot];
         for _ in 0..2 {
