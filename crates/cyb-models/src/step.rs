@@ -274,5 +274,5 @@ pub(crate) fn shared_f32(dims: &[usize], data: &[f32]) -> Result<Tensor> {
         owner: std::sync::Arc::new(buf),
         offset: 0,
     };
-    Tensor::new(Shape::new(dims.to_vec())?, DType::F32, storage)
+    Tensor::new(Shape::new(dims)?, DType::F32, storage)
 }

@@ -26,6 +26,10 @@ use std::sync::Arc;
 
 const GELU: LinearAct = LinearAct::Gelu(GeluApprox::Erf);
 
+/// Cross-attention scores of the heads asked for (each `[tokens, source]`), then the logits of
+/// every token.
+pub type CrossAttention = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 /// A loaded WhisperStyle model: config, weights and the dispatcher that runs its ops.
 pub struct WhisperModel {
     config: WhisperConfig,
@@ -183,7 +187,7 @@ impl WhisperModel {
         audio: &EncodedAudio,
         tokens: &[u32],
         heads: &[(usize, usize)],
-    ) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+    ) -> Result<CrossAttention> {
         let c = &self.config;
         let (h, hd) = (c.decoder_heads, c.d_model / c.decoder_heads);
         let src = c.max_source_positions;

@@ -447,6 +447,7 @@ pub(super) fn compression_ratio(text: &str) -> f64 {
 
 /// Decodes at each temperature in turn until the result passes the thresholds; returns it with
 /// its average log probability, temperature and compression ratio.
+#[allow(clippy::too_many_arguments)]
 fn decode_with_fallback(
     tr: &Transcriber,
     audio: &cyb_models::EncodedAudio,
