@@ -23,7 +23,7 @@ pub use resample::resample;
 pub use stream::{open_stream, stream_reader, AudioStream, RawPcm, STREAM_CHUNK_SAMPLES};
 
 use container::ContainerDecoder;
-use stream::{checked_cursor, open_checked, stream_bytes};
+use stream::{open_bytes, open_file, stream_bytes};
 
 /// The rate Whisper's features are computed at.
 pub const WHISPER_SAMPLE_RATE: u32 = 16_000;
@@ -64,22 +64,14 @@ impl Audio {
 /// them; AAC priming samples in MP4 are not (symphonia does not read edit lists).
 pub fn decode_file(path: &Path) -> Result<Audio, AudioError> {
     let name = path.display().to_string();
-    let file = open_checked(path, &name)?;
-    decode_all(
-        ContainerDecoder::open(Box::new(file), Some(&name), &name)?,
-        &name,
-    )
+    decode_all(open_file(path, &name)?, &name)
 }
 
-/// [`decode_file`] for bytes in memory (an upload); `name_hint` (a file name) helps the probe
-/// by its extension and names the input in errors (`<bytes>` without it).
+/// [`decode_file`] for bytes in memory (an upload). The format is found from the bytes;
+/// `name_hint` (the upload's file name) names the input in errors (`<bytes>` without it).
 pub fn decode_bytes(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Audio, AudioError> {
     let name = name_hint.unwrap_or("<bytes>");
-    let cursor = checked_cursor(bytes, name_hint)?;
-    decode_all(
-        ContainerDecoder::open(Box::new(cursor), name_hint, name)?,
-        name,
-    )
+    decode_all(open_bytes(bytes, name)?, name)
 }
 
 /// The mean of the channels of each frame; see [`mix_to_mono`].
@@ -97,10 +89,8 @@ pub fn load_16k_mono(path: &Path) -> Result<Vec<f32>, AudioError> {
 
 /// [`load_16k_mono`] for bytes in memory (an upload).
 pub fn bytes_16k_mono(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Vec<f32>, AudioError> {
-    collect(
-        stream_bytes(bytes, name_hint)?,
-        name_hint.unwrap_or("<bytes>"),
-    )
+    let name = name_hint.unwrap_or("<bytes>");
+    collect(stream_bytes(bytes, name)?, name)
 }
 
 fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {

@@ -22,7 +22,7 @@ const MAX_DEPTH: u32 = 16;
 const MAX_STARTS: usize = 32;
 
 /// Checks `r` (read from its start) as described in the module doc. Inputs with no `ftyp`
-/// pass untouched.
+/// pass untouched. Leaves `r` at its start.
 pub(crate) fn check_mp4_tables<R: Read + Seek>(r: &mut R, file: &str) -> Result<(), AudioError> {
     let io = |source: io::Error| AudioError::Io {
         file: file.to_string(),
@@ -43,7 +43,7 @@ pub(crate) fn check_mp4_tables<R: Read + Seek>(r: &mut R, file: &str) -> Result<
         .map(|(i, _)| skip + i as u64 - 4)
         .take(MAX_STARTS)
         .collect::<Vec<_>>();
-    for start in starts {
+    for &start in &starts {
         walk(r, start, len, 0, file)?;
     }
     r.seek(SeekFrom::Start(0)).map_err(io)?;

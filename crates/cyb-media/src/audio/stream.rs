@@ -48,9 +48,7 @@ pub fn open_stream(path: &Path) -> Result<AudioStream, AudioError> {
         let pcm = PcmReader::open(Box::new(std::io::stdin()), None, "<stdin>")?;
         return Ok(AudioStream::new(Source::Pcm(pcm)));
     }
-    let name = path.display().to_string();
-    let file = open_checked(path, &name)?;
-    let decoder = ContainerDecoder::open(Box::new(file), Some(&name), &name)?;
+    let decoder = open_file(path, &path.display().to_string())?;
     Ok(AudioStream::new(Source::Container(Box::new(decoder))))
 }
 
@@ -65,19 +63,14 @@ pub fn stream_reader(
     Ok(AudioStream::new(Source::Pcm(pcm)))
 }
 
-/// Streams an in-memory container (an upload); `name_hint`'s extension helps the probe.
-pub(crate) fn stream_bytes(
-    bytes: Vec<u8>,
-    name_hint: Option<&str>,
-) -> Result<AudioStream, AudioError> {
-    let cursor = checked_cursor(bytes, name_hint)?;
-    let name = name_hint.unwrap_or("<bytes>");
-    let decoder = ContainerDecoder::open(Box::new(cursor), name_hint, name)?;
+/// Streams an in-memory container (an upload); `name` names it in errors.
+pub(crate) fn stream_bytes(bytes: Vec<u8>, name: &str) -> Result<AudioStream, AudioError> {
+    let decoder = open_bytes(bytes, name)?;
     Ok(AudioStream::new(Source::Container(Box::new(decoder))))
 }
 
-/// Opens a file for symphonia after the checks symphonia itself lacks.
-pub(crate) fn open_checked(path: &Path, name: &str) -> Result<File, AudioError> {
+/// Opens a file's container decoder after the checks symphonia itself lacks.
+pub(crate) fn open_file(path: &Path, name: &str) -> Result<ContainerDecoder, AudioError> {
     let io = |source| AudioError::Io {
         file: name.to_string(),
         source,
@@ -91,15 +84,11 @@ pub(crate) fn open_checked(path: &Path, name: &str) -> Result<File, AudioError> 
     }
     let mut buffered = BufReader::new(file);
     check_mp4_tables(&mut buffered, name)?;
-    Ok(buffered.into_inner())
+    ContainerDecoder::open(Box::new(buffered.into_inner()), name)
 }
 
-/// Wraps upload bytes for symphonia after the checks symphonia itself lacks.
-pub(crate) fn checked_cursor(
-    bytes: Vec<u8>,
-    name_hint: Option<&str>,
-) -> Result<std::io::Cursor<Vec<u8>>, AudioError> {
-    let name = name_hint.unwrap_or("<bytes>");
+/// Opens an upload's container decoder after the checks symphonia itself lacks.
+pub(crate) fn open_bytes(bytes: Vec<u8>, name: &str) -> Result<ContainerDecoder, AudioError> {
     if bytes.is_empty() {
         return Err(AudioError::Malformed {
             file: name.to_string(),
@@ -108,7 +97,7 @@ pub(crate) fn checked_cursor(
     }
     let mut cursor = std::io::Cursor::new(bytes);
     check_mp4_tables(&mut cursor, name)?;
-    Ok(cursor)
+    ContainerDecoder::open(Box::new(cursor), name)
 }
 
 impl AudioStream {
