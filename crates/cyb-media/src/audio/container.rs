@@ -25,7 +25,7 @@ use symphonia::core::io::{
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Instantiate;
 
-use super::{check_channels, check_sample_rate, AudioError};
+use super::{check_channels, check_sample_rate, AudioError, Frames};
 
 /// What this build reads, for messages about what it does not.
 const SUPPORTED: &str = "WAV (PCM/float), FLAC, MP3, Ogg Vorbis, MP4/M4A (AAC)";
@@ -126,7 +126,7 @@ impl ContainerDecoder {
 
     /// The next packet's frames, interleaved, with their sample rate and channel count; `None`
     /// at the end of the input.
-    pub(crate) fn next_frames(&mut self) -> Result<Option<(&[f32], u32, usize)>, AudioError> {
+    pub(crate) fn next_frames(&mut self) -> Result<Option<Frames<'_>>, AudioError> {
         if self.done {
             return Ok(None);
         }
@@ -136,7 +136,11 @@ impl ContainerDecoder {
         }
         match result {
             Ok(true) => match (&self.samples, self.sample_rate, self.channels) {
-                (Some(s), Some(rate), Some(channels)) => Ok(Some((s.samples(), rate, channels))),
+                (Some(s), Some(rate), Some(channels)) => Ok(Some(Frames {
+                    samples: s.samples(),
+                    sample_rate: rate,
+                    channels,
+                })),
                 _ => Ok(None),
             },
             Ok(false) => Ok(None),

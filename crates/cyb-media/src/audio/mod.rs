@@ -38,6 +38,13 @@ pub const MAX_CHANNELS: usize = 32;
 /// 16 kHz mono, 1.7 hours of 44.1 kHz stereo. Longer inputs are for [`AudioStream`].
 pub const MAX_DECODED_SAMPLES: usize = 1 << 29;
 
+/// One packet's or block's frames, interleaved, as a source hands them out.
+pub(crate) struct Frames<'a> {
+    pub samples: &'a [f32],
+    pub sample_rate: u32,
+    pub channels: usize,
+}
+
 /// Decoded audio: `samples` interleaved by frame (`channels` values per frame).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Audio {
@@ -110,7 +117,10 @@ fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {
 
 fn decode_all(mut decoder: ContainerDecoder, name: &str) -> Result<Audio, AudioError> {
     let mut samples = Vec::new();
-    while let Some((frames, _, _)) = decoder.next_frames()? {
+    while let Some(Frames {
+        samples: frames, ..
+    }) = decoder.next_frames()?
+    {
         if samples.len() + frames.len() > MAX_DECODED_SAMPLES {
             return Err(AudioError::TooLong {
                 file: name.to_string(),

@@ -111,10 +111,10 @@ fn walk<R: Read + Seek>(
         let body = pos + header..pos + size;
         match &kind {
             b"moov" | b"trak" | b"mdia" | b"minf" | b"stbl" | b"edts" | b"dinf" | b"mvex"
-            | b"moof" | b"traf" | b"udta" => {
-                if depth < MAX_DEPTH {
-                    walk(r, body.start, body.end, depth + 1, file)?;
-                }
+            | b"moof" | b"traf" | b"udta"
+                if depth < MAX_DEPTH =>
+            {
+                walk(r, body.start, body.end, depth + 1, file)?;
             }
             b"stts" => check_table(r, body, 8, 8, 0, &kind, file)?,
             b"stsc" => check_table(r, body, 8, 12, 0, &kind, file)?,

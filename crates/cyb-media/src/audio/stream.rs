@@ -14,7 +14,7 @@ use super::mix::{mix_to_mono, zero_non_finite};
 use super::mp4_check::check_mp4_tables;
 use super::pcm::PcmReader;
 use super::resample::StreamResampler;
-use super::{AudioError, WHISPER_SAMPLE_RATE};
+use super::{AudioError, Frames, WHISPER_SAMPLE_RATE};
 
 /// Samples per chunk an [`AudioStream`] yields (one second at 16 kHz); the last may be shorter.
 pub const STREAM_CHUNK_SAMPLES: usize = 16_000;
@@ -135,14 +135,18 @@ impl AudioStream {
                 Source::Pcm(p) => p.next_frames()?,
             };
             match frames {
-                Some((frames, rate, channels)) => {
-                    mix_to_mono(frames, channels, &mut self.mono);
+                Some(Frames {
+                    samples,
+                    sample_rate,
+                    channels,
+                }) => {
+                    mix_to_mono(samples, channels, &mut self.mono);
                     zero_non_finite(&mut self.mono);
                     let resampler = match &mut self.resampler {
                         Some(r) => r,
                         None => self
                             .resampler
-                            .insert(StreamResampler::new(rate, WHISPER_SAMPLE_RATE)?),
+                            .insert(StreamResampler::new(sample_rate, WHISPER_SAMPLE_RATE)?),
                     };
                     resampler.push(&self.mono, &mut self.ready)?;
                 }
