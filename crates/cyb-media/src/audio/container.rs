@@ -5,8 +5,9 @@
 //! caught and becomes [`AudioError::DecoderPanic`] (this relies on the default `panic =
 //! "unwind"`). A packet that fails to decode is skipped, as players do, but an input none of
 //! whose packets decode is an error. Memory per call is one packet's frames; MP4 inputs are
-//! first checked by [`super::mp4_check`] so that their sample tables cannot declare more
-//! entries than their bytes hold.
+//! first scanned by [`super::mp4_scan`] so that their sample tables cannot declare more
+//! entries than their bytes hold, and their AAC priming (which symphonia leaves in) is
+//! dropped here as ffmpeg and players do.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -25,6 +26,7 @@ use symphonia::core::io::{
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Instantiate;
 
+use super::mp4_scan::Priming;
 use super::{check_channels, check_sample_rate, AudioError, Frames};
 
 /// What this build reads, for messages about what it does not.
@@ -48,6 +50,11 @@ pub(crate) struct ContainerDecoder {
     last_bad: Option<String>,
     decoded_any: bool,
     done: bool,
+    /// Leading frames to drop (MP4 priming): known once the sample rate is.
+    priming: Option<Priming>,
+    skip_left: Option<u64>,
+    /// Samples to drop from the front of the current packet.
+    offset: usize,
 }
 
 impl ContainerDecoder {
@@ -55,6 +62,7 @@ impl ContainerDecoder {
     /// audio track. `file` names the input in errors.
     pub(crate) fn open(
         source: Box<dyn MediaSource>,
+        priming: Option<Priming>,
         file: &str,
     ) -> Result<ContainerDecoder, AudioError> {
         let stream = MediaSourceStream::new(source, MediaSourceStreamOptions::default());
@@ -111,6 +119,9 @@ impl ContainerDecoder {
             last_bad: None,
             decoded_any: false,
             done: false,
+            priming,
+            skip_left: None,
+            offset: 0,
         })
     }
 
@@ -137,7 +148,7 @@ impl ContainerDecoder {
         match result {
             Ok(true) => match (&self.samples, self.sample_rate, self.channels) {
                 (Some(s), Some(rate), Some(channels)) => Ok(Some(Frames {
-                    samples: s.samples(),
+                    samples: s.samples().get(self.offset..).unwrap_or(&[]),
                     sample_rate: rate,
                     channels,
                 })),
@@ -193,7 +204,14 @@ impl ContainerDecoder {
                 Ok((rate, channels, frames)) => {
                     self.bad_in_a_row = 0;
                     self.settle(rate, channels)?;
-                    if frames == 0 {
+                    let priming = self.priming;
+                    let skip = self
+                        .skip_left
+                        .get_or_insert_with(|| priming.map_or(0, |p| p.frames(rate)));
+                    let dropped = (*skip).min(frames as u64);
+                    *skip -= dropped;
+                    self.offset = dropped as usize * channels;
+                    if frames as u64 == dropped {
                         continue;
                     }
                     self.decoded_any = true;

@@ -10,7 +10,7 @@
 mod container;
 mod error;
 mod mix;
-mod mp4_check;
+mod mp4_scan;
 mod pcm;
 mod resample;
 mod stream;
@@ -68,7 +68,8 @@ impl Audio {
 /// Decodes a whole file of any supported container (WAV, FLAC, MP3, Ogg Vorbis, MP4/M4A AAC),
 /// as f32 in [-1, 1] at the file's own rate and channel count. Integer samples are scaled by
 /// 2^-(bits-1). MP3 and Vorbis encoder delay and padding are trimmed when the file records
-/// them; AAC priming samples in MP4 are not (symphonia does not read edit lists).
+/// them; in MP4, the AAC priming the edit list marks is dropped (its trailing padding is
+/// kept, as ffmpeg keeps it).
 pub fn decode_file(path: &Path) -> Result<Audio, AudioError> {
     let name = path.display().to_string();
     decode_all(open_file(path, &name)?, &name)

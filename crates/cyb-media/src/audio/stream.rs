@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::container::ContainerDecoder;
 use super::mix::{mix_to_mono, zero_non_finite};
-use super::mp4_check::check_mp4_tables;
+use super::mp4_scan::scan_mp4;
 use super::pcm::PcmReader;
 use super::resample::StreamResampler;
 use super::{AudioError, Frames, WHISPER_SAMPLE_RATE};
@@ -83,8 +83,8 @@ pub(crate) fn open_file(path: &Path, name: &str) -> Result<ContainerDecoder, Aud
         });
     }
     let mut buffered = BufReader::new(file);
-    check_mp4_tables(&mut buffered, name)?;
-    ContainerDecoder::open(Box::new(buffered.into_inner()), name)
+    let priming = scan_mp4(&mut buffered, name)?;
+    ContainerDecoder::open(Box::new(buffered.into_inner()), priming, name)
 }
 
 /// Opens an upload's container decoder after the checks symphonia itself lacks.
@@ -96,8 +96,8 @@ pub(crate) fn open_bytes(bytes: Vec<u8>, name: &str) -> Result<ContainerDecoder,
         });
     }
     let mut cursor = std::io::Cursor::new(bytes);
-    check_mp4_tables(&mut cursor, name)?;
-    ContainerDecoder::open(Box::new(cursor), name)
+    let priming = scan_mp4(&mut cursor, name)?;
+    ContainerDecoder::open(Box::new(cursor), priming, name)
 }
 
 impl AudioStream {
