@@ -406,3 +406,53 @@ fn from_symphonia(file: &str, doing: &str, e: SymError) -> AudioError {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_bytes(bytes: &[u8]) -> Result<ContainerDecoder, AudioError> {
+        ContainerDecoder::open(Box::new(std::io::Cursor::new(bytes.to_vec())), None, "<t>")
+    }
+
+    #[test]
+    fn common_unsupported_containers_are_named() {
+        let mut cases: Vec<(&[u8], &str)> = vec![
+            (b".snd\0\0\0\x18", "AU"),
+            (b"FORM\0\0\0\x40AIFFCOMM", "AIFF"),
+            (b"FORM\0\0\0\x40AIFCFVER", "AIFF"),
+            (b"caff\0\x01\0\0desc", "CAF"),
+            (
+                &[0x1a, 0x45, 0xdf, 0xa3, 0x9f, 0x42, 0x86, 0x81],
+                "Matroska",
+            ),
+            (b"wvpk\x20\0\0\0", "WavPack"),
+            (b"MAC \x96\x0f\0\0", "Monkey"),
+            (b"#!AMR\n\x3c\x00", "AMR"),
+            (&[0x30, 0x26, 0xb2, 0x75, 0x8e, 0x66, 0xcf, 0x11], "WMA"),
+            (b"RF64\xff\xff\xff\xffWAVEds64", "RF64"),
+        ];
+        let padded: Vec<Vec<u8>> = cases
+            .iter()
+            .map(|(head, _)| [head.to_vec(), vec![0u8; 64]].concat())
+            .collect();
+        for ((_, name), bytes) in cases.iter_mut().zip(&padded) {
+            let err = match open_bytes(bytes) {
+                Err(e) => e,
+                Ok(_) => panic!("{name} opened"),
+            };
+            assert!(
+                matches!(err, AudioError::Unsupported { .. }),
+                "{name}: {err}"
+            );
+            assert!(err.to_string().contains(*name), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn codec_names_cover_the_common_unsupported_codecs() {
+        assert_eq!(codec_name(CODEC_TYPE_OPUS), Some("Opus"));
+        assert_eq!(codec_name(CODEC_TYPE_ALAC), Some("Apple Lossless (ALAC)"));
+        assert_eq!(codec_name(CODEC_TYPE_NULL), None);
+    }
+}

@@ -178,3 +178,16 @@ impl Iterator for AudioStream {
         Some(Ok(self.ready.drain(..n).collect()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Servers decode on worker threads and hand streams between them.
+    #[test]
+    fn streams_and_the_mel_front_end_cross_threads() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<super::AudioStream>();
+        send_sync::<crate::mel::LogMel>();
+        send_sync::<super::super::Audio>();
+    }
+}
