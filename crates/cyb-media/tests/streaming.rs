@@ -3,7 +3,9 @@
 
 mod common;
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use common::{fixture, wav_bytes};
 use cyb_media::audio::{mix_to_mono, STREAM_CHUNK_SAMPLES};
@@ -256,4 +258,40 @@ fn a_wav_stream_with_an_implausible_header_is_refused_up_front() {
         Ok(_) => panic!("1 Hz accepted"),
     };
     assert!(err.to_string().contains("sample rate 1 Hz"), "{err}");
+}
+
+/// `open_stream("-")` reads stdin: this test runs itself again as a child process with a WAV
+/// piped into its stdin.
+#[test]
+fn a_dash_reads_stdin() {
+    const CHILD: &str = "CYB_MEDIA_STDIN_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let n: usize = open_stream(Path::new("-"))
+            .unwrap()
+            .map(|c| c.unwrap().len())
+            .sum();
+        println!("samples={n}");
+        return;
+    }
+    let data: Vec<u8> = (0..8000i16)
+        .flat_map(|i| (i % 100 * 300).to_le_bytes())
+        .collect();
+    let wav = wav_bytes(1, 1, 8_000, 16, data.len() as u32, &data);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_dash_reads_stdin",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&wav).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("samples=16000"), "{stdout}");
 }

@@ -184,16 +184,13 @@ impl ContainerDecoder {
                 Ok(buf) => {
                     let spec = *buf.spec();
                     let frames = buf.frames();
+                    // Sized for the decoder's largest packet, so it is made once per input.
                     let capacity = buf.capacity() as u64;
-                    let samples = match self.samples.take() {
-                        Some(s)
-                            if s.capacity() as u64 >= capacity * spec.channels.count() as u64 =>
-                        {
-                            s
-                        }
+                    let needed = capacity.saturating_mul(spec.channels.count() as u64);
+                    let mut samples = match self.samples.take() {
+                        Some(s) if s.capacity() as u64 >= needed => s,
                         _ => SampleBuffer::<f32>::new(capacity, spec),
                     };
-                    let mut samples = samples;
                     samples.copy_interleaved_ref(buf);
                     self.samples = Some(samples);
                     Ok((spec.rate, spec.channels.count(), frames))
