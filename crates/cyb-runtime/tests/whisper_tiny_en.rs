@@ -59,12 +59,20 @@ fn check_config(config: &str) {
             .unwrap();
         let want_text = want["text"].as_str().unwrap();
         if got.text.trim() != want_text.trim() {
-            failures.push(format!("{name}: text\n  got  {:?}\n  want {:?}", got.text.trim(), want_text));
+            failures.push(format!(
+                "{name}: text\n  got  {:?}\n  want {:?}",
+                got.text.trim(),
+                want_text
+            ));
             continue;
         }
         let segs = want["segments"].as_array().unwrap();
         if segs.len() != got.segments.len() {
-            failures.push(format!("{name}: {} segments, want {}", got.segments.len(), segs.len()));
+            failures.push(format!(
+                "{name}: {} segments, want {}",
+                got.segments.len(),
+                segs.len()
+            ));
             continue;
         }
         for (g, w) in got.segments.iter().zip(segs) {
@@ -81,12 +89,20 @@ fn check_config(config: &str) {
             if let Some(words) = w["words"].as_array() {
                 let got_words = g.words.as_deref().unwrap_or_default();
                 if got_words.len() != words.len() {
-                    failures.push(format!("{name}: segment {} has {} words, want {}", g.id, got_words.len(), words.len()));
+                    failures.push(format!(
+                        "{name}: segment {} has {} words, want {}",
+                        g.id,
+                        got_words.len(),
+                        words.len()
+                    ));
                     continue;
                 }
                 for (gw, ww) in got_words.iter().zip(words) {
                     let (ws, we) = (ww["start"].as_f64().unwrap(), ww["end"].as_f64().unwrap());
-                    if gw.word != ww["word"].as_str().unwrap() || (gw.start - ws).abs() > 0.1 || (gw.end - we).abs() > 0.1 {
+                    if gw.word != ww["word"].as_str().unwrap()
+                        || (gw.start - ws).abs() > 0.1
+                        || (gw.end - we).abs() > 0.1
+                    {
                         failures.push(format!(
                             "{name}: word {:?} {}–{}, want {:?} {ws}–{we}",
                             gw.word, gw.start, gw.end, ww["word"]
