@@ -98,8 +98,8 @@ impl Transcriber {
         *self.vad.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(vad));
     }
 
-    /// The voice activity detector: the one set, else the default file, loaded now (with the
-    /// model's dispatcher) and kept.
+    /// The voice activity detector: the one set, else [`SileroVad::default_path`], loaded now
+    /// and kept (its absence is an error saying how to fetch it).
     pub fn vad(&self) -> Result<Arc<SileroVad>> {
         let mut slot = self.vad.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = slot.as_ref() {

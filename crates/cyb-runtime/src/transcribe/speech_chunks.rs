@@ -309,11 +309,17 @@ mod tests {
 
     #[test]
     fn one_utterance_is_padded_on_both_sides() {
-        // 1 s of silence, 1 s of speech, 2 s of silence (32 ms chunks).
-        let p = probs(&[(0.01, 31), (0.9, 31), (0.01, 63)]);
+        // 1 s of silence, 1 s of speech, 2.6 s of silence (32 ms chunks): 2 s of it end the
+        // speech where the silence began.
+        let p = probs(&[(0.01, 31), (0.9, 31), (0.01, 80)]);
         let len = p.len() * VAD_WINDOW - 100;
         let spans = speech_timestamps_from_probs(&p, len, &VadOptions::default());
         assert_eq!(spans, vec![31 * 512 - 6400..62 * 512 + 6400]);
+        // Less than 2 s of silence after it: the speech runs to the end of the audio.
+        let p = probs(&[(0.01, 31), (0.9, 31), (0.01, 62)]);
+        let len = p.len() * VAD_WINDOW - 100;
+        let spans = speech_timestamps_from_probs(&p, len, &VadOptions::default());
+        assert_eq!(spans, vec![31 * 512 - 6400..len]);
     }
 
     #[test]
@@ -327,11 +333,9 @@ mod tests {
             ..VadOptions::default()
         };
         let spans = speech_timestamps_from_probs(&p, len, &opts);
-        // Silence 10·512 = 5120 samples < 2·6400: each side gets half of it.
-        assert_eq!(
-            spans,
-            vec![0..10 * 512 + 2560, 30 * 512 - 2560..40 * 512 + 6400]
-        );
+        // 300 ms of silence end the first span at chunk 10; the 20-chunk gap (10240 samples) is
+        // under two pads (12800), so each side takes half of it.
+        assert_eq!(spans, vec![0..20 * 512, 20 * 512..40 * 512 + 6400]);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!
 //! The model reads 512 new samples at 16 kHz behind the last 64 samples of the chunk before
 //! (zeros before the first), carries a `[2, 1, 128]` LSTM state from chunk to chunk, and gives
-//! the probability that the chunk holds speech. [`SileroVad::speech_probabilities`] runs a
+//! the probability that the chunk holds speech. The file branches (ONNX `If`) on the sample
+//! rate and on shapes; at load the graph is specialized to 16 kHz and one chunk, so those
+//! branches fold away and it runs as one flat graph. [`SileroVad::speech_probabilities`] runs a
 //! whole recording as faster-whisper's `SileroVADModel` does (zero padding to whole chunks);
 //! [`super::speech_chunks`] turns the probabilities into speech spans.
 
@@ -88,13 +90,20 @@ impl SileroVad {
                 ),
             });
         }
-        let graph = crate::read_graph(path).map_err(|e| not_silero(path, &e.to_string()))?;
-        let vad = SileroVad {
+        let graph = cyb_format::model_container::load_graph(path)
+            .map_err(|e| not_silero(path, &e.to_string()))?;
+        let mut vad = SileroVad {
             graph,
             dispatcher,
             path: path.to_path_buf(),
         };
         vad.check_signature()?;
+        let g = &mut vad.graph;
+        cyb_graph::bind_input(g, "sr", Tensor::from_i64(&[], &[VAD_SAMPLE_RATE as i64])?)
+            .and_then(|()| cyb_graph::fix_input_dims(g, "input", &[1, VAD_CONTEXT + VAD_WINDOW]))
+            .and_then(|()| cyb_graph::fix_input_dims(g, "state", &STATE_DIMS))
+            .and_then(|()| cyb_graph::prepare(g))
+            .map_err(|e| not_silero(path, &e.to_string()))?;
         // One silent chunk: the outputs must be one probability and a state of the same shape.
         let mut state = VadState::default();
         vad.chunk_probability(&mut state, &[0.0; VAD_WINDOW])?;
@@ -103,6 +112,11 @@ impl SileroVad {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The graph as it runs: specialized to 16 kHz and one chunk, and prepared.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
     }
 
     /// Inputs `input` F32 `[batch, samples]`, `state` F32 `[2, batch, 128]`, `sr` I64 scalar;
@@ -169,10 +183,6 @@ impl SileroVad {
             (
                 "state".to_string(),
                 Tensor::from_f32(&STATE_DIMS, &state.lstm)?,
-            ),
-            (
-                "sr".to_string(),
-                Tensor::from_i64(&[], &[VAD_SAMPLE_RATE as i64])?,
             ),
         ]);
         let ex = Executor::new(&self.graph, &self.dispatcher)?;

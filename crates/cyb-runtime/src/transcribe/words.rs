@@ -296,9 +296,7 @@ fn dtw(x: &[f32], rows: usize, cols: usize) -> (Vec<usize>, Vec<usize>) {
             trace[i * w + j] = t;
         }
     }
-    for j in 0..=cols {
-        trace[j] = 2;
-    }
+    trace[..=cols].fill(2);
     for i in 0..=rows {
         trace[i * w] = 1;
     }
