@@ -1,13 +1,15 @@
-//! `cyb-llm transcribe MODEL AUDIO... [--language L] [--task translate] [--beam-size N]
+//! `cyb-llm transcribe MODEL AUDIO... [--language L] [--task translate] [--beam-size N] [--vad]
 //! [--format txt|srt|vtt|json|verbose_json] [-o FILE]`: speech to text with a Whisper model.
 //! Each file is decoded (WAV, FLAC, MP3, OGG/Vorbis, M4A/AAC; `-` reads WAV or raw 16 kHz
 //! s16le PCM from stdin), streamed through the model in 30 s windows, and written in the
-//! chosen form. Segments are printed as they come when the output is a terminal; a progress
+//! chosen form. With `--vad`, Silero VAD cuts the silence out first (faster-whisper's
+//! `vad_filter`). Segments are printed as they come when the output is a terminal; a progress
 //! bar goes to stderr otherwise.
 
 use crate::session_args::EngineArgs;
 use cyb_runtime::transcribe::{
-    audio_source, Progress, Segment, Task, TranscribeOptions, TranscriptFormat,
+    audio_source, Progress, Segment, SileroVad, Task, TranscribeOptions, TranscriptFormat,
+    VadOptions,
 };
 use cyb_tensor::{Error, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,9 +55,26 @@ pub struct TranscribeArgs {
     /// Time each word (verbose_json lists the words).
     #[arg(long)]
     pub word_timestamps: bool,
-    /// Skip silence with Silero VAD before decoding.
+    /// Skip silence with Silero VAD v5 before decoding (faster-whisper's vad_filter); times stay
+    /// those of the original audio. The model is read from the cache (tools/fetch_silero_vad.sh
+    /// puts it there) unless --vad-model names it.
     #[arg(long)]
     pub vad: bool,
+    /// The Silero VAD v5 model (silero_vad.onnx); implies --vad.
+    #[arg(long, value_name = "PATH")]
+    pub vad_model: Option<PathBuf>,
+    /// VAD: a 32 ms chunk whose speech probability is at least this is speech.
+    #[arg(long, default_value_t = 0.5)]
+    pub vad_threshold: f64,
+    /// VAD: silence this long ends a stretch of speech.
+    #[arg(long, default_value_t = 2000)]
+    pub vad_min_silence_ms: u32,
+    /// VAD: speech shorter than this is dropped.
+    #[arg(long, default_value_t = 0)]
+    pub vad_min_speech_ms: u32,
+    /// VAD: milliseconds of audio kept on each side of the speech.
+    #[arg(long, default_value_t = 400)]
+    pub vad_speech_pad_ms: u32,
     /// txt, srt, vtt, json or verbose_json.
     #[arg(long, default_value = "txt")]
     pub format: String,
@@ -93,12 +112,13 @@ impl TranscribeArgs {
                     .map_err(|_| Error::invalid("--temperature", format!("{t:?} is not a number")))
             })
             .collect::<Result<Vec<_>>>()?;
-        if self.vad {
-            return Err(Error::invalid(
-                "--vad",
-                "voice activity detection is not built yet; transcribe without --vad",
-            ));
-        }
+        let vad = (self.vad || self.vad_model.is_some()).then(|| VadOptions {
+            threshold: self.vad_threshold,
+            min_silence_duration_ms: self.vad_min_silence_ms,
+            min_speech_duration_ms: self.vad_min_speech_ms,
+            speech_pad_ms: self.vad_speech_pad_ms,
+            ..VadOptions::default()
+        });
         let opts = TranscribeOptions {
             language: self.language.clone(),
             task,
@@ -111,6 +131,7 @@ impl TranscribeArgs {
             without_timestamps: self.without_timestamps,
             word_timestamps: self.word_timestamps,
             seed: self.seed,
+            vad,
             ..TranscribeOptions::default()
         };
         opts.validate()?;
@@ -130,8 +151,15 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         )
     })?;
     let opts = args.options()?;
+    let vad = match (&opts.vad, &args.vad_model) {
+        (None, _) => None,
+        (Some(_), path) => Some(load_vad(path.as_deref())?),
+    };
     let model = args.engine.load(Some(&args.model))?;
     let speech = model.speech()?;
+    if let Some(vad) = vad {
+        speech.set_vad(vad);
+    }
     let many = args.audio.len() > 1;
     let stdout_tty = std::io::stdout().is_terminal() && args.output.is_none();
     for input in &args.audio {
@@ -208,6 +236,28 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The VAD model at `path`, else the cached one; its absence is an error that says how to get
+/// it.
+fn load_vad(path: Option<&Path>) -> Result<SileroVad> {
+    let (path, given) = match path {
+        Some(p) => (p.to_path_buf(), true),
+        None => (SileroVad::default_path(), false),
+    };
+    if !path.is_file() {
+        let reason = if given {
+            format!("{} does not exist", path.display())
+        } else {
+            format!(
+                "the Silero VAD model is not in the cache ({}); run tools/fetch_silero_vad.sh, \
+                 or pass --vad-model PATH (silero_vad.onnx of the PyPI package silero-vad 5.x)",
+                path.display()
+            )
+        };
+        return Err(Error::invalid("--vad", reason));
+    }
+    SileroVad::load(&path)
 }
 
 /// `talk.flac` → `talk.srt` (`stdin.txt` for `-`).

@@ -348,6 +348,29 @@ impl HostOp {
     pub fn needs_only_shape(&self) -> bool {
         matches!(self, HostOp::Shape { .. } | HostOp::Size)
     }
+
+    /// How many leading inputs matter to the output *dims* by their own dims alone (their
+    /// values never change the output dims, and the output is no larger than the other
+    /// inputs' values say); 0 when that is not known of the node. Type inference may run such a
+    /// node on zeros in place of those inputs when all the others are constants.
+    pub fn shape_only_inputs(&self) -> usize {
+        match self {
+            HostOp::Reshape { .. }
+            | HostOp::Slice
+            | HostOp::Squeeze { .. }
+            | HostOp::Unsqueeze { .. }
+            | HostOp::Flatten { .. }
+            | HostOp::Pad { .. }
+            | HostOp::Split { .. }
+            | HostOp::Reduce { .. }
+            | HostOp::Clip
+            | HostOp::CumSum { .. }
+            | HostOp::TopK { .. } => 1,
+            // Sequence, weights, biases, lengths and initial states: dims from dims alone.
+            HostOp::Rnn(_) => usize::MAX,
+            _ => 0,
+        }
+    }
 }
 
 /// Input `i`, which must be present.

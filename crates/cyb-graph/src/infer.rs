@@ -3,13 +3,19 @@
 //! each symbol: a dim that follows the stand-in is that symbol, a dim equal in both runs is a
 //! number, anything else becomes a fresh unknown (`_u0`, `_u1`, ...). Errors name the node.
 
-use crate::graph::{node_err, Dim, Graph, NodeOp, ValueType};
+use crate::graph::{node_err, Dim, Graph, Node, NodeOp, ValueType};
 use crate::HostOp;
-use cyb_tensor::{DType, Error, Result, Shape, TensorInfo};
+use cyb_backend::{Dispatcher, ExecContext};
+use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::collections::HashMap;
 
+/// The largest input 0 a host node is run on (as zeros) to learn its output type.
+const STAND_IN_LIMIT_BYTES: usize = 1 << 20;
+
 /// Fills in the types of node outputs that can be known before running. Values whose type
-/// depends on tensor contents (most host nodes) stay unknown. A node whose inputs are fully
+/// depends on tensor contents stay unknown; a host node whose output dims depend only on
+/// input 0's dims and on constant inputs ([`HostOp::dims_ignore_data`]) is run on zeros to
+/// learn them. A node whose inputs are fully
 /// known and violate its shape rule is an error naming the node.
 pub fn infer_types(g: &mut Graph) -> Result<()> {
     let mut fresh = 0usize;
@@ -51,7 +57,9 @@ pub fn infer_types(g: &mut Graph) -> Result<()> {
                     _ => None,
                 }
             }
-            NodeOp::Host(h) => host_types(h, &ins),
+            NodeOp::Host(h) => {
+                host_types(h, &ins).or_else(|| host_types_by_running(g, node, h, &ins))
+            }
         };
         if let Some(outs) = outs {
             let ids = node.outputs.clone();
@@ -193,6 +201,57 @@ fn host_types(h: &HostOp, ins: &[Option<ValueType>]) -> Option<Vec<ValueType>> {
         }]),
         _ => None,
     }
+}
+
+/// The output types of `node` run on zeros in place of its shape-only inputs
+/// ([`HostOp::shape_only_inputs`], whose dims must be known) and on its other inputs, which
+/// must all be constants.
+fn host_types_by_running(
+    g: &Graph,
+    node: &Node,
+    h: &HostOp,
+    ins: &[Option<ValueType>],
+) -> Option<Vec<ValueType>> {
+    let shape_only = h.shape_only_inputs();
+    if shape_only == 0 {
+        return None;
+    }
+    let mut bytes = 0usize;
+    let mut inputs = Vec::with_capacity(node.inputs.len());
+    for (k, i) in node.inputs.iter().enumerate() {
+        let Some(id) = i else {
+            inputs.push(None);
+            continue;
+        };
+        if let Some(c) = g.constants.get(id) {
+            inputs.push(Some(c.clone()));
+            continue;
+        }
+        if k >= shape_only {
+            return None;
+        }
+        let t = ins.get(k)?.as_ref()?;
+        let dims = t.fixed_dims()?;
+        let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+        bytes = bytes.checked_add(t.dtype.bytes_for(n)?)?;
+        if bytes > STAND_IN_LIMIT_BYTES {
+            return None;
+        }
+        inputs.push(Some(Tensor::zeros(&dims, t.dtype).ok()?));
+    }
+    // Bad parameters are left for the run to report, with the real input.
+    let outs = crate::exec::run_node(
+        node,
+        &inputs,
+        &Dispatcher::reference(),
+        &mut ExecContext::default(),
+    )
+    .ok()?;
+    Some(
+        outs.iter()
+            .map(|t| ValueType::fixed(t.dtype(), t.dims()))
+            .collect(),
+    )
 }
 
 /// An error for a graph input whose tensor does not match its declared type.

@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, HashSet};
 
 /// Nodes whose outputs are larger than this stay in the graph instead of becoming constants.
 const FOLD_LIMIT_BYTES: usize = 64 << 20;
+/// The most rounds of `If` inlining at load (each round inlines every `If` whose condition is
+/// constant by then), against hostile nesting.
+const MAX_SPECIALIZE_ROUNDS: usize = 64;
 
 /// Removes nodes whose outputs reach no graph output, then values nothing refers to.
 /// Returns how many nodes were removed.
@@ -198,8 +201,10 @@ fn curated_matmul_or_norm(g: &Graph, i: usize) -> Option<cyb_ops::Op> {
     }
 }
 
-/// The load-time passes, in order: infers types, folds constants, drops dead nodes and uses
-/// curated ops where they are equivalent (so fast backends can run them). An output whose
+/// The load-time passes, in order: infers types, folds constants, replaces `If`s whose
+/// condition folded by the branch they take (then infers and folds again, until none is left),
+/// drops dead nodes and uses curated ops where they are equivalent (so fast backends can run
+/// them). An output whose
 /// computed dtype differs from the one the graph declares (an F64 input through an op with an
 /// F32 rule) is an error rather than F32 where F64 was promised.
 pub fn prepare(g: &mut Graph) -> Result<()> {
@@ -208,8 +213,20 @@ pub fn prepare(g: &mut Graph) -> Result<()> {
         .iter()
         .map(|&o| g.values[o].ty.as_ref().map(|t| t.dtype))
         .collect();
-    crate::infer_types(g)?;
-    fold_constants(g)?;
+    // Folding makes more types known (and so more shapes constant); an `If` whose condition
+    // became constant is replaced by its branch, which may fold further. A model's nesting
+    // depth bounds the rounds.
+    for _ in 0..MAX_SPECIALIZE_ROUNDS {
+        loop {
+            crate::infer_types(g)?;
+            if fold_constants(g)? == 0 {
+                break;
+            }
+        }
+        if crate::inline_constant_ifs(g)? == 0 {
+            break;
+        }
+    }
     eliminate_dead_nodes(g);
     crate::infer_types(g)?;
     prefer_curated_ops(g);

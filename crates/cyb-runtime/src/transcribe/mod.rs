@@ -3,7 +3,9 @@
 //! timestamps, and the text forms of the result.
 //!
 //! [`Transcriber`] holds the model, tokenizer and feature extractor; `transcribe` takes 16 kHz
-//! mono samples (or a stream of them) and reports each segment as it is decoded.
+//! mono samples (or a stream of them) and reports each segment as it is decoded. With
+//! [`TranscribeOptions::vad`] set, silence is cut out first by Silero VAD ([`SileroVad`]) and
+//! the times are mapped back to the original audio, as faster-whisper's `vad_filter` does.
 
 mod audio;
 mod filters;
@@ -11,13 +13,19 @@ mod longform;
 mod options;
 mod output;
 mod search;
+mod speech_chunks;
 mod tokens;
+mod vad;
 mod words;
 
 pub use audio::{audio_error, audio_source, decode_audio_bytes, AudioSource};
 pub use options::{Task, TranscribeOptions};
 pub use output::{clock, Segment, TranscribeStats, Transcript, TranscriptFormat, Word};
+pub use speech_chunks::{
+    collect_chunks, speech_timestamps_from_probs, SpeechTimestampsMap, VadOptions,
+};
 pub use tokens::{SpecialTokens, LANGUAGES, TIME_PRECISION};
+pub use vad::{SileroVad, VadState, VAD_CONTEXT, VAD_SAMPLE_RATE, VAD_WINDOW};
 
 use crate::Tokenizer;
 use cyb_backend::Dispatcher;
@@ -25,7 +33,7 @@ use cyb_format::ModelFile;
 use cyb_media::LogMel;
 use cyb_models::WhisperModel;
 use cyb_tensor::Result;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Mel frames per second (a hop of 160 samples at 16 kHz).
 pub const FRAMES_PER_SECOND: usize = 100;
@@ -44,6 +52,9 @@ pub struct Transcriber {
     non_speech: Vec<u32>,
     /// A space and end of text (never the first token).
     suppress_begin: Vec<u32>,
+    /// The voice activity detector for [`TranscribeOptions::vad`]: the one set with
+    /// [`Transcriber::set_vad`], else [`SileroVad::default_path`] loaded on first use.
+    vad: Mutex<Option<Arc<SileroVad>>>,
 }
 
 /// Progress of a transcription, reported with each segment.
@@ -78,6 +89,7 @@ impl Transcriber {
             mel,
             non_speech,
             suppress_begin,
+            vad: Mutex::new(None),
         })
     }
 
@@ -97,6 +109,23 @@ impl Transcriber {
         let rows: Vec<&[u32]> = (0..caches.len()).map(|_| &prompt[..]).collect();
         self.model.decode(&audio, &rows, &mut caches, &[0])?;
         Ok(())
+    }
+
+    /// Uses `vad` to find speech when [`TranscribeOptions::vad`] is set.
+    pub fn set_vad(&self, vad: SileroVad) {
+        *self.vad.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(vad));
+    }
+
+    /// The voice activity detector: the one set, else [`SileroVad::default_path`], loaded now
+    /// and kept (its absence is an error saying how to fetch it).
+    pub fn vad(&self) -> Result<Arc<SileroVad>> {
+        let mut slot = self.vad.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = slot.as_ref() {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(SileroVad::load(&SileroVad::default_path())?);
+        *slot = Some(v.clone());
+        Ok(v)
     }
 
     pub fn model(&self) -> &WhisperModel {
@@ -124,14 +153,25 @@ impl Transcriber {
         opts: &TranscribeOptions,
         on_segment: &mut dyn FnMut(&Segment, Progress) -> bool,
     ) -> Result<Transcript> {
+        opts.validate()?;
+        if let Some(vad_opts) = &opts.vad {
+            return self.transcribe_speech(samples, opts, vad_opts, on_segment);
+        }
         let source = samples
             .chunks(longform::BLOCK_SAMPLES)
             .map(|c| Ok(c.to_vec()));
-        self.transcribe_stream(Box::new(source), Some(samples.len()), opts, on_segment)
+        longform::run(
+            self,
+            Box::new(source),
+            Some(samples.len()),
+            opts,
+            on_segment,
+        )
     }
 
     /// As [`Transcriber::transcribe`] over a stream of 16 kHz mono chunks (a long file or
-    /// stdin): memory stays bounded by a few minutes of audio whatever the length.
+    /// stdin): memory stays bounded by a few minutes of audio whatever the length (with VAD,
+    /// the whole audio is read first, as the speech spans need all of it).
     /// `total_samples` is only used for progress.
     pub fn transcribe_stream(
         &self,
@@ -141,7 +181,70 @@ impl Transcriber {
         on_segment: &mut dyn FnMut(&Segment, Progress) -> bool,
     ) -> Result<Transcript> {
         opts.validate()?;
+        if opts.vad.is_some() {
+            let mut samples = Vec::with_capacity(total_samples.unwrap_or(0));
+            for chunk in source {
+                samples.extend_from_slice(&chunk?);
+            }
+            return self.transcribe(&samples, opts, on_segment);
+        }
         longform::run(self, source, total_samples, opts, on_segment)
+    }
+
+    /// faster-whisper's `vad_filter`: transcribes the speech spans of `samples` concatenated,
+    /// then puts segment and word times back on the original timeline.
+    fn transcribe_speech(
+        &self,
+        samples: &[f32],
+        opts: &TranscribeOptions,
+        vad_opts: &VadOptions,
+        on_segment: &mut dyn FnMut(&Segment, Progress) -> bool,
+    ) -> Result<Transcript> {
+        let spans = self.vad()?.speech_timestamps(samples, vad_opts)?;
+        let speech = collect_chunks(samples, &spans);
+        let map = SpeechTimestampsMap::new(&spans);
+        // faster-whisper maps times only when there is speech (with none, nothing is decoded).
+        let restore = !spans.is_empty();
+        let duration = samples.len() as f64 / VAD_SAMPLE_RATE as f64;
+        let mut report = |seg: &Segment, p: Progress| {
+            let mut seg = seg.clone();
+            if restore {
+                map.restore_segment(&mut seg);
+            }
+            let done = if restore {
+                map.original_time(p.done, None, true)
+            } else {
+                p.done
+            };
+            on_segment(
+                &seg,
+                Progress {
+                    done: done.min(duration),
+                    total: Some(duration),
+                },
+            )
+        };
+        let inner = TranscribeOptions {
+            vad: None,
+            ..opts.clone()
+        };
+        let source = speech
+            .chunks(longform::BLOCK_SAMPLES)
+            .map(|c| Ok(c.to_vec()));
+        let mut transcript = longform::run(
+            self,
+            Box::new(source),
+            Some(speech.len()),
+            &inner,
+            &mut report,
+        )?;
+        if restore {
+            for seg in &mut transcript.segments {
+                map.restore_segment(seg);
+            }
+        }
+        transcript.duration = duration;
+        Ok(transcript)
     }
 }
 

@@ -1,5 +1,6 @@
 //! What a transcription may be asked to do, with faster-whisper's defaults.
 
+use super::VadOptions;
 use cyb_tensor::{Error, Result};
 
 /// Transcribe in the spoken language, or translate into English.
@@ -71,6 +72,10 @@ pub struct TranscribeOptions {
     pub append_punctuations: String,
     /// Seed of the sampler used at temperatures above 0.
     pub seed: u64,
+    /// Cut silence out with Silero VAD before decoding (faster-whisper's `vad_filter`); times
+    /// stay those of the original audio. `None` (the default here, as in faster-whisper's
+    /// `WhisperModel.transcribe`): decode everything.
+    pub vad: Option<VadOptions>,
 }
 
 impl Default for TranscribeOptions {
@@ -100,6 +105,7 @@ impl Default for TranscribeOptions {
             prepend_punctuations: "\"'“¿([{-".into(),
             append_punctuations: "\"'.。,，!！?？:：”)]}、".into(),
             seed: 0,
+            vad: None,
         }
     }
 }
@@ -147,6 +153,9 @@ impl TranscribeOptions {
                     self.temperatures
                 ),
             );
+        }
+        if let Some(v) = &self.vad {
+            v.validate()?;
         }
         if !(self.max_initial_timestamp.is_finite() && self.max_initial_timestamp >= 0.0) {
             return bad(
