@@ -70,10 +70,12 @@ impl SileroVad {
             .join("silero_vad.onnx")
     }
 
-    /// Loads the model at `path`, run by the CPU reference (the model is small: a few
-    /// convolutions and one LSTM cell per 32 ms of audio).
+    /// Loads the model at `path`, run by the cpu backend (its own small chain: the fast CPU
+    /// kernels, then the CPU reference), whatever backend the recognizer uses: the model is a
+    /// few small convolutions and one LSTM cell per 32 ms of audio, not worth a device.
     pub fn load(path: &Path) -> Result<SileroVad> {
-        SileroVad::load_with(path, Arc::new(Dispatcher::reference()))
+        let cpu = crate::RuntimeOptions::default().cpu_backend()?;
+        SileroVad::load_with(path, Arc::new(Dispatcher::new(vec![cpu])))
     }
 
     /// Loads the model at `path`, run through `dispatcher`. A file that is not Silero VAD v5
