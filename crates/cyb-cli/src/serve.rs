@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// GGUF files or Hugging Face directories; clients name each by its file stem (or
-    /// `--alias`). None: the default model (SmolLM2-135M-Instruct Q4_1).
+    /// GGUF files or Hugging Face directories (text generators, encoders, Whisper speech
+    /// recognizers); clients name each by its file stem (or `--alias`). None: the default
+    /// model (SmolLM2-135M-Instruct Q4_1).
     pub models: Vec<String>,
     /// The id of each model, in order (repeatable); default: the file stem (`org/name` for a
     /// model from the hub cache).
@@ -27,9 +28,12 @@ pub struct ServeArgs {
     /// Requests that may wait for a free slot; beyond that the server answers 429.
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
-    /// Largest request body in bytes (413 above).
+    /// Largest request body in bytes (413 above), except audio uploads.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body_bytes: usize,
+    /// Largest audio upload in bytes (/v1/audio/transcriptions and translations; 413 above).
+    #[arg(long, default_value_t = 100 << 20)]
+    pub max_audio_bytes: usize,
     /// Largest max_tokens a request may ask for (400 above); also the chat default.
     #[arg(long, default_value_t = 4096)]
     pub max_tokens_limit: usize,
@@ -69,6 +73,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         queue: args.queue,
         ctx: args.engine.ctx,
         max_body_bytes: args.max_body_bytes,
+        max_audio_bytes: args.max_audio_bytes,
         max_tokens_limit: args.max_tokens_limit.max(1),
     };
     cyb_server::run_blocking(served, config, &args.host, args.port, |addr| {

@@ -193,13 +193,23 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         }
         let elapsed = t0.elapsed().as_secs_f64();
         if args.bench {
+            let s = &transcript.stats;
             eprintln!(
-                "{}: {:.2} s of audio in {:.3} s, real-time factor {:.4}; peak RSS {} MiB",
+                "{}: {:.2} s of audio in {:.3} s, real-time factor {:.4}; encoder {:.1} ms per \
+                 30 s window ({} windows); decoder {:.1} tokens/s ({} tokens); peak RSS {} MiB",
                 input.display(),
                 transcript.duration,
                 elapsed,
                 elapsed / transcript.duration.max(1e-9),
+                s.encode_seconds * 1e3 / s.windows.max(1) as f64,
+                s.windows,
+                s.decoded_tokens as f64 / s.decode_seconds.max(1e-9),
+                s.decoded_tokens,
                 peak_rss_mib().map_or("?".into(), |m| m.to_string())
+            );
+            tracing::debug!(
+                "where the ops ran:\n{}",
+                speech.model().dispatcher().log().summary()
             );
         }
         if live {

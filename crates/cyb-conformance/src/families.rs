@@ -75,6 +75,13 @@ pub fn all() -> Vec<FamilyCase> {
         name: "bert jina_v2".into(),
         check: Box::new(|d| jina("encoders/jina_v2", d)),
     });
+    // WhisperStyle: encoder states, teacher-forced decoder logits and cached greedy tokens.
+    for variant in ["tiny80", "mel128", "shallow"] {
+        v.push(FamilyCase {
+            name: format!("whisper {variant}"),
+            check: Box::new(move |d| whisper(variant, d)),
+        });
+    }
     v
 }
 
@@ -221,4 +228,59 @@ fn jina(rel: &str, d: &Arc<Dispatcher>) -> Check {
     let f = cyb_format::open(fixtures().join(rel)).map_err(err)?;
     let m = JinaBertModel::load(&f, d.clone()).map_err(err)?;
     states(&r, &m.hidden_states(&sequences(&r)).map_err(err)?)
+}
+
+fn whisper(variant: &str, d: &Arc<Dispatcher>) -> Check {
+    let dir = fixtures().join("whisper").join(variant);
+    let file = cyb_format::open(&dir).map_err(err)?;
+    let r = cyb_format::safetensors::SafetensorsFile::open(dir.join("reference.safetensors"))
+        .map_err(err)?;
+    let f32s = |name: &str| -> std::result::Result<Vec<f32>, String> {
+        r.tensor(name).and_then(|t| t.to_f32_vec()).map_err(err)
+    };
+    let ids = |name: &str| -> std::result::Result<Vec<u32>, String> {
+        let v = r.tensor(name).and_then(|t| t.to_i64_vec()).map_err(err)?;
+        Ok(v.into_iter().map(|x| x as u32).collect())
+    };
+    let model = cyb_models::WhisperModel::load(&file, d.clone()).map_err(err)?;
+    let audio = model.encode(&f32s("input_features")?).map_err(err)?;
+    let states = d.to_host_f32(&audio.states).map_err(err)?;
+    within(
+        "encoder states",
+        &states,
+        &f32s("encoder_hidden_states")?,
+        1e-5,
+    )?;
+    let input = ids("decoder_input_ids")?;
+    let all: Vec<usize> = (0..input.len()).collect();
+    let mut cache = model.new_cache().map_err(err)?;
+    let rows = model
+        .decode(&audio, &[&input], std::slice::from_mut(&mut cache), &all)
+        .map_err(err)?;
+    let logits: Vec<f32> = rows.into_iter().flatten().flatten().collect();
+    within("decoder logits", &logits, &f32s("decoder_logits")?, 1e-5)?;
+    let prefix = ids("greedy_prefix")?;
+    let want = ids("greedy_ids")?;
+    let mut cache = model.new_cache().map_err(err)?;
+    let mut next_in = prefix.clone();
+    let mut got = Vec::new();
+    for _ in 0..want.len() {
+        let at = [next_in.len() - 1];
+        let row = model
+            .decode(&audio, &[&next_in], std::slice::from_mut(&mut cache), &at)
+            .map_err(err)?
+            .into_iter()
+            .flatten()
+            .next()
+            .unwrap_or_default();
+        let best = (0..row.len())
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
+            .unwrap_or(0) as u32;
+        got.push(best);
+        next_in = vec![best];
+    }
+    if got != want {
+        return Err(format!("greedy tokens {got:?}, want {want:?}"));
+    }
+    Ok(())
 }

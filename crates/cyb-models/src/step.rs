@@ -261,3 +261,18 @@ pub(crate) fn run_step(
     ended?;
     Ok(out)
 }
+
+/// A host tensor of `data` in shared (read-only) storage, as weights loaded from a file are:
+/// what a family derives from its weights at load, so the backends cache their own forms of
+/// it (repacked panels) as they do for the file's.
+pub(crate) fn shared_f32(dims: &[usize], data: &[f32]) -> Result<Tensor> {
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    let mut buf = cyb_tensor::AlignedBuf::for_overwrite(bytes.len());
+    buf.as_bytes_mut().copy_from_slice(bytes);
+    let storage = cyb_tensor::Storage::Shared {
+        len: bytes.len(),
+        owner: std::sync::Arc::new(buf),
+        offset: 0,
+    };
+    Tensor::new(Shape::new(dims)?, DType::F32, storage)
+}

@@ -162,7 +162,8 @@ impl Model {
             Net::Speech(_) => Err(Error::invalid(
                 "generate",
                 format!(
-                    "{} is a speech recognizer ({}): it transcribes audio but does not generate                      text from a prompt (use `cyb-llm transcribe` or /v1/audio/transcriptions)",
+                    "{} is a speech recognizer ({}): it transcribes audio but does not generate \
+                     text from a prompt (use `cyb-llm transcribe` or /v1/audio/transcriptions)",
                     self.inner.path.display(),
                     self.inner.config.architecture
                 ),

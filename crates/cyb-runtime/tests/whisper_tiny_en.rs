@@ -129,3 +129,55 @@ fn beam_search_equals_faster_whisper() {
 fn word_timestamps_equal_faster_whisper() {
     check_config("beam5_words");
 }
+
+#[test]
+fn empty_and_silent_audio_and_bad_options() {
+    let Some(model) = model() else { return };
+    let opts = options("beam5");
+    let t = model.transcribe(&[], &opts, &mut |_, _| true).unwrap();
+    assert!(t.segments.is_empty() && t.text.is_empty(), "{t:?}");
+    let t = model
+        .transcribe(&[0.0; 100], &opts, &mut |_, _| true)
+        .unwrap();
+    assert!(t.segments.is_empty(), "shorter than one frame: {t:?}");
+    // Ten seconds of silence: whatever is decoded, it is bounded and ends.
+    let t = model
+        .transcribe(&vec![0.0; 160_000], &opts, &mut |_, _| true)
+        .unwrap();
+    assert!((t.duration - 10.0).abs() < 1e-9);
+    for bad in [
+        TranscribeOptions {
+            beam_size: 0,
+            ..opts.clone()
+        },
+        TranscribeOptions {
+            temperatures: vec![],
+            ..opts.clone()
+        },
+        TranscribeOptions {
+            temperatures: vec![f32::NAN],
+            ..opts.clone()
+        },
+        TranscribeOptions {
+            language: Some("de".into()),
+            ..opts.clone()
+        },
+        TranscribeOptions {
+            suppress_tokens: vec![999_999],
+            ..opts.clone()
+        },
+    ] {
+        let err = model.transcribe(&[0.0; 16_000], &bad, &mut |_, _| true);
+        assert!(err.is_err(), "{bad:?} should be refused");
+    }
+    // Stopping early from the callback returns what was decoded so far.
+    let audio = cyb_media::load_16k_mono(&fixtures().join("speech/long_paragraph.flac")).unwrap();
+    let mut seen = 0;
+    let t = model
+        .transcribe(&audio, &options("greedy"), &mut |_, _| {
+            seen += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!((seen, t.segments.len()), (1, 1));
+}

@@ -11,8 +11,10 @@ pub struct ServerConfig {
     pub queue: usize,
     /// Context size of each session; `None`: the model's, capped at 4096.
     pub ctx: Option<usize>,
-    /// Largest request body accepted (413 above).
+    /// Largest request body accepted (413 above), except on the audio endpoints.
     pub max_body_bytes: usize,
+    /// Largest body of an audio upload (`/v1/audio/*`; 413 above).
+    pub max_audio_bytes: usize,
     /// Largest `max_tokens` a request may ask for (400 above); also the default.
     pub max_tokens_limit: usize,
 }
@@ -24,6 +26,7 @@ impl Default for ServerConfig {
             queue: 64,
             ctx: None,
             max_body_bytes: 2 << 20,
+            max_audio_bytes: 100 << 20,
             max_tokens_limit: 4096,
         }
     }

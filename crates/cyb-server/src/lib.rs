@@ -2,7 +2,9 @@
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (SSE streaming or not),
 //! `POST /v1/embeddings` and `POST /v1/rerank` (encoder models; the generation endpoints need a
-//! text generator and answer 400 for an encoder, and the other way round), `GET /v1/models`,
+//! text generator and answer 400 for an encoder, and the other way round),
+//! `POST /v1/audio/transcriptions` and `POST /v1/audio/translations` (speech recognition
+//! models, multipart uploads), `GET /v1/models`,
 //! `GET /health`, `GET /metrics` (Prometheus text). Each request generates in its own session
 //! over the model's shared weights, on a blocking thread; at most `parallel` run at once and
 //! `queue` more wait, the rest get 429. Idle sessions keep their KV cache and are reused by
@@ -11,6 +13,8 @@
 //! This crate must not know how models compute: it speaks HTTP and the runtime's public API.
 
 mod admission;
+mod audio;
+mod audio_form;
 mod chat;
 mod completions;
 mod config;
@@ -69,6 +73,9 @@ impl AppState {
     /// The named model, which must generate text (chat and text completions).
     pub fn find_generator(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
         let slot = self.find_model(id)?;
+        if slot.model.is_speech() {
+            return Err(not_speech_endpoint(&slot.id));
+        }
         if slot.model.is_encoder() {
             return Err(ApiError::invalid(
                 "model",
@@ -86,6 +93,9 @@ impl AppState {
     /// The named model, which must be an encoder (embeddings).
     pub fn find_encoder(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
         let slot = self.find_model(id)?;
+        if slot.model.is_speech() {
+            return Err(not_speech_endpoint(&slot.id));
+        }
         if !slot.model.is_encoder() {
             return Err(ApiError::invalid(
                 "model",
@@ -99,6 +109,56 @@ impl AppState {
         }
         Ok(slot)
     }
+
+    /// The named model, which must recognize speech (the audio endpoints); no name picks the
+    /// first speech model served.
+    pub fn find_speech(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let slot = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => self.find_model(Some(id))?,
+            None => self
+                .models
+                .iter()
+                .find(|m| m.model.is_speech())
+                .cloned()
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "model",
+                        "no speech recognition model is served; start cyb-llm serve with a \
+                         Whisper model",
+                    )
+                    .with_code("model_not_supported")
+                })?,
+        };
+        if !slot.model.is_speech() {
+            let what = if slot.model.is_encoder() {
+                "an embedding (encoder) model"
+            } else {
+                "a text generator"
+            };
+            return Err(ApiError::invalid(
+                "model",
+                format!(
+                    "model {} is {what}, not a speech recognition model: the audio endpoints \
+                     need a Whisper model",
+                    slot.id
+                ),
+            )
+            .with_code("model_not_supported"));
+        }
+        Ok(slot)
+    }
+}
+
+/// A speech model asked for text generation, embeddings or reranking.
+fn not_speech_endpoint(id: &str) -> ApiError {
+    ApiError::invalid(
+        "model",
+        format!(
+            "model {id} is a speech recognition (Whisper) model: it answers \
+             /v1/audio/transcriptions and /v1/audio/translations"
+        ),
+    )
+    .with_code("model_not_supported")
 }
 
 /// Seconds since the Unix epoch (`created` fields).

@@ -5,7 +5,7 @@ use crate::config::{ServedModel, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pool::ModelSlot;
-use crate::{chat, completions, embeddings, rerank, unix_now, AppState};
+use crate::{audio, chat, completions, embeddings, rerank, unix_now, AppState};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
@@ -45,6 +45,15 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
         .route("/v1/completions", post(completions::handle))
         .route("/v1/embeddings", post(embeddings::handle))
         .route("/v1/rerank", post(rerank::handle))
+        // Uploads have their own, larger body limit.
+        .route(
+            "/v1/audio/transcriptions",
+            post(audio::transcriptions).layer(DefaultBodyLimit::max(config.max_audio_bytes)),
+        )
+        .route(
+            "/v1/audio/translations",
+            post(audio::translations).layer(DefaultBodyLimit::max(config.max_audio_bytes)),
+        )
         .route("/v1/models", get(models_list))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -94,11 +103,13 @@ pub async fn shutdown_signal() {
 /// Counts every request by endpoint and status; unknown paths count as `other` so a
 /// scanner cannot grow the label set.
 async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    const KNOWN: [&str; 7] = [
+    const KNOWN: [&str; 9] = [
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",
         "/v1/rerank",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
         "/v1/models",
         "/health",
         "/metrics",

@@ -94,8 +94,9 @@ impl Table {
                 };
                 return Tensor::new(info.shape.clone(), info.dtype, storage);
             }
-            let storage = Storage::Host(Arc::new(AlignedBuf::from_bytes(data)));
-            return Tensor::new(info.shape.clone(), info.dtype, storage);
+            // An owned copy, but shared storage like a mapping's, so the backends' caches of
+            // derived weights (repacked panels) keep theirs for it.
+            return Tensor::new(info.shape.clone(), info.dtype, shared_copy(data));
         };
         let scale_bytes = buf.get(dq.scale_bytes.clone()).ok_or_else(outside)?;
         let n_scales = scale_bytes.len() / dq.scale_dtype.block_bytes().max(1);
@@ -129,7 +130,17 @@ impl Table {
             let row = q.get(r * row_len..(r + 1) * row_len).unwrap_or_default();
             out.extend(row.iter().map(|&x| x / s));
         }
-        Tensor::from_f32(info.shape.dims(), &out)
+        let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::new(info.shape.clone(), DType::F32, shared_copy(&bytes))
+    }
+}
+
+/// `data` copied into aligned memory, as shared (read-only) storage.
+fn shared_copy(data: &[u8]) -> Storage {
+    Storage::Shared {
+        owner: Arc::new(AlignedBuf::from_bytes(data)),
+        offset: 0,
+        len: data.len(),
     }
 }
 

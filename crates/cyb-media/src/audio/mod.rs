@@ -10,7 +10,7 @@
 mod container;
 mod error;
 mod mix;
-mod mp4_check;
+mod mp4_scan;
 mod pcm;
 mod resample;
 mod stream;
@@ -23,7 +23,7 @@ pub use resample::resample;
 pub use stream::{open_stream, stream_reader, AudioStream, RawPcm, STREAM_CHUNK_SAMPLES};
 
 use container::ContainerDecoder;
-use stream::{checked_cursor, open_checked, stream_bytes};
+use stream::{open_bytes, open_file, stream_bytes};
 
 /// The rate Whisper's features are computed at.
 pub const WHISPER_SAMPLE_RATE: u32 = 16_000;
@@ -37,6 +37,13 @@ pub const MAX_CHANNELS: usize = 32;
 /// Most samples a whole-input decode holds (all channels counted; 2 GiB of f32): 9.3 hours of
 /// 16 kHz mono, 1.7 hours of 44.1 kHz stereo. Longer inputs are for [`AudioStream`].
 pub const MAX_DECODED_SAMPLES: usize = 1 << 29;
+
+/// One packet's or block's frames, interleaved, as a source hands them out.
+pub(crate) struct Frames<'a> {
+    pub samples: &'a [f32],
+    pub sample_rate: u32,
+    pub channels: usize,
+}
 
 /// Decoded audio: `samples` interleaved by frame (`channels` values per frame).
 #[derive(Clone, Debug, PartialEq)]
@@ -61,25 +68,18 @@ impl Audio {
 /// Decodes a whole file of any supported container (WAV, FLAC, MP3, Ogg Vorbis, MP4/M4A AAC),
 /// as f32 in [-1, 1] at the file's own rate and channel count. Integer samples are scaled by
 /// 2^-(bits-1). MP3 and Vorbis encoder delay and padding are trimmed when the file records
-/// them; AAC priming samples in MP4 are not (symphonia does not read edit lists).
+/// them; in MP4, the AAC priming the edit list marks is dropped (its trailing padding is
+/// kept, as ffmpeg keeps it).
 pub fn decode_file(path: &Path) -> Result<Audio, AudioError> {
     let name = path.display().to_string();
-    let file = open_checked(path, &name)?;
-    decode_all(
-        ContainerDecoder::open(Box::new(file), Some(&name), &name)?,
-        &name,
-    )
+    decode_all(open_file(path, &name)?, &name)
 }
 
-/// [`decode_file`] for bytes in memory (an upload); `name_hint` (a file name) helps the probe
-/// by its extension and names the input in errors (`<bytes>` without it).
+/// [`decode_file`] for bytes in memory (an upload). The format is found from the bytes;
+/// `name_hint` (the upload's file name) names the input in errors (`<bytes>` without it).
 pub fn decode_bytes(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Audio, AudioError> {
     let name = name_hint.unwrap_or("<bytes>");
-    let cursor = checked_cursor(bytes, name_hint)?;
-    decode_all(
-        ContainerDecoder::open(Box::new(cursor), name_hint, name)?,
-        name,
-    )
+    decode_all(open_bytes(bytes, name)?, name)
 }
 
 /// The mean of the channels of each frame; see [`mix_to_mono`].
@@ -97,10 +97,8 @@ pub fn load_16k_mono(path: &Path) -> Result<Vec<f32>, AudioError> {
 
 /// [`load_16k_mono`] for bytes in memory (an upload).
 pub fn bytes_16k_mono(bytes: Vec<u8>, name_hint: Option<&str>) -> Result<Vec<f32>, AudioError> {
-    collect(
-        stream_bytes(bytes, name_hint)?,
-        name_hint.unwrap_or("<bytes>"),
-    )
+    let name = name_hint.unwrap_or("<bytes>");
+    collect(stream_bytes(bytes, name)?, name)
 }
 
 fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {
@@ -120,7 +118,10 @@ fn collect(stream: AudioStream, name: &str) -> Result<Vec<f32>, AudioError> {
 
 fn decode_all(mut decoder: ContainerDecoder, name: &str) -> Result<Audio, AudioError> {
     let mut samples = Vec::new();
-    while let Some((frames, _, _)) = decoder.next_frames()? {
+    while let Some(Frames {
+        samples: frames, ..
+    }) = decoder.next_frames()?
+    {
         if samples.len() + frames.len() > MAX_DECODED_SAMPLES {
             return Err(AudioError::TooLong {
                 file: name.to_string(),

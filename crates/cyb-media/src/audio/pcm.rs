@@ -8,7 +8,7 @@
 
 use std::io::{self, Read};
 
-use super::{check_channels, check_sample_rate, AudioError, RawPcm};
+use super::{check_channels, check_sample_rate, AudioError, Frames, RawPcm};
 
 /// Frames read and converted per call.
 pub(crate) const BLOCK_FRAMES: usize = 4096;
@@ -150,7 +150,7 @@ impl PcmReader {
 
     /// The next block of interleaved frames, with the sample rate and channel count; `None` at
     /// the end of the stream. A partial frame at the very end is dropped.
-    pub(crate) fn next_frames(&mut self) -> Result<Option<(&[f32], u32, usize)>, AudioError> {
+    pub(crate) fn next_frames(&mut self) -> Result<Option<Frames<'_>>, AudioError> {
         if self.done {
             return Ok(None);
         }
@@ -185,7 +185,11 @@ impl PcmReader {
             self.done = true;
             return Ok(None);
         }
-        Ok(Some((&self.frames, self.sample_rate, self.channels)))
+        Ok(Some(Frames {
+            samples: &self.frames,
+            sample_rate: self.sample_rate,
+            channels: self.channels,
+        }))
     }
 }
 
@@ -349,8 +353,8 @@ mod tests {
     fn read_all(bytes: Vec<u8>, raw: Option<RawPcm>) -> Result<(Vec<f32>, u32, usize), AudioError> {
         let mut pcm = PcmReader::open(Box::new(io::Cursor::new(bytes)), raw, "<test>")?;
         let mut all = Vec::new();
-        while let Some((f, _, _)) = pcm.next_frames()? {
-            all.extend_from_slice(f);
+        while let Some(f) = pcm.next_frames()? {
+            all.extend_from_slice(f.samples);
         }
         Ok((all, pcm.sample_rate(), pcm.channels()))
     }

@@ -11,10 +11,10 @@ use std::path::Path;
 
 use super::container::ContainerDecoder;
 use super::mix::{mix_to_mono, zero_non_finite};
-use super::mp4_check::check_mp4_tables;
+use super::mp4_scan::scan_mp4;
 use super::pcm::PcmReader;
 use super::resample::StreamResampler;
-use super::{AudioError, WHISPER_SAMPLE_RATE};
+use super::{AudioError, Frames, WHISPER_SAMPLE_RATE};
 
 /// Samples per chunk an [`AudioStream`] yields (one second at 16 kHz); the last may be shorter.
 pub const STREAM_CHUNK_SAMPLES: usize = 16_000;
@@ -48,9 +48,7 @@ pub fn open_stream(path: &Path) -> Result<AudioStream, AudioError> {
         let pcm = PcmReader::open(Box::new(std::io::stdin()), None, "<stdin>")?;
         return Ok(AudioStream::new(Source::Pcm(pcm)));
     }
-    let name = path.display().to_string();
-    let file = open_checked(path, &name)?;
-    let decoder = ContainerDecoder::open(Box::new(file), Some(&name), &name)?;
+    let decoder = open_file(path, &path.display().to_string())?;
     Ok(AudioStream::new(Source::Container(Box::new(decoder))))
 }
 
@@ -65,19 +63,14 @@ pub fn stream_reader(
     Ok(AudioStream::new(Source::Pcm(pcm)))
 }
 
-/// Streams an in-memory container (an upload); `name_hint`'s extension helps the probe.
-pub(crate) fn stream_bytes(
-    bytes: Vec<u8>,
-    name_hint: Option<&str>,
-) -> Result<AudioStream, AudioError> {
-    let cursor = checked_cursor(bytes, name_hint)?;
-    let name = name_hint.unwrap_or("<bytes>");
-    let decoder = ContainerDecoder::open(Box::new(cursor), name_hint, name)?;
+/// Streams an in-memory container (an upload); `name` names it in errors.
+pub(crate) fn stream_bytes(bytes: Vec<u8>, name: &str) -> Result<AudioStream, AudioError> {
+    let decoder = open_bytes(bytes, name)?;
     Ok(AudioStream::new(Source::Container(Box::new(decoder))))
 }
 
-/// Opens a file for symphonia after the checks symphonia itself lacks.
-pub(crate) fn open_checked(path: &Path, name: &str) -> Result<File, AudioError> {
+/// Opens a file's container decoder after the checks symphonia itself lacks.
+pub(crate) fn open_file(path: &Path, name: &str) -> Result<ContainerDecoder, AudioError> {
     let io = |source| AudioError::Io {
         file: name.to_string(),
         source,
@@ -90,16 +83,12 @@ pub(crate) fn open_checked(path: &Path, name: &str) -> Result<File, AudioError> 
         });
     }
     let mut buffered = BufReader::new(file);
-    check_mp4_tables(&mut buffered, name)?;
-    Ok(buffered.into_inner())
+    let priming = scan_mp4(&mut buffered, name)?;
+    ContainerDecoder::open(Box::new(buffered.into_inner()), priming, name)
 }
 
-/// Wraps upload bytes for symphonia after the checks symphonia itself lacks.
-pub(crate) fn checked_cursor(
-    bytes: Vec<u8>,
-    name_hint: Option<&str>,
-) -> Result<std::io::Cursor<Vec<u8>>, AudioError> {
-    let name = name_hint.unwrap_or("<bytes>");
+/// Opens an upload's container decoder after the checks symphonia itself lacks.
+pub(crate) fn open_bytes(bytes: Vec<u8>, name: &str) -> Result<ContainerDecoder, AudioError> {
     if bytes.is_empty() {
         return Err(AudioError::Malformed {
             file: name.to_string(),
@@ -107,8 +96,8 @@ pub(crate) fn checked_cursor(
         });
     }
     let mut cursor = std::io::Cursor::new(bytes);
-    check_mp4_tables(&mut cursor, name)?;
-    Ok(cursor)
+    let priming = scan_mp4(&mut cursor, name)?;
+    ContainerDecoder::open(Box::new(cursor), priming, name)
 }
 
 impl AudioStream {
@@ -146,14 +135,18 @@ impl AudioStream {
                 Source::Pcm(p) => p.next_frames()?,
             };
             match frames {
-                Some((frames, rate, channels)) => {
-                    mix_to_mono(frames, channels, &mut self.mono);
+                Some(Frames {
+                    samples,
+                    sample_rate,
+                    channels,
+                }) => {
+                    mix_to_mono(samples, channels, &mut self.mono);
                     zero_non_finite(&mut self.mono);
                     let resampler = match &mut self.resampler {
                         Some(r) => r,
                         None => self
                             .resampler
-                            .insert(StreamResampler::new(rate, WHISPER_SAMPLE_RATE)?),
+                            .insert(StreamResampler::new(sample_rate, WHISPER_SAMPLE_RATE)?),
                     };
                     resampler.push(&self.mono, &mut self.ready)?;
                 }
@@ -183,5 +176,18 @@ impl Iterator for AudioStream {
         }
         let n = self.ready.len().min(STREAM_CHUNK_SAMPLES);
         Some(Ok(self.ready.drain(..n).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Servers decode on worker threads and hand streams between them.
+    #[test]
+    fn streams_and_the_mel_front_end_cross_threads() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<super::AudioStream>();
+        send_sync::<crate::mel::LogMel>();
+        send_sync::<super::super::Audio>();
     }
 }

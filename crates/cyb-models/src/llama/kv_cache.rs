@@ -244,6 +244,47 @@ impl KvCache {
         })
     }
 
+    /// Makes this host cache hold what `other` holds (same dimensions), reusing this cache's
+    /// buffers: only the tokens `other` holds are copied. How a beam search gives a second
+    /// continuation of one hypothesis a cache of its own without allocating.
+    pub fn copy_from(&mut self, other: &KvCache) -> Result<()> {
+        if (self.kv_heads, self.head_dim, self.capacity)
+            != (other.kv_heads, other.head_dim, other.capacity)
+        {
+            return Err(Error::invalid(
+                "kv_cache",
+                "copy between caches of different sizes",
+            ));
+        }
+        let (Layers::Host(dst), Layers::Host(src)) = (&mut self.layers, &other.layers) else {
+            return Err(host_only());
+        };
+        if dst.len() != src.len() {
+            return Err(Error::invalid(
+                "kv_cache",
+                "copy between caches of different depths",
+            ));
+        }
+        let bytes = other.len * self.kv_heads * self.head_dim * 4;
+        for (d, s) in dst.iter_mut().zip(src) {
+            for (db, sb) in [(&mut d.k, &s.k), (&mut d.v, &s.v)] {
+                let db = Arc::make_mut(db);
+                if !db.set_len(bytes) {
+                    return Err(Error::invalid(
+                        "kv_cache",
+                        "internal: buffer below capacity",
+                    ));
+                }
+                let from = sb.as_bytes().get(..bytes).ok_or_else(|| {
+                    Error::invalid("kv_cache", "internal: a layer was not written")
+                })?;
+                db.as_bytes_mut()[..bytes].copy_from_slice(from);
+            }
+        }
+        self.len = other.len;
+        Ok(())
+    }
+
     /// Forgets every token (a new conversation).
     pub fn clear(&mut self) {
         self.len = 0;

@@ -20,11 +20,15 @@ use crate::llama::KvCache;
 use crate::step::{run_step, Step};
 use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, LinearAct, Op, PadMode};
+use cyb_ops::{GeluApprox, LinearAct, Op};
 use cyb_tensor::{Error, Result, Tensor};
 use std::sync::Arc;
 
 const GELU: LinearAct = LinearAct::Gelu(GeluApprox::Erf);
+
+/// Cross-attention scores of the heads asked for (each `[tokens, source]`), then the logits of
+/// every token.
+pub type CrossAttention = (Vec<Vec<f32>>, Vec<Vec<f32>>);
 
 /// A loaded WhisperStyle model: config, weights and the dispatcher that runs its ops.
 pub struct WhisperModel {
@@ -183,7 +187,7 @@ impl WhisperModel {
         audio: &EncodedAudio,
         tokens: &[u32],
         heads: &[(usize, usize)],
-    ) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+    ) -> Result<CrossAttention> {
         let c = &self.config;
         let (h, hd) = (c.decoder_heads, c.d_model / c.decoder_heads);
         let src = c.max_source_positions;
@@ -337,33 +341,23 @@ impl WhisperModel {
     }
 }
 
-/// `gelu(conv(x))` of `x` `[t, c]` (token-major), as the matrix product of the stacked taps.
+/// `gelu(conv(x))` of `x` `[t, c]` (token-major): the three taps of each output position side
+/// by side (`[x(t·s-1), x(t·s), x(t·s+1)]`, zero outside) times the stacked kernel.
 fn conv3(step: &mut Step<'_>, x: &Tensor, conv: &Conv3) -> Result<Tensor> {
-    let t = x.dims()[0];
+    let (t, c) = (x.dims()[0], x.dims()[1]);
     let s = conv.stride;
     let out = (t + 2 - 3) / s + 1;
-    let padded = step.run(
-        Op::Pad {
-            pads: vec![1, 0, 1, 0],
-            mode: PadMode::Constant { value: 0.0 },
-        },
-        &[x],
-    )?;
-    let taps = (0..3)
-        .map(|q| {
-            step.run(
-                Op::Slice {
-                    axis: 0,
-                    start: q as isize,
-                    end: (q + (out - 1) * s + 1) as isize,
-                    step: s,
-                },
-                &[&padded],
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let refs: Vec<&Tensor> = taps.iter().collect();
-    let cols = step.run(Op::Concat { axis: 1 }, &refs)?;
+    let x = step.dispatcher.to_host_f32(x)?;
+    let mut cols = vec![0f32; out * 3 * c];
+    for (o, row) in cols.chunks_exact_mut(3 * c).enumerate() {
+        for q in 0..3 {
+            // Input row o·s + q - 1 (padding 1 on each side).
+            if let Some(src) = (o * s + q).checked_sub(1).filter(|&r| r < t) {
+                row[q * c..(q + 1) * c].copy_from_slice(&x[src * c..(src + 1) * c]);
+            }
+        }
+    }
+    let cols = Tensor::from_f32(&[out, 3 * c], &cols)?;
     step.linear_act(&cols, &conv.lin, GELU)
 }
 
@@ -380,60 +374,59 @@ fn self_attention(
 ) -> Result<Tensor> {
     let rows = h.dims()[0];
     let hd = d / heads;
-    let (q, k, v) = match qkv {
-        Qkv::Stacked(l) => {
-            let y = step.linear(h, l)?;
-            let mut p = step.split(&y, -1, &[d, d, d])?;
-            let v = p.swap_remove(2);
-            let k = p.swap_remove(1);
-            (p.swap_remove(0), k, v)
-        }
-        Qkv::Apart(l) => (
-            step.linear(h, &l[0])?,
-            step.linear(h, &l[1])?,
-            step.linear(h, &l[2])?,
-        ),
-    };
-    let shape = [rows, heads, hd];
-    let (q, k, v) = (
-        step.reshape(&q, &shape)?,
-        step.reshape(&k, &shape)?,
-        step.reshape(&v, &shape)?,
-    );
     let Some((layer, n, caches)) = cache else {
+        let (q, k, v) = match qkv {
+            Qkv::Stacked(l) => {
+                let y = step.linear(h, l)?;
+                let mut p = step.split(&y, -1, &[d, d, d])?;
+                let v = p.swap_remove(2);
+                let k = p.swap_remove(1);
+                (p.swap_remove(0), k, v)
+            }
+            Qkv::Apart(l) => (
+                step.linear(h, &l[0])?,
+                step.linear(h, &l[1])?,
+                step.linear(h, &l[2])?,
+            ),
+        };
+        let shape = [rows, heads, hd];
+        let (q, k, v) = (
+            step.reshape(&q, &shape)?,
+            step.reshape(&k, &shape)?,
+            step.reshape(&v, &shape)?,
+        );
         let a = step.attend(hd, [&q, &k, &v], None)?;
         return step.reshape(&a, &[rows, d]);
     };
-    if caches.len() == 1 {
-        let (k, v) = (step.dispatcher.to_host(&k)?, step.dispatcher.to_host(&v)?);
-        let (k, v) = caches[0].write(layer, &k, &v)?;
-        let a = step.attend_causal(hd, [&q, &k, &v])?;
-        return step.reshape(&a, &[rows, d]);
-    }
-    let rows_of = |step: &mut Step<'_>, t: &Tensor, s: usize| {
-        step.run(
-            Op::Slice {
-                axis: 0,
-                start: (s * n) as isize,
-                end: ((s + 1) * n) as isize,
-                step: 1,
-            },
-            &[t],
-        )
+    // With a cache the keys and values go to the host cache anyway: the projections are cut
+    // into each sequence's queries, keys and values there.
+    let (q, k, v) = match qkv {
+        Qkv::Stacked(l) => {
+            let y = step.dispatcher.to_host_f32(&step.linear(h, l)?)?;
+            let part = |i: usize| -> Vec<f32> {
+                y.chunks_exact(3 * d)
+                    .flat_map(|r| r[i * d..(i + 1) * d].iter().copied())
+                    .collect()
+            };
+            (part(0), part(1), part(2))
+        }
+        Qkv::Apart(l) => {
+            let mut host = |w| -> Result<Vec<f32>> {
+                let t = step.linear(h, w)?;
+                step.dispatcher.to_host_f32(&t)
+            };
+            (host(&l[0])?, host(&l[1])?, host(&l[2])?)
+        }
     };
-    let mut parts = Vec::with_capacity(caches.len());
+    let block = n * d;
+    let mut out = Vec::with_capacity(rows * d);
     for (s, cache) in caches.iter_mut().enumerate() {
-        let (qs, ks, vs) = (
-            rows_of(step, &q, s)?,
-            rows_of(step, &k, s)?,
-            rows_of(step, &v, s)?,
-        );
-        let ks = step.dispatcher.to_host(&ks)?;
-        let vs = step.dispatcher.to_host(&vs)?;
-        let (k, v) = cache.write(layer, &ks, &vs)?;
-        parts.push(step.attend_causal(hd, [&qs, &k, &v])?);
+        let span = s * block..(s + 1) * block;
+        let rows_of = |x: &[f32]| Tensor::from_f32(&[n, heads, hd], &x[span.clone()]);
+        let (qs, ks, vs) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
+        let (k_all, v_all) = cache.write(layer, &ks, &vs)?;
+        let a = step.attend_causal(hd, [&qs, &k_all, &v_all])?;
+        out.extend_from_slice(&step.dispatcher.to_host_f32(&a)?);
     }
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    let a = step.run(Op::Concat { axis: 0 }, &refs)?;
-    step.reshape(&a, &[rows, d])
+    Tensor::from_f32(&[rows, d], &out)
 }

@@ -5,9 +5,9 @@
 //! where the backend prefers that.
 
 use super::config::WhisperConfig;
-use crate::step::{stack_rows, Linear, Norm};
+use crate::step::{shared_f32, stack_rows, Linear, Norm};
 use cyb_format::ModelFile;
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashSet;
 
 /// A 1-D convolution of kernel 3 (padding 1) as the matrix it is computed with: `w` holds
@@ -87,7 +87,7 @@ impl Loader<'_> {
         Ok(Linear {
             w: self.tensor(&format!("{name}.weight"), &[out, inp])?,
             b: if bias {
-                Some(self.tensor(&format!("{name}.bias"), &[out])?)
+                Some(f32_copy(self.tensor(&format!("{name}.bias"), &[out])?)?)
             } else {
                 None
             },
@@ -96,8 +96,8 @@ impl Loader<'_> {
 
     fn norm(&self, name: &str, d: usize) -> Result<Norm> {
         Ok(Norm {
-            w: self.tensor(&format!("{name}.weight"), &[d])?,
-            b: self.tensor(&format!("{name}.bias"), &[d])?,
+            w: f32_copy(self.tensor(&format!("{name}.weight"), &[d])?)?,
+            b: f32_copy(self.tensor(&format!("{name}.bias"), &[d])?)?,
         })
     }
 
@@ -114,7 +114,7 @@ impl Loader<'_> {
                 let mut b = qb.to_f32_vec()?;
                 b.extend(std::iter::repeat_n(0.0, d));
                 b.extend(vb.to_f32_vec()?);
-                let b = Tensor::from_f32(&[3 * d], &b)?;
+                let b = shared_f32(&[3 * d], &b)?;
                 return Ok(Qkv::Stacked(Linear { w, b: Some(b) }));
             }
         }
@@ -132,15 +132,25 @@ impl Loader<'_> {
                 }
             }
         }
-        let b = self.tensor(&format!("{name}.bias"), &[out])?;
+        let b = f32_copy(self.tensor(&format!("{name}.bias"), &[out])?)?;
         Ok(Conv3 {
             lin: Linear {
-                w: Tensor::from_f32(&[out, 3 * inp], &w)?,
+                w: shared_f32(&[out, 3 * inp], &w)?,
                 b: Some(b),
             },
             stride,
         })
     }
+}
+
+/// `t` as F32: biases, norms and the encoder's position table are added, not multiplied, and
+/// the backends add and normalize in F32 (an F16 checkpoint's or a requantized import's small
+/// tensors would otherwise send those ops to the reference).
+fn f32_copy(t: Tensor) -> Result<Tensor> {
+    if t.dtype() == DType::F32 {
+        return Ok(t);
+    }
+    shared_f32(t.dims(), &t.to_f32_vec()?)
 }
 
 impl WhisperWeights {
@@ -201,10 +211,10 @@ impl WhisperWeights {
         Ok(WhisperWeights {
             conv1: l.conv("model.encoder.conv1", d, c.num_mel_bins, 1)?,
             conv2: l.conv("model.encoder.conv2", d, d, 2)?,
-            encoder_positions: l.tensor(
+            encoder_positions: f32_copy(l.tensor(
                 "model.encoder.embed_positions.weight",
                 &[c.max_source_positions, d],
-            )?,
+            )?)?,
             encoder_layers,
             encoder_norm: l.norm("model.encoder.layer_norm", d)?,
             tokens,

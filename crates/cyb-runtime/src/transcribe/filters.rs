@@ -102,10 +102,14 @@ impl LogitRules<'_> {
                 }
             }
         }
+        // Both sides of `logsumexp(log_probs[tb..]) > max(log_probs[..tb])` carry the same
+        // normalizer, so the logits compare directly.
         if check_prob {
-            let lp = log_softmax(logits);
-            let ts = log_sum_exp(&lp[tb..]);
-            let text = lp[..tb].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let ts = log_sum_exp(&logits[tb..]);
+            let text = logits[..tb]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
             if ts > text {
                 ban(logits, 0..tb);
             }

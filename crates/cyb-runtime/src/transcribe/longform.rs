@@ -9,6 +9,7 @@
 //! a block gets exactly the features of the whole input.
 
 use super::filters::LogitRules;
+use super::output::TranscribeStats;
 use super::search::{Decoded, Rng, Search, Strategy};
 use super::tokens::TIME_PRECISION;
 use super::words::{add_word_timestamps, Piece};
@@ -121,6 +122,9 @@ pub(super) fn run(
     let mut rng = Rng::new(opts.seed);
     let mut total_frames_seen = 0usize;
     let mut last_speech = 0.0f64;
+    let mut stats = TranscribeStats::default();
+    let tokens_run = std::cell::Cell::new(0usize);
+    let spare = std::cell::RefCell::new(Vec::new());
     'windows: loop {
         let stale = match &block {
             None => true,
@@ -161,7 +165,10 @@ pub(super) fn run(
         }
         let time_offset = seek as f64 * 0.01;
         let segment_duration = segment_size as f64 * 0.01;
+        let t0 = std::time::Instant::now();
         let audio = tr.model.encode(&mel)?;
+        stats.encode_seconds += t0.elapsed().as_secs_f64();
+        stats.windows += 1;
         if detected.is_none() && opts.language.is_none() && special.multilingual {
             detected = Some(detect_language(tr, &audio)?);
         }
@@ -176,8 +183,18 @@ pub(super) fn run(
             seek == 0,
             max_length,
         )?;
-        let (decoded, avg_logprob, temperature, compression_ratio) =
-            decode_with_fallback(tr, &audio, &prompt, &rules, opts, max_length, &mut rng)?;
+        let t0 = std::time::Instant::now();
+        let (decoded, avg_logprob, temperature, compression_ratio) = decode_with_fallback(
+            tr,
+            &audio,
+            &prompt,
+            &rules,
+            opts,
+            max_length,
+            &mut rng,
+            (&tokens_run, &spare),
+        )?;
+        stats.decode_seconds += t0.elapsed().as_secs_f64();
         if let Some(threshold) = opts.no_speech_threshold {
             let silent = decoded.no_speech_prob > threshold
                 && !opts.log_prob_threshold.is_some_and(|lp| avg_logprob > lp);
@@ -312,6 +329,10 @@ pub(super) fn run(
         ),
         text,
         segments,
+        stats: TranscribeStats {
+            decoded_tokens: tokens_run.get(),
+            ..stats
+        },
     })
 }
 
@@ -426,6 +447,7 @@ pub(super) fn compression_ratio(text: &str) -> f64 {
 
 /// Decodes at each temperature in turn until the result passes the thresholds; returns it with
 /// its average log probability, temperature and compression ratio.
+#[allow(clippy::too_many_arguments)]
 fn decode_with_fallback(
     tr: &Transcriber,
     audio: &cyb_models::EncodedAudio,
@@ -434,6 +456,10 @@ fn decode_with_fallback(
     opts: &TranscribeOptions,
     max_length: usize,
     rng: &mut Rng,
+    (tokens_run, spare): (
+        &std::cell::Cell<usize>,
+        &std::cell::RefCell<Vec<cyb_models::KvCache>>,
+    ),
 ) -> Result<(Decoded, f64, f32, f64)> {
     let special = &tr.special;
     let search = Search {
@@ -445,6 +471,8 @@ fn decode_with_fallback(
         sot: special.sot,
         no_timestamps: special.no_timestamps,
         max_positions: max_length,
+        tokens_run,
+        spare,
     };
     let mut all: Vec<(Decoded, f64, f32, f64)> = Vec::new();
     let mut below_cr: Vec<usize> = Vec::new();

@@ -20,7 +20,7 @@ mod words;
 
 pub use audio::{audio_error, audio_source, decode_audio_bytes, AudioSource};
 pub use options::{Task, TranscribeOptions};
-pub use output::{clock, Segment, Transcript, TranscriptFormat, Word};
+pub use output::{clock, Segment, TranscribeStats, Transcript, TranscriptFormat, Word};
 pub use speech_chunks::{
     collect_chunks, speech_timestamps_from_probs, SpeechTimestampsMap, VadOptions,
 };
@@ -91,6 +91,24 @@ impl Transcriber {
             suppress_begin,
             vad: Mutex::new(None),
         })
+    }
+
+    /// Runs the encoder on a window of silence and the decoder for a few tokens of beam width,
+    /// so the backend prepares its forms of every weight (repacked panels, quantized layouts)
+    /// while loading rather than during the first transcription.
+    pub fn warm_up(&self) -> Result<()> {
+        let c = self.model.config();
+        let audio = self
+            .model
+            .encode(&vec![0.0; c.num_mel_bins * c.window_frames()])?;
+        let mut caches = Vec::new();
+        let prompt = [self.special.sot];
+        for _ in 0..2 {
+            caches.push(self.model.new_cache()?);
+        }
+        let rows: Vec<&[u32]> = (0..caches.len()).map(|_| &prompt[..]).collect();
+        self.model.decode(&audio, &rows, &mut caches, &[0])?;
+        Ok(())
     }
 
     /// Uses `vad` to find speech when [`TranscribeOptions::vad`] is set.
@@ -261,6 +279,7 @@ pub(crate) fn load_model(
     let tokenizer = Tokenizer::from_model_file(file)?;
     let config = model_config(model.config(), file);
     let transcriber = Transcriber::from_parts(model, tokenizer.clone())?;
+    transcriber.warm_up()?;
     Ok(crate::Model::from_parts(
         path,
         config,

@@ -46,6 +46,22 @@ pub struct Transcript {
     pub duration: f64,
     pub text: String,
     pub segments: Vec<Segment>,
+    /// Where the time went.
+    #[serde(skip)]
+    pub stats: TranscribeStats,
+}
+
+/// Timings of a transcription (for benchmarks).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TranscribeStats {
+    /// 30 s windows encoded.
+    pub windows: usize,
+    /// Seconds in the encoder (features included).
+    pub encode_seconds: f64,
+    /// Tokens the decoder ran (every hypothesis and fallback attempt, prompts included).
+    pub decoded_tokens: usize,
+    /// Seconds in the decoder.
+    pub decode_seconds: f64,
 }
 
 /// The output forms.
@@ -226,6 +242,7 @@ mod tests {
                 seg(0, 0.0, 1.5, " Hello there."),
                 seg(1, 3661.25, 3725.5, " General --> Kenobi."),
             ],
+            stats: TranscribeStats::default(),
         }
     }
 

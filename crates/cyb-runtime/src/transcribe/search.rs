@@ -6,7 +6,7 @@
 //! Scores are sums of the chosen tokens' log probabilities, end of text included, divided by
 //! `tokens^length_penalty` (tokens without the end of text, prefix included).
 
-use super::filters::{log_softmax, LogitRules};
+use super::filters::{log_softmax, log_sum_exp, LogitRules};
 use cyb_models::{EncodedAudio, KvCache, WhisperModel};
 use cyb_tensor::{Error, Result};
 use rand_chacha::rand_core::{Rng as _, SeedableRng};
@@ -53,6 +53,11 @@ pub(crate) struct Search<'a> {
     pub no_timestamps: u32,
     /// Decoder positions (448).
     pub max_positions: usize,
+    /// Tokens run through the decoder (for benchmarks).
+    pub tokens_run: &'a std::cell::Cell<usize>,
+    /// Self-attention caches to reuse (allocating one per hypothesis and window would clear
+    /// fresh pages each time).
+    pub spare: &'a std::cell::RefCell<Vec<KvCache>>,
 }
 
 /// The sampler's random numbers: ChaCha8 from a seed, as the text sampler uses.
@@ -109,7 +114,7 @@ impl Search<'_> {
                 ),
             ));
         }
-        let mut cache = self.model.new_cache()?;
+        let mut cache = self.cache()?;
         // The context, the start token and the prefix in one forward: the logits needed are
         // those at the start-of-transcript position (no-speech) and at the last token.
         let last = prompt.len() - 1;
@@ -118,11 +123,11 @@ impl Search<'_> {
         } else {
             vec![last]
         };
-        let mut rows = self
-            .model
-            .decode(self.audio, &[prompt], std::slice::from_mut(&mut cache), &at)?
-            .pop()
-            .unwrap_or_default();
+        let mut rows =
+            self.model
+                .decode(self.audio, &[prompt], std::slice::from_mut(&mut cache), &at)?;
+        self.tokens_run.set(self.tokens_run.get() + prompt.len());
+        let mut rows = rows.pop().unwrap_or_default();
         let logits = rows.pop().unwrap_or_default();
         let sot_row = rows.pop();
         let no_speech_prob = match self.no_speech {
@@ -152,8 +157,9 @@ impl Search<'_> {
                 length_penalty,
                 ..
             } => {
-                let (t, sum) = self.greedy(&start, start.cache.fork()?, None, rng)?;
+                let (t, sum) = self.greedy(&start, &start.cache, None, rng)?;
                 let s = normalize(sum, t.len(), length_penalty);
+                self.recycle(vec![start.cache]);
                 (t, s)
             }
             Strategy::Beam {
@@ -168,13 +174,16 @@ impl Search<'_> {
             } => {
                 let mut best: Option<(Vec<u32>, f32)> = None;
                 for _ in 0..best_of {
-                    let (t, sum) =
-                        self.greedy(&start, start.cache.fork()?, Some(temperature), rng)?;
+                    let mut cache = self.cache()?;
+                    cache.copy_from(&start.cache)?;
+                    let (t, sum) = self.greedy(&start, &cache, Some(temperature), rng)?;
+                    self.recycle(vec![cache]);
                     let s = normalize(sum, t.len(), length_penalty);
                     if best.as_ref().is_none_or(|(_, b)| s > *b) {
                         best = Some((t, s));
                     }
                 }
+                self.recycle(vec![start.cache]);
                 best.unwrap_or_default()
             }
         };
@@ -191,7 +200,22 @@ impl Search<'_> {
     fn greedy(
         &self,
         start: &Start,
-        mut cache: KvCache,
+        cache: &KvCache,
+        temperature: Option<f32>,
+        rng: &mut Rng,
+    ) -> Result<(Vec<u32>, f32)> {
+        // Decodes in a cache of its own (the start's stays as the prompt left it).
+        let mut own = self.cache()?;
+        own.copy_from(cache)?;
+        let result = self.greedy_in(start, &mut own, temperature, rng);
+        self.recycle(vec![own]);
+        result
+    }
+
+    fn greedy_in(
+        &self,
+        start: &Start,
+        cache: &mut KvCache,
         temperature: Option<f32>,
         rng: &mut Rng,
     ) -> Result<(Vec<u32>, f32)> {
@@ -201,12 +225,12 @@ impl Search<'_> {
         let mut sum = 0f32;
         loop {
             self.rules.apply(&mut logits, &tokens, begin);
-            let lp = log_softmax(&logits);
+            let lse = log_sum_exp(&logits);
             let next = match temperature {
-                None => argmax(&lp),
-                Some(t) => sample(&lp, t, rng),
+                None => argmax(&logits),
+                Some(t) => sample(&log_softmax(&logits), t, rng),
             };
-            sum += lp[next as usize];
+            sum += logits[next as usize] - lse;
             if next == self.eot {
                 break;
             }
@@ -215,10 +239,25 @@ impl Search<'_> {
                 break;
             }
             logits = self
-                .step(&[next], std::slice::from_mut(&mut cache))?
+                .step(&[next], std::slice::from_mut(cache))?
                 .swap_remove(0);
         }
         Ok((tokens, sum))
+    }
+
+    /// An empty self-attention cache, reused when one is spare.
+    fn cache(&self) -> Result<KvCache> {
+        match self.spare.borrow_mut().pop() {
+            Some(mut c) => {
+                c.clear();
+                Ok(c)
+            }
+            None => self.model.new_cache(),
+        }
+    }
+
+    fn recycle(&self, caches: Vec<KvCache>) {
+        self.spare.borrow_mut().extend(caches);
     }
 
     /// One decoder step of every live sequence (one new token each); their next-token logits.
@@ -226,6 +265,7 @@ impl Search<'_> {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
         let toks: Vec<&[u32]> = toks.iter().map(|t| &t[..]).collect();
         let out = self.model.decode(self.audio, &toks, caches, &[0])?;
+        self.tokens_run.set(self.tokens_run.get() + next.len());
         Ok(out
             .into_iter()
             .map(|mut r| r.pop().unwrap_or_default())
@@ -261,9 +301,9 @@ impl Search<'_> {
             let mut cands: Vec<(f32, usize, u32)> = Vec::with_capacity(candidates * seqs.len());
             for (b, row) in rows.iter_mut().enumerate() {
                 self.rules.apply(row, &seqs[b], begin);
-                let lp = log_softmax(row);
-                for (t, v) in top_k(&lp, candidates) {
-                    cands.push((scores[b] + v, b, t));
+                let lse = log_sum_exp(row);
+                for (t, v) in top_k(row, candidates) {
+                    cands.push((scores[b] + (v - lse), b, t));
                 }
             }
             cands.sort_by(|a, b| {
@@ -296,22 +336,61 @@ impl Search<'_> {
             if last_step || finished.len() >= max_finished || chosen.is_empty() {
                 break;
             }
+            // Each chosen beam continues one of the live ones: the first continuation of a
+            // beam takes its cache, any other gets a copy in a cache no beam continues.
+            let mut children = vec![0usize; caches.len()];
+            chosen.iter().for_each(|c| children[c.1] += 1);
+            let mut spare: Vec<KvCache> = Vec::new();
+            let mut old: Vec<Option<KvCache>> = Vec::with_capacity(caches.len());
+            for (b, c) in caches.into_iter().enumerate() {
+                if children[b] == 0 {
+                    spare.push(c);
+                    old.push(None);
+                } else {
+                    old.push(Some(c));
+                }
+            }
+            let mut taken = vec![false; old.len()];
+            let mut copies: Vec<Option<KvCache>> = Vec::with_capacity(chosen.len());
+            for &(_, b, _) in &chosen {
+                if !taken[b] {
+                    taken[b] = true;
+                    copies.push(None);
+                    continue;
+                }
+                let parent = old[b]
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("beam search", "lost a cache"))?;
+                let mut c = match spare.pop() {
+                    Some(c) => c,
+                    None => self.cache()?,
+                };
+                c.copy_from(parent)?;
+                copies.push(Some(c));
+            }
+            self.recycle(spare);
             let mut next_seqs = Vec::with_capacity(chosen.len());
             let mut next_caches = Vec::with_capacity(chosen.len());
             scores.clear();
-            for &(score, b, t) in &chosen {
+            for (&(score, b, t), copy) in chosen.iter().zip(copies) {
                 let mut s = seqs[b].clone();
                 s.push(t);
                 next_seqs.push(s);
-                next_caches.push(caches[b].fork()?);
+                let cache = match copy {
+                    Some(c) => c,
+                    None => old[b]
+                        .take()
+                        .ok_or_else(|| Error::invalid("beam search", "lost a cache"))?,
+                };
+                next_caches.push(cache);
                 scores.push(score);
             }
-            drop(caches);
             let next: Vec<u32> = chosen.iter().map(|c| c.2).collect();
             caches = next_caches;
             seqs = next_seqs;
             rows = self.step(&next, &mut caches)?;
         }
+        self.recycle(caches);
         let best = finished
             .into_iter()
             .map(|(t, s)| {
@@ -339,18 +418,23 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// The `k` largest values with their indices, largest first (lower index first on ties).
+/// The `k` largest values with their indices, largest first (lower index first on ties), in
+/// one pass that keeps the best `k` seen.
 fn top_k(x: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut idx: Vec<u32> = (0..x.len() as u32).collect();
-    let k = k.min(idx.len());
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
     if k == 0 {
-        return Vec::new();
+        return best;
     }
-    let cmp = |a: &u32, b: &u32| x[*b as usize].total_cmp(&x[*a as usize]).then(a.cmp(b));
-    idx.select_nth_unstable_by(k - 1, cmp);
-    idx.truncate(k);
-    idx.sort_by(cmp);
-    idx.into_iter().map(|i| (i, x[i as usize])).collect()
+    for (i, &v) in x.iter().enumerate() {
+        if best.len() == k && v <= best[k - 1].1 {
+            continue;
+        }
+        // After the last kept value not below `v` (earlier indices win ties).
+        let at = best.partition_point(|&(_, b)| b >= v);
+        best.insert(at, (i as u32, v));
+        best.truncate(k);
+    }
+    best
 }
 
 /// A token drawn from `softmax(log_probs / temperature)`.

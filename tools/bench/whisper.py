@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""cyb-llm transcribe against faster-whisper on the same audio, threads and beam size.
+
+Each configuration runs in its own process (so peak RSS is its own), configurations
+alternating, `--repeats` times; the table shows the median wall time of the transcription
+(model load excluded on both sides, audio decoding included on both), the real-time factor
+(time / audio seconds) and the peak RSS, and whether the text equals faster-whisper fp32's.
+
+    python3 tools/bench/whisper.py --model ~/.cache/cyb-llm/whisper-tiny.en-ct2 \
+        --cyb target/release/cyb-llm --audio tests/fixtures/whisper/speech/long_paragraph.flac \
+        [--cyb-model /tmp/tiny-q8.model] [--threads 1,2] [--beam 5] [--repeats 3]
+
+Needs faster-whisper (pip install -r tools/fixtures/requirements-whisper.txt). cyb-llm's
+--cyb-model defaults to --model (the CTranslate2 directory, its fp16 weights as stored); pass a
+`cyb-llm import --quant Q8_0` file to time 8-bit weights like faster-whisper's int8.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+FW_CHILD = r"""
+import json, resource, sys, time
+from faster_whisper import WhisperModel
+model_dir, audio, compute, threads, beam = sys.argv[1:6]
+m = WhisperModel(model_dir, device="cpu", compute_type=compute, cpu_threads=int(threads))
+t0 = time.perf_counter()
+segments, info = m.transcribe(audio, beam_size=int(beam), language="en", vad_filter=False)
+text = "".join(s.text for s in segments)
+secs = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"secs": secs, "rss_mib": rss, "duration": info.duration, "text": text.strip()}))
+"""
+
+
+def run_fw(model, audio, compute, threads, beam):
+    out = subprocess.run(
+        [sys.executable, "-c", FW_CHILD, model, audio, compute, str(threads), str(beam)],
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_cyb(cyb, model, audio, threads, beam):
+    out = subprocess.run(
+        [cyb, "transcribe", model, audio, "--bench", "-t", str(threads),
+         "--beam-size", str(beam), "--language", "en", "--format", "json"],
+        capture_output=True, text=True, check=True,
+    )
+    m = re.search(r"of audio in ([0-9.]+) s.*?encoder ([0-9.]+) ms.*?decoder ([0-9.]+) tokens/s"
+                  r".*?peak RSS (\d+) MiB", out.stderr, re.S)
+    d = re.search(r"([0-9.]+) s of audio", out.stderr)
+    return {
+        "secs": float(m.group(1)), "rss_mib": float(m.group(4)), "duration": float(d.group(1)),
+        "encoder_ms": float(m.group(2)), "decoder_tps": float(m.group(3)),
+        "text": json.loads(out.stdout)["text"].strip(),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True, help="CTranslate2 Whisper directory")
+    p.add_argument("--cyb", default="target/release/cyb-llm")
+    p.add_argument("--cyb-model", action="append", default=None,
+                   help="model(s) cyb-llm loads (default: --model); repeatable")
+    p.add_argument("--audio", action="append", required=True)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    cyb_models = a.cyb_model or [a.model]
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    print(f"CPU: {cpu}; beam {a.beam}; median of {a.repeats}\n")
+    print("| audio | threads | engine | weights | time s | RTF | encoder ms/window | "
+          "decoder tok/s | peak RSS MiB | text = fw fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for audio in a.audio:
+        for threads in [int(t) for t in a.threads.split(",")]:
+            configs = [("faster-whisper", "int8"), ("faster-whisper", "float32")]
+            configs += [("cyb-llm", m) for m in cyb_models]
+            runs = {c: [] for c in configs}
+            for _ in range(a.repeats):
+                for c in configs:
+                    if c[0] == "faster-whisper":
+                        r = run_fw(a.model, audio, c[1], threads, a.beam)
+                    else:
+                        r = run_cyb(a.cyb, c[1], audio, threads, a.beam)
+                    runs[c].append(r)
+            reference = runs[("faster-whisper", "float32")][0]["text"]
+            for c in configs:
+                rs = runs[c]
+                secs = statistics.median(r["secs"] for r in rs)
+                dur = rs[0]["duration"]
+                enc = statistics.median(r.get("encoder_ms", float("nan")) for r in rs)
+                tps = statistics.median(r.get("decoder_tps", float("nan")) for r in rs)
+                rss = max(r["rss_mib"] for r in rs)
+                same = all(r["text"] == reference for r in rs)
+                weights = c[1] if c[0] == "faster-whisper" else os.path.basename(c[1].rstrip("/"))
+                fmt = lambda x: "–" if x != x else f"{x:.0f}"
+                print(f"| {os.path.basename(audio)} ({dur:.1f} s) | {threads} | {c[0]} | {weights} "
+                      f"| {secs:.3f} | {secs / dur:.4f} | {fmt(enc)} | {fmt(tps)} | {rss:.0f} "
+                      f"| {'yes' if same else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
