@@ -106,9 +106,14 @@ impl SileroVad {
             .and_then(|()| cyb_graph::fix_input_dims(g, "state", &STATE_DIMS))
             .and_then(|()| cyb_graph::prepare(g))
             .map_err(|e| not_silero(path, &e.to_string()))?;
-        // One silent chunk: the outputs must be one probability and a state of the same shape.
+        // One silent chunk: the outputs must be one probability and a state of the same shape,
+        // and a graph that cannot run on it is no Silero VAD either.
         let mut state = VadState::default();
-        vad.chunk_probability(&mut state, &[0.0; VAD_WINDOW])?;
+        vad.chunk_probability(&mut state, &[0.0; VAD_WINDOW])
+            .map_err(|e| match e {
+                Error::InvalidConfig { .. } => e,
+                other => not_silero(path, &other.to_string()),
+            })?;
         Ok(vad)
     }
 
