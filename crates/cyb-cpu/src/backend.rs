@@ -6,7 +6,7 @@ use crate::matmul::quant_act::ActPrecision;
 use crate::options::CpuOptions;
 use crate::par::pool::ThreadPool;
 use crate::par::Par;
-use crate::{attention, elementwise, matmul, norm};
+use crate::{attention, conv, elementwise, matmul, norm};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
@@ -134,6 +134,9 @@ impl CpuBackend {
             Op::AddLayerNorm { eps } => return norm::add_layer_norm(par, *eps, inputs),
             Op::LayerNorm { eps } => norm::layer_norm(par, *eps, inputs)?,
             Op::Sdpa { .. } => attention::sdpa(op, par, inputs)?,
+            Op::Conv { .. } => {
+                conv::conv(self.set, self.act, &self.pool, &self.scratch, op, inputs)?
+            }
             _ => elementwise::execute(op, inputs, par)?,
         };
         Ok(vec![out])
@@ -214,6 +217,7 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
                 && matmul::supports(set, *rhs_transposed, &inputs[..2])
         }
         Op::Sdpa { .. } => attention::supports(op, inputs),
+        Op::Conv { .. } => conv::supports(set, op, inputs),
         Op::LayerNorm { .. }
         | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. }

@@ -19,6 +19,7 @@
 //!   (scales, nibbles, high bits) every kernel set shares; `quant_act.rs` the quantized
 //!   activations.
 //! - `attention/`: `Sdpa` (`avx512.rs`: the decode kernels).
+//! - `conv.rs`: `Conv` as the float GEMM over the gathered input windows (im2col).
 //! - `norm/`: `LayerNorm` (`layer.rs`) and `RmsNorm` (`rms.rs`) with their fused adds.
 //! - `elementwise/`: arithmetic, activations, RoPE, embedding, layout ops.
 //! - `par/`: the thread pool (`pool.rs`) and the helpers that spread ops over it.
@@ -36,6 +37,7 @@
 
 mod attention;
 mod backend;
+mod conv;
 mod elementwise;
 mod features;
 mod math;

@@ -70,10 +70,12 @@ impl SileroVad {
             .join("silero_vad.onnx")
     }
 
-    /// Loads the model at `path`, run by the CPU reference (the model is small: a few
-    /// convolutions and one LSTM cell per 32 ms of audio).
+    /// Loads the model at `path`, run by the cpu backend (its own small chain: the fast CPU
+    /// kernels, then the CPU reference), whatever backend the recognizer uses: the model is a
+    /// few small convolutions and one LSTM cell per 32 ms of audio, not worth a device.
     pub fn load(path: &Path) -> Result<SileroVad> {
-        SileroVad::load_with(path, Arc::new(Dispatcher::reference()))
+        let cpu = crate::RuntimeOptions::default().cpu_backend()?;
+        SileroVad::load_with(path, Arc::new(Dispatcher::new(vec![cpu])))
     }
 
     /// Loads the model at `path`, run through `dispatcher`. A file that is not Silero VAD v5
@@ -104,9 +106,14 @@ impl SileroVad {
             .and_then(|()| cyb_graph::fix_input_dims(g, "state", &STATE_DIMS))
             .and_then(|()| cyb_graph::prepare(g))
             .map_err(|e| not_silero(path, &e.to_string()))?;
-        // One silent chunk: the outputs must be one probability and a state of the same shape.
+        // One silent chunk: the outputs must be one probability and a state of the same shape,
+        // and a graph that cannot run on it is no Silero VAD either.
         let mut state = VadState::default();
-        vad.chunk_probability(&mut state, &[0.0; VAD_WINDOW])?;
+        vad.chunk_probability(&mut state, &[0.0; VAD_WINDOW])
+            .map_err(|e| match e {
+                Error::InvalidConfig { .. } => e,
+                other => not_silero(path, &other.to_string()),
+            })?;
         Ok(vad)
     }
 
