@@ -1,7 +1,7 @@
 //! What every encoder–decoder family shares (Whisper now; T5, BART and Marian later): the
 //! cross-attention keys and values computed once from the encoder's output and read by every
-//! decoder step, and the decoder's per-sequence self-attention caches, which a beam search forks
-//! ([`crate::KvCache::fork`]) when hypotheses branch.
+//! decoder step, and the decoder's per-sequence self-attention caches, which a beam search copies
+//! ([`crate::KvCache::copy_from`]) when a hypothesis has more than one continuation.
 
 use cyb_tensor::{Error, Result, Tensor};
 

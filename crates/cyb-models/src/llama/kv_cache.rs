@@ -228,22 +228,6 @@ impl KvCache {
         self.head_dim
     }
 
-    /// A copy of this host cache that shares its buffers until either side writes (then the
-    /// writer copies): how a beam search hands a hypothesis's past to its continuations.
-    pub fn fork(&self) -> Result<KvCache> {
-        let Layers::Host(layers) = &self.layers else {
-            return Err(host_only());
-        };
-        Ok(KvCache {
-            layers: Layers::Host(layers.clone()),
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            capacity: self.capacity,
-            len: self.len,
-            replays: Default::default(),
-        })
-    }
-
     /// Makes this host cache hold what `other` holds (same dimensions), reusing this cache's
     /// buffers: only the tokens `other` holds are copied. How a beam search gives a second
     /// continuation of one hypothesis a cache of its own without allocating.

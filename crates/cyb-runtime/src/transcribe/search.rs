@@ -76,7 +76,6 @@ impl Rng {
 
 /// The prompt run, ready for the first free step.
 struct Start {
-    cache: KvCache,
     /// Next-token logits after the start token and the forced prefix.
     logits: Vec<f32>,
     /// The forced prefix tokens (returned as part of the result).
@@ -90,7 +89,7 @@ impl Search<'_> {
     /// Runs the prompt. It is split after the start-of-transcript sequence
     /// (`<|startoftranscript|>` and what follows up to `<|notimestamps|>`): before it is
     /// context, its last token starts decoding, and what follows is a forced prefix.
-    fn start(&self, prompt: &[u32]) -> Result<Start> {
+    fn start(&self, prompt: &[u32]) -> Result<(Start, KvCache)> {
         let sot_index = prompt
             .iter()
             .position(|&t| t == self.sot)
@@ -139,17 +138,19 @@ impl Search<'_> {
             }
             None => 0.0,
         };
-        Ok(Start {
+        Ok((
+            Start {
+                logits,
+                prefix,
+                max_steps,
+                no_speech_prob,
+            },
             cache,
-            logits,
-            prefix,
-            max_steps,
-            no_speech_prob,
-        })
+        ))
     }
 
     pub(crate) fn run(&self, prompt: &[u32], strategy: Strategy, rng: &mut Rng) -> Result<Decoded> {
-        let start = self.start(prompt)?;
+        let (start, mut cache) = self.start(prompt)?;
         let no_speech_prob = start.no_speech_prob;
         let (tokens, score) = match strategy {
             Strategy::Beam {
@@ -157,16 +158,17 @@ impl Search<'_> {
                 length_penalty,
                 ..
             } => {
-                let (t, sum) = self.greedy(&start, &start.cache, None, rng)?;
+                let result = self.greedy(&start, &mut cache, None, rng);
+                self.recycle(vec![cache]);
+                let (t, sum) = result?;
                 let s = normalize(sum, t.len(), length_penalty);
-                self.recycle(vec![start.cache]);
                 (t, s)
             }
             Strategy::Beam {
                 beam_size,
                 patience,
                 length_penalty,
-            } => self.beam(start, beam_size, patience, length_penalty)?,
+            } => self.beam(start, cache, beam_size, patience, length_penalty)?,
             Strategy::Sample {
                 temperature,
                 best_of,
@@ -174,16 +176,18 @@ impl Search<'_> {
             } => {
                 let mut best: Option<(Vec<u32>, f32)> = None;
                 for _ in 0..best_of {
-                    let mut cache = self.cache()?;
-                    cache.copy_from(&start.cache)?;
-                    let (t, sum) = self.greedy(&start, &cache, Some(temperature), rng)?;
-                    self.recycle(vec![cache]);
+                    // Each sample decodes in its own copy of the prompt's cache.
+                    let mut own = self.cache()?;
+                    own.copy_from(&cache)?;
+                    let result = self.greedy(&start, &mut own, Some(temperature), rng);
+                    self.recycle(vec![own]);
+                    let (t, sum) = result?;
                     let s = normalize(sum, t.len(), length_penalty);
                     if best.as_ref().is_none_or(|(_, b)| s > *b) {
                         best = Some((t, s));
                     }
                 }
-                self.recycle(vec![start.cache]);
+                self.recycle(vec![cache]);
                 best.unwrap_or_default()
             }
         };
@@ -195,24 +199,9 @@ impl Search<'_> {
     }
 
     /// Greedy (`temperature` `None`: the first most likely token) or sampled decoding of one
-    /// sequence; returns its tokens and the sum of their log probabilities (end of text
-    /// included, the prefix adding 0).
+    /// sequence in `cache`; returns its tokens and the sum of their log probabilities (end of
+    /// text included, the prefix adding 0).
     fn greedy(
-        &self,
-        start: &Start,
-        cache: &KvCache,
-        temperature: Option<f32>,
-        rng: &mut Rng,
-    ) -> Result<(Vec<u32>, f32)> {
-        // Decodes in a cache of its own (the start's stays as the prompt left it).
-        let mut own = self.cache()?;
-        own.copy_from(cache)?;
-        let result = self.greedy_in(start, &mut own, temperature, rng);
-        self.recycle(vec![own]);
-        result
-    }
-
-    fn greedy_in(
         &self,
         start: &Start,
         cache: &mut KvCache,
@@ -227,7 +216,7 @@ impl Search<'_> {
             self.rules.apply(&mut logits, &tokens, begin);
             let lse = log_sum_exp(&logits);
             let next = match temperature {
-                None => argmax(&logits),
+                None => crate::sampling::argmax(&logits),
                 Some(t) => sample(&log_softmax(&logits), t, rng),
             };
             sum += logits[next as usize] - lse;
@@ -279,6 +268,7 @@ impl Search<'_> {
     fn beam(
         &self,
         start: Start,
+        cache: KvCache,
         beam_size: usize,
         patience: f32,
         length_penalty: f32,
@@ -290,7 +280,7 @@ impl Search<'_> {
         // Live beams: tokens, cumulative score, cache. One beam until the first free step.
         let mut seqs: Vec<Vec<u32>> = vec![start.prefix.clone()];
         let mut scores: Vec<f32> = vec![0.0];
-        let mut caches: Vec<KvCache> = vec![start.cache];
+        let mut caches: Vec<KvCache> = vec![cache];
         let mut rows: Vec<Vec<f32>> = vec![start.logits];
         let mut finished: Vec<(Vec<u32>, f32)> = Vec::new();
         loop {
@@ -406,16 +396,6 @@ impl Search<'_> {
 /// `sum / len^length_penalty` in f32 (`-inf` for an empty result with a positive penalty).
 fn normalize(sum: f32, len: usize, length_penalty: f32) -> f32 {
     sum / (len as f32).powf(length_penalty)
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// The `k` largest values with their indices, largest first (lower index first on ties), in
