@@ -37,8 +37,82 @@ pub struct HfModel {
     pub generation_config: Option<Value>,
     /// Set when the directory was read out of a `.model` container.
     container: Option<std::sync::Arc<crate::model_container::ContainerInfo>>,
-    /// Set for a CTranslate2 directory: the weights come from its `model.bin`, not `shards`.
-    ct2: Option<Box<crate::ctranslate2::WhisperWeights>>,
+    /// Set for a CTranslate2 directory or a whisper.cpp file: the weights come from its
+    /// `model.bin` or ggml file, not `shards`.
+    converted: Option<Box<Converted>>,
+}
+
+/// Weights read from a file that is not safetensors, under transformers' names.
+#[derive(Debug)]
+pub(crate) enum Converted {
+    Ct2(crate::ctranslate2::WhisperWeights),
+    Ggml(crate::whisper_ggml::GgmlWhisperWeights),
+}
+
+impl Converted {
+    fn infos(&self) -> &[SafetensorsTensorInfo] {
+        match self {
+            Converted::Ct2(w) => w.infos(),
+            Converted::Ggml(w) => w.infos(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Converted::Ct2(w) => w.file().path(),
+            Converted::Ggml(w) => w.file().path(),
+        }
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        match self {
+            Converted::Ct2(w) => w.has_tensor(name),
+            Converted::Ggml(w) => w.has_tensor(name),
+        }
+    }
+
+    fn in_place(&self, name: &str) -> bool {
+        match self {
+            Converted::Ct2(w) => w.in_place(name),
+            Converted::Ggml(w) => w.has_tensor(name),
+        }
+    }
+
+    fn tensor(&self, name: &str, dir: &Path) -> Result<Tensor> {
+        match self {
+            Converted::Ct2(w) => w.tensor(name, dir),
+            Converted::Ggml(w) => w.tensor(name),
+        }
+    }
+}
+
+/// Writes `body` as `tokenizer.json` under the cache of generated tokenizers
+/// (`$XDG_CACHE_HOME/cyb-llm/model-vocab/<key>/`, `key` naming the content), unless it is
+/// there already, and returns its path: the tokenizer loader reads `tokenizer.json` from a
+/// path. `source` is the model file the text came from (for errors).
+pub(crate) fn cache_tokenizer_json(key: &str, body: &[u8], source: &Path) -> Result<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = cache.join("cyb-llm").join("model-vocab").join(key);
+    let file = dir.join("tokenizer.json");
+    if std::fs::read(&file).is_ok_and(|b| b == body) {
+        return Ok(file);
+    }
+    let io = |e: std::io::Error| Error::Io {
+        path: file.clone(),
+        source: std::io::Error::new(
+            e.kind(),
+            format!("writing the tokenizer of {}: {e}", source.display()),
+        ),
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    // Written beside and renamed, so a concurrent reader never sees half a file.
+    let tmp = dir.join(format!("tokenizer.json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, body).map_err(io)?;
+    std::fs::rename(&tmp, &file).map_err(io)?;
+    Ok(file)
 }
 
 /// Reads and parses a JSON file, naming the file on failure.
@@ -116,7 +190,7 @@ impl HfModel {
             order,
             by_name,
             container: None,
-            ct2: None,
+            converted: None,
         })
     }
 
@@ -143,16 +217,16 @@ impl HfModel {
             tokenizer_config,
             generation_config,
             container: None,
-            ct2: None,
+            converted: None,
         })
     }
 
-    /// A CTranslate2 Whisper directory: `config` stands for config.json, `weights` are
-    /// `model.bin` under transformers' names.
-    pub(crate) fn from_ctranslate2(
+    /// A CTranslate2 Whisper directory or a whisper.cpp file: `config` stands for
+    /// config.json, `weights` are the file's under transformers' names.
+    pub(crate) fn from_converted(
         dir: PathBuf,
         config: Value,
-        weights: crate::ctranslate2::WhisperWeights,
+        weights: Converted,
         tokenizer_json: Option<PathBuf>,
         tokenizer_config: Option<Value>,
         generation_config: Option<Value>,
@@ -169,7 +243,7 @@ impl HfModel {
             tokenizer_config,
             generation_config,
             container: None,
-            ct2: Some(Box::new(weights)),
+            converted: Some(Box::new(weights)),
         }
     }
 
@@ -205,7 +279,7 @@ impl HfModel {
             tokenizer_config: files.tokenizer_config,
             generation_config: files.generation_config,
             container: Some(container),
-            ct2: None,
+            converted: None,
         }
     }
 
@@ -230,7 +304,18 @@ impl HfModel {
 
     /// The parsed `model.bin` of a CTranslate2 directory.
     pub fn ctranslate2(&self) -> Option<&crate::ctranslate2::Ct2File> {
-        self.ct2.as_ref().map(|w| w.file())
+        match self.converted.as_deref() {
+            Some(Converted::Ct2(w)) => Some(w.file()),
+            _ => None,
+        }
+    }
+
+    /// The parsed whisper.cpp ggml file this model was opened from.
+    pub fn whisper_ggml(&self) -> Option<&crate::whisper_ggml::GgmlWhisperFile> {
+        match self.converted.as_deref() {
+            Some(Converted::Ggml(w)) => Some(w.file()),
+            _ => None,
+        }
     }
 
     /// Every tensor with the file it lives in: shard by shard in data order, or a CTranslate2
@@ -240,21 +325,22 @@ impl HfModel {
             let shard = self.shards.get(*s)?;
             Some((shard.tensor_infos().get(*i)?, shard.path()))
         });
-        let ct2 = self
-            .ct2
+        let converted = self
+            .converted
             .iter()
-            .flat_map(|w| w.infos().iter().map(move |t| (t, w.file().path())));
-        shards.chain(ct2)
+            .flat_map(|w| w.infos().iter().map(move |t| (t, w.path())));
+        shards.chain(converted)
     }
 
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.by_name.contains_key(name) || self.ct2.as_ref().is_some_and(|w| w.has_tensor(name))
+        self.by_name.contains_key(name)
+            || self.converted.as_ref().is_some_and(|w| w.has_tensor(name))
     }
 
     /// True when the tensor's listed bytes (`file_offset`, `byte_len`) are the tensor itself;
     /// false for one computed when read (a CTranslate2 int8 weight dequantized to F32).
     pub fn tensor_in_place(&self, name: &str) -> bool {
-        match &self.ct2 {
+        match &self.converted {
             Some(w) => w.in_place(name),
             None => self.by_name.contains_key(name),
         }
@@ -262,7 +348,7 @@ impl HfModel {
 
     /// The tensor `name`, zero-copy from its shard (or read from a CTranslate2 `model.bin`).
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
-        if let Some(w) = &self.ct2 {
+        if let Some(w) = &self.converted {
             return w.tensor(name, &self.dir);
         }
         let shard = self

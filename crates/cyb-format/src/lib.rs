@@ -1,7 +1,8 @@
 //! cyb-format: model file readers.
 //!
 //! GGUF (llama.cpp), Hugging Face directories (config.json + safetensors), CTranslate2 Whisper
-//! directories (model.bin, opened as the Hugging Face model they were converted from) and soma
+//! directories (model.bin, opened as the Hugging Face model they were converted from),
+//! whisper.cpp ggml files (likewise) and soma
 //! directories (config.toml + safetensors, opened as the Hugging Face model they describe),
 //! each parsed into tensor tables whose tensors borrow the mapped file in place, plus one
 //! normalized [`ModelConfig`]. [`open`] picks the reader from what the path holds.
@@ -21,6 +22,7 @@ mod model_file;
 pub mod onnx;
 pub mod safetensors;
 pub mod soma;
+pub mod whisper_ggml;
 
 pub use config::{ModelConfig, RopeScaling};
 pub use ctranslate2::{Ct2File, Ct2Variable};

@@ -42,7 +42,8 @@ pub struct TensorEntry {
 /// directory with `config.json`; a `config.json` or `*.safetensors` path inside one opens the
 /// directory), a CTranslate2 Whisper directory (`model.bin` without safetensors, opened as the
 /// Hugging Face model it was converted from, see [`crate::ctranslate2`]; its `model.bin` path
-/// opens the directory too) or a soma directory (with `config.toml`, see [`crate::soma`]).
+/// opens the directory too), a whisper.cpp ggml file (likewise, see [`crate::whisper_ggml`]) or a
+/// soma directory (with `config.toml`, see [`crate::soma`]).
 pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     let path = path.as_ref();
     let io = |source| Error::Io {
@@ -73,6 +74,9 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     if gguf::has_gguf_magic(magic.get(..n).unwrap_or_default()) {
         return GgufFile::open(path).map(ModelFile::Gguf);
     }
+    if crate::whisper_ggml::has_ggml_magic(magic.get(..n).unwrap_or_default()) {
+        return crate::whisper_ggml::open(path).map(ModelFile::HuggingFace);
+    }
     let is_hf_member = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
         n == "config.json"
             || n == crate::ctranslate2::MODEL_BIN
@@ -85,9 +89,9 @@ pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
     Err(unrecognized(
         path,
         &format!(
-            "a file starting with {:02x?}, not a .model file, a GGUF file (magic \"GGUF\") nor \
-             part of a Hugging Face model directory (config.json + safetensors) or a \
-             CTranslate2 one (model.bin)",
+            "a file starting with {:02x?}, not a .model file, a GGUF file (magic \"GGUF\"), a \
+             whisper.cpp ggml file (magic \"lmgg\"), nor part of a Hugging Face model \
+             directory (config.json + safetensors) or a CTranslate2 one (model.bin)",
             magic.get(..4.min(n)).unwrap_or_default()
         ),
     ))
@@ -117,8 +121,8 @@ impl ModelFile {
         self.container().map_or(Ok(()), |c| c.verify())
     }
 
-    /// `"model"` for a `.model` container, else `"gguf"`, `"huggingface"` or `"ctranslate2"`
-    /// (a CTranslate2 directory, presented as a Hugging Face one).
+    /// `"model"` for a `.model` container, else `"gguf"`, `"huggingface"`, `"ctranslate2"` or
+    /// `"ggml"` (a CTranslate2 directory or whisper.cpp file, presented as a Hugging Face one).
     pub fn format_name(&self) -> &'static str {
         if self.container().is_some() {
             return "model";
@@ -126,6 +130,7 @@ impl ModelFile {
         match self {
             ModelFile::Gguf(_) => "gguf",
             ModelFile::HuggingFace(h) if h.ctranslate2().is_some() => "ctranslate2",
+            ModelFile::HuggingFace(h) if h.whisper_ggml().is_some() => "ggml",
             ModelFile::HuggingFace(_) => "huggingface",
         }
     }
@@ -145,7 +150,10 @@ impl ModelFile {
                     c.spec(),
                     c.spec_revision()
                 ),
-                None => format!("safetensors, {} shard(s)", h.shards().len()),
+                None => match h.whisper_ggml() {
+                    Some(g) => format!("whisper.cpp ggml, {}", g.ftype_name()),
+                    None => format!("safetensors, {} shard(s)", h.shards().len()),
+                },
             },
         }
     }
@@ -180,6 +188,9 @@ impl ModelFile {
                         .into_iter()
                         .map(|(k, v)| (format!("safetensors.{k}"), Value::String(v))),
                 );
+                if let Some(g) = h.whisper_ggml() {
+                    m.extend(g.metadata());
+                }
                 if let Some(c) = h.ctranslate2() {
                     m.push((
                         "ctranslate2.binary_version".into(),

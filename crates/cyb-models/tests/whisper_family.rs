@@ -42,6 +42,10 @@ impl Reference {
 }
 
 fn check(what: &str, got: &[f32], want: &[f32]) {
+    check_within(what, got, want, 1e-5);
+}
+
+fn check_within(what: &str, got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let diff = got
         .iter()
@@ -50,7 +54,7 @@ fn check(what: &str, got: &[f32], want: &[f32]) {
         .fold(0f32, f32::max);
     let scale = want.iter().map(|y| y.abs()).fold(0f32, f32::max);
     let e = diff / scale.max(1e-30);
-    assert!(e <= 1e-5, "{what}: relative error {e:e} > 1e-5");
+    assert!(e <= tol, "{what}: relative error {e:e} > {tol:e}");
 }
 
 fn dispatchers() -> Vec<(&'static str, Arc<Dispatcher>)> {
@@ -152,6 +156,44 @@ fn whisper_matches_transformers() {
                 &what("cross-attention weights"),
                 &got,
                 &r.f32("cross_attentions"),
+            );
+        }
+    }
+}
+
+/// whisper.cpp's files of the same weights (tests/fixtures/whisper_ggml/, made by its
+/// converter, which rounds every weight through float16, and quantized as its `quantize` tool
+/// does) run like transformers to that rounding: encoder states and teacher-forced logits.
+#[test]
+fn whisper_cpp_files_match_transformers() {
+    for (kind, tol) in [("f32", 2e-3), ("f16", 2e-3), ("q8_0", 2e-2), ("q5_1", 0.15)] {
+        let path = dir("tiny80").join(format!("../../whisper_ggml/tiny80-{kind}.bin"));
+        let file = cyb_format::open(&path).unwrap();
+        let r =
+            Reference(SafetensorsFile::open(dir("tiny80").join("reference.safetensors")).unwrap());
+        for (backend, dispatcher) in dispatchers() {
+            let what = |s: &str| format!("tiny80-{kind}.bin on {backend}: {s}");
+            let model = WhisperModel::load(&file, dispatcher).unwrap();
+            let audio = model.encode(&r.f32("input_features")).unwrap();
+            let states = audio.states.to_f32_vec().unwrap();
+            check_within(
+                &what("encoder states"),
+                &states,
+                &r.f32("encoder_hidden_states"),
+                tol,
+            );
+            let ids = r.ids("decoder_input_ids");
+            let mut cache = model.new_cache().unwrap();
+            let all: Vec<usize> = (0..ids.len()).collect();
+            let rows = model
+                .decode(&audio, &[&ids], std::slice::from_mut(&mut cache), &all)
+                .unwrap()
+                .remove(0);
+            check_within(
+                &what("decoder logits"),
+                &rows.concat(),
+                &r.f32("decoder_logits"),
+                tol,
             );
         }
     }

@@ -55,10 +55,10 @@ pub fn from_file(file: Ct2File, dir: &Path) -> Result<HfModel> {
             config.entry(k).or_insert(v);
         }
     }
-    Ok(HfModel::from_ctranslate2(
+    Ok(HfModel::from_converted(
         dir.to_path_buf(),
         Value::Object(config),
-        weights,
+        crate::hf::Converted::Ct2(weights),
         optional("tokenizer.json"),
         tokenizer_config,
         generation_config,

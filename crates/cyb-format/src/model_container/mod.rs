@@ -362,28 +362,7 @@ fn open_hf(
 /// means the same text).
 fn materialize_vocab(body: &[u8], at: usize, info: &ContainerInfo, path: &Path) -> Result<PathBuf> {
     text(body, at, "vocab", path)?;
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = cache
-        .join("cyb-llm")
-        .join("model-vocab")
-        .join(info.root_hex());
-    let file = dir.join("tokenizer.json");
-    if std::fs::read(&file).is_ok_and(|b| b == body) {
-        return Ok(file);
-    }
-    let io = |source| cyb_tensor::Error::Io {
-        path: file.clone(),
-        source,
-    };
-    std::fs::create_dir_all(&dir).map_err(io)?;
-    // Written beside and renamed, so a concurrent reader never sees half a file.
-    let tmp = dir.join(format!("tokenizer.json.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, body).map_err(io)?;
-    std::fs::rename(&tmp, &file).map_err(io)?;
-    Ok(file)
+    crate::hf::cache_tokenizer_json(&info.root_hex(), body, path)
 }
 
 #[cfg(test)]

@@ -538,6 +538,9 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
                 // Likewise a CTranslate2 directory: its tensors under transformers' names.
                 cfg.insert("imported_from".into(), "ctranslate2".into());
             }
+            if h.container().is_none() && h.whisper_ggml().is_some() {
+                cfg.insert("imported_from".into(), "ggml".into());
+            }
             cfg.insert("config_json".into(), js(h.config_json())?.into());
             if let Some(tc) = &h.tokenizer_config {
                 cfg.insert("tokenizer_config_json".into(), js(tc)?.into());

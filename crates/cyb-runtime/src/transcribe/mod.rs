@@ -249,7 +249,8 @@ impl Transcriber {
 }
 
 /// Loads a Whisper checkpoint as a [`crate::Model`]. Alignment heads come from the config, or
-/// from `generation_config.json` where transformers keeps them.
+/// from `generation_config.json` where transformers keeps them, else all heads of the last half
+/// of the decoder layers.
 pub(crate) fn load_model(
     path: &std::path::Path,
     file: &ModelFile,
@@ -275,6 +276,15 @@ pub(crate) fn load_model(
                 model.set_alignment_heads(pairs)?;
             }
         }
+    }
+    if model.config().alignment_heads.is_empty() {
+        // What CTranslate2 uses for a model without them (a whisper.cpp file, a directory
+        // without generation_config.json): every head of the last half of the decoder layers.
+        let c = model.config();
+        let heads = (c.decoder_layers / 2..c.decoder_layers)
+            .flat_map(|l| (0..c.decoder_heads).map(move |h| (l, h)))
+            .collect();
+        model.set_alignment_heads(heads)?;
     }
     let tokenizer = Tokenizer::from_model_file(file)?;
     let config = model_config(model.config(), file);

@@ -9,15 +9,7 @@ pub const TIME_PRECISION: f64 = 0.02;
 
 /// The language codes of multilingual Whisper, in token order (`<|en|>` is the first language
 /// token, `<|yue|>` the 100th, which only large-v3's vocabulary has).
-pub const LANGUAGES: [&str; 100] = [
-    "en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it",
-    "id", "hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur",
-    "hr", "bg", "lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn",
-    "et", "mk", "br", "eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si",
-    "km", "sn", "yo", "so", "af", "oc", "ka", "be", "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo",
-    "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln",
-    "ha", "ba", "jw", "su", "yue",
-];
+pub use cyb_format::whisper_ggml::LANGUAGES;
 
 /// The ids of the special tokens of one Whisper vocabulary.
 #[derive(Clone, Debug)]
