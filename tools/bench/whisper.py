@@ -28,6 +28,10 @@ import json, resource, sys, time
 from faster_whisper import WhisperModel
 model_dir, audio, compute, threads, beam = sys.argv[1:6]
 m = WhisperModel(model_dir, device="cpu", compute_type=compute, cpu_threads=int(threads))
+if audio.endswith(".npy"):
+    # Samples as faster-whisper's decoder gives them (int16 / 32768), decoded beforehand.
+    import numpy as np
+    audio = np.load(audio).astype(np.float32) / 32768.0
 t0 = time.perf_counter()
 segments, info = m.transcribe(audio, beam_size=int(beam), language="en", vad_filter=False)
 text = "".join(s.text for s in segments)
@@ -68,6 +72,10 @@ def main():
     p.add_argument("--cyb-model", action="append", default=None,
                    help="model(s) cyb-llm loads (default: --model); repeatable")
     p.add_argument("--audio", action="append", required=True)
+    p.add_argument("--fw-audio", action="append", default=None,
+                   help="for each --audio, the same samples as an int16 .npy for faster-whisper "
+                        "(16 kHz mono, as its decode_audio gives them ×32768), where its audio "
+                        "decoder (PyAV) is not installed; its time then excludes decoding")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
@@ -79,6 +87,7 @@ def main():
     print("| audio | threads | engine | weights | time s | RTF | encoder ms/window | "
           "decoder tok/s | peak RSS MiB | text = fw fp32 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    fw_audio = dict(zip(a.audio, a.fw_audio or a.audio))
     for audio in a.audio:
         for threads in [int(t) for t in a.threads.split(",")]:
             configs = [("faster-whisper", "int8"), ("faster-whisper", "float32")]
@@ -87,7 +96,7 @@ def main():
             for _ in range(a.repeats):
                 for c in configs:
                     if c[0] == "faster-whisper":
-                        r = run_fw(a.model, audio, c[1], threads, a.beam)
+                        r = run_fw(a.model, fw_audio[audio], c[1], threads, a.beam)
                     else:
                         r = run_cyb(a.cyb, c[1], audio, threads, a.beam)
                     runs[c].append(r)
