@@ -52,6 +52,10 @@ pub struct TranscribeArgs {
     /// Text only, one segment per 30 s window.
     #[arg(long)]
     pub without_timestamps: bool,
+    /// Token ids never to produce (comma-separated); -1 stands for the model's non-speech
+    /// symbols (brackets, music notes, ...).
+    #[arg(long, default_value = "-1", allow_hyphen_values = true)]
+    pub suppress_tokens: String,
     /// Time each word (verbose_json lists the words).
     #[arg(long)]
     pub word_timestamps: bool,
@@ -112,6 +116,16 @@ impl TranscribeArgs {
                     .map_err(|_| Error::invalid("--temperature", format!("{t:?} is not a number")))
             })
             .collect::<Result<Vec<_>>>()?;
+        let suppress_tokens = self
+            .suppress_tokens
+            .split(',')
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| {
+                t.trim().parse::<i64>().map_err(|_| {
+                    Error::invalid("--suppress-tokens", format!("{t:?} is not a token id"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let vad = (self.vad || self.vad_model.is_some()).then(|| VadOptions {
             threshold: self.vad_threshold,
             min_silence_duration_ms: self.vad_min_silence_ms,
@@ -130,6 +144,7 @@ impl TranscribeArgs {
             condition_on_previous_text: !self.no_condition_on_previous_text,
             without_timestamps: self.without_timestamps,
             word_timestamps: self.word_timestamps,
+            suppress_tokens,
             seed: self.seed,
             vad,
             ..TranscribeOptions::default()
