@@ -41,21 +41,28 @@ pub async fn handle(
     let top_logprobs = logprobs_setting(&req)?;
     let (tools_json, tool_names) = tools_setting(&req)?;
     let messages = convert_messages(&req.messages)?;
-    let model = &slot.model;
-    let text = match model.chat_template() {
-        Some(t) => t.render(
-            &messages,
-            &RenderOptions {
-                add_generation_prompt: true,
-                tools: tools_json,
-                ..RenderOptions::default()
-            },
-        )?,
-        None => model.render_chat(&messages, true)?,
-    };
-    let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
-    let prompt = model.tokenizer().encode(&text, add_special)?;
+    // Rendering and tokenizing are CPU work bounded by the template's fuel and output limits,
+    // run off the async executor so other requests are served meanwhile.
+    let model = slot.model.clone();
+    let prompt = tokio::task::spawn_blocking(move || -> Result<Vec<u32>, ApiError> {
+        let text = match model.chat_template() {
+            Some(t) => t.render(
+                &messages,
+                &RenderOptions {
+                    add_generation_prompt: true,
+                    tools: tools_json,
+                    ..RenderOptions::default()
+                },
+            )?,
+            None => model.render_chat(&messages, true)?,
+        };
+        let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
+        Ok(model.tokenizer().encode(&text, add_special)?)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("the prompt task failed: {e}")))??;
     check_context(prompt.len(), slot.ctx, "messages")?;
+    let model = &slot.model;
     let constraint = match grammar_setting(&req, model)? {
         Some((grammar, param)) => Some(Box::new(
             structured::constraint(&slot, grammar, param).await?,

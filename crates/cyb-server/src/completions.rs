@@ -23,7 +23,7 @@ pub async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
-    let req: CompletionRequest = parse_body(&body)?;
+    let mut req: CompletionRequest = parse_body(&body)?;
     let slot = state.find_generator(req.common.model.as_deref())?;
     let limit = state.config.max_tokens_limit;
     let params = req.common.sampling(
@@ -52,8 +52,13 @@ pub async fn handle(
             .with_code("invalid_value"))
         }
     };
-    let tok = slot.model.tokenizer();
-    let (prompt_text, prompt) = prompt_ids(&req.prompt, tok)?;
+    // Tokenizing is CPU work: off the async executor.
+    let model = slot.model.clone();
+    let prompt_value = std::mem::take(&mut req.prompt);
+    let (prompt_text, prompt) =
+        tokio::task::spawn_blocking(move || prompt_ids(&prompt_value, model.tokenizer()))
+            .await
+            .map_err(|e| ApiError::server(format!("the prompt task failed: {e}")))??;
     check_context(prompt.len(), slot.ctx, "prompt")?;
     let echo = if req.echo.unwrap_or(false) {
         prompt_text.clone()
@@ -100,6 +105,7 @@ pub async fn handle(
         return Ok(sse::response(out));
     }
     let c = reply::collect(rx).await?;
+    let tok = slot.model.tokenizer();
     let logprobs = top_logprobs.map(|_| logprobs_json(tok, &c.logprobs, echo.len()));
     Ok(Json(json!({
         "id": id,

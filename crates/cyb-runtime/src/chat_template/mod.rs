@@ -211,13 +211,57 @@ impl ChatTemplate {
             strftime_now => Value::from_function(move |fmt: &str| python::strftime(fmt, unix_secs)),
             ..ctx
         };
-        template.render(ctx).map_err(render_error)
+        let mut out = Bounded::default();
+        if let Err(e) = template.render_captured_to(ctx, &mut out) {
+            if out.overflowed {
+                return Err(Error::Tokenizer {
+                    reason: format!(
+                        "chat template output exceeds {MAX_RENDERED_BYTES} bytes; refused"
+                    ),
+                });
+            }
+            return Err(render_error(e));
+        }
+        String::from_utf8(out.text).map_err(|_| Error::Tokenizer {
+            reason: "chat template rendered invalid UTF-8".into(),
+        })
+    }
+}
+
+/// Instructions one render may execute (minijinja's fuel): a conversation of thousands of
+/// messages with tools takes well under a million; a template that loops for long is stopped
+/// within about a second.
+pub const RENDER_FUEL: u64 = 50_000_000;
+
+/// The most text one render may produce (bytes).
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
+
+/// A render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct Bounded {
+    text: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len().saturating_add(buf.len()) > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output too long"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
 /// The environment transformers' `_compile_jinja_template` builds, in minijinja.
 fn jinja_environment() -> Result<Environment<'static>> {
     let mut env = Environment::new();
+    env.set_fuel(Some(RENDER_FUEL));
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
         .lstrip_blocks(true)
@@ -263,6 +307,14 @@ fn compile_error(e: minijinja::Error) -> Error {
 }
 
 fn render_error(e: minijinja::Error) -> Error {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return Error::Tokenizer {
+            reason: format!(
+                "chat template exceeded its budget of {RENDER_FUEL} instructions (a loop that \
+                 runs too long?)"
+            ),
+        };
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(err) = source {
         if let Some(Raised(msg)) = err.downcast_ref::<Raised>() {
@@ -340,5 +392,51 @@ mod tests {
             .render(&[ChatMessage::user("hi")], &RenderOptions::default())
             .unwrap();
         assert_eq!(out, "[hi]");
+    }
+
+    fn render_err(source: &str) -> String {
+        let t = ChatTemplate::new(source, None, None).unwrap();
+        let start = std::time::Instant::now();
+        let e = t
+            .render(&[ChatMessage::user("hi")], &RenderOptions::default())
+            .unwrap_err();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "{source}: {:?}",
+            start.elapsed()
+        );
+        e.to_string()
+    }
+
+    #[test]
+    fn hostile_templates_are_stopped() {
+        let e = render_err(
+            "{% for a in range(10000) %}{% for b in range(10000) %}{% for c in range(10000) %}\
+             {% endfor %}{% endfor %}{% endfor %}",
+        );
+        assert!(e.contains("budget"), "{e}");
+        let e = render_err("{{ 'a' * 100000000 }}");
+        assert!(e.contains("exceeds"), "{e}");
+        let e = render_err("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
+        assert!(e.contains("exceeds"), "{e}");
+        // minijinja itself refuses repetitions past 100 MB.
+        let e = render_err("{{ 'ab' * 100000000 }}");
+        assert!(e.contains("too large"), "{e}");
+    }
+
+    #[test]
+    fn long_conversations_fit_the_budget() {
+        let t = ChatTemplate::new(
+            "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}{% if not loop.last %}\n\
+             {% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}",
+            None,
+            None,
+        )
+        .unwrap();
+        let messages: Vec<ChatMessage> = (0..20_000)
+            .map(|i| ChatMessage::user(format!("message {i}")))
+            .collect();
+        let out = t.render(&messages, &RenderOptions::default()).unwrap();
+        assert!(out.ends_with("message 19999"), "{}", &out[out.len() - 40..]);
     }
 }
