@@ -80,6 +80,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        restore_sigpipe();
+    }
     let level = if cli.verbose { "debug" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
@@ -120,5 +123,19 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rust starts programs with SIGPIPE ignored, so printing into a closed pipe
+/// (`cyb-llm embed ... | head -c 10`) is an error that `println!` turns into a panic. A command
+/// that prints ends quietly there instead, as Unix tools do, by taking the signal's default
+/// action back. The server keeps it ignored: a client that hangs up is an error on that
+/// connection alone.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at the start of main, before any other thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
