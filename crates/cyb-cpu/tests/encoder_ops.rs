@@ -267,3 +267,62 @@ fn token_major_attention() {
         }
     }
 }
+
+/// Non-finite queries, keys or values (a broken checkpoint's) never make the kernels panic,
+/// whatever the layout and path: the result is computed (NaN where it must be) or an error.
+#[test]
+fn non_finite_attention_inputs_do_not_panic() {
+    let mut rng = Rng::new(26);
+    let shapes = [
+        (1, 20, 20, 12, 12, 32, 32),
+        (2, 37, 37, 4, 2, 16, 16),
+        (1, 1, 20, 4, 1, 16, 16),
+        (2, 3, 9, 6, 3, 8, 5),
+    ];
+    for (b, lq, lk, hq, hkv, d, dv) in shapes {
+        for (which, bad) in [(0, f32::NAN), (1, f32::INFINITY), (2, f32::NAN)] {
+            let mut qkv = [
+                t(&mut rng, &[b, lq, hq, d]).to_f32_vec().unwrap(),
+                t(&mut rng, &[b, lk, hkv, d]).to_f32_vec().unwrap(),
+                t(&mut rng, &[b, lk, hkv, dv]).to_f32_vec().unwrap(),
+            ];
+            for x in qkv[which].iter_mut().step_by(7) {
+                *x = bad;
+            }
+            let q = Tensor::from_f32(&[b, lq, hq, d], &qkv[0]).unwrap();
+            let k = Tensor::from_f32(&[b, lk, hkv, d], &qkv[1]).unwrap();
+            let v = Tensor::from_f32(&[b, lk, hkv, dv], &qkv[2]).unwrap();
+            for (layout, causal) in [
+                (SdpaLayout::TokenMajor, false),
+                (SdpaLayout::TokenMajor, true),
+                (SdpaLayout::HeadMajor, false),
+            ] {
+                let (q, k, v) = match layout {
+                    SdpaLayout::HeadMajor => (swap_heads(&q), swap_heads(&k), swap_heads(&v)),
+                    _ => (q.clone(), k.clone(), v.clone()),
+                };
+                let op = Op::Sdpa {
+                    layout,
+                    scale: 0.25,
+                    causal,
+                    sliding_window: None,
+                    softcap: None,
+                    alibi_max_bias: None,
+                };
+                for (set, one, three) in backends(Default::default()) {
+                    for be in [&one, &three] {
+                        let inputs = [q.clone(), k.clone(), v.clone()];
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            be.execute(&op, &inputs, &mut ExecContext::default())
+                        }));
+                        assert!(
+                            r.is_ok(),
+                            "{set:?} {layout:?} causal {causal} {b}x{lq}x{lk}x{hq}/{hkv}x{d}/{dv}: \
+                             input {which} = {bad} panicked"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -78,6 +78,65 @@ fn positive(field: &str, v: usize) -> Result<usize> {
     Ok(v)
 }
 
+/// A real-valued setting that must be finite and at least `min` (`strict`: above it).
+fn finite_at_least(field: &str, v: f64, min: f64, strict: bool) -> Result<f64> {
+    let ok = v.is_finite() && if strict { v > min } else { v >= min };
+    if !ok {
+        return Err(Error::InvalidConfig {
+            field: field.into(),
+            reason: format!(
+                "is {v}, expected a finite number {} {min}",
+                if strict { "above" } else { "of at least" }
+            ),
+        });
+    }
+    Ok(v)
+}
+
+impl ModelConfig {
+    /// Refuses values no model can run with: a norm epsilon that is negative or not finite, a
+    /// RoPE base that is not positive, zero layers or heads. `eps_key` and `theta_key` name the
+    /// fields as the source spells them.
+    fn checked(self, eps_key: &str, theta_key: &str) -> Result<ModelConfig> {
+        if let Some(e) = self.norm_eps {
+            finite_at_least(eps_key, e, 0.0, false)?;
+        }
+        finite_at_least(theta_key, self.rope_theta, 0.0, true)?;
+        positive("num_layers", self.num_layers)?;
+        positive("num_heads", self.num_heads)?;
+        positive("hidden_size", self.hidden_size)?;
+        Ok(self)
+    }
+
+    /// Checks the layer count against the tensors: where tensor names number their layers
+    /// (`blk.N.`, `layers.N.`, `layer.N.`, `h.N.`, `blocks.N.`), `num_layers` may not exceed
+    /// the layers present, so nothing is sized by a count the file does not back.
+    pub fn check_layers<'a>(&self, names: impl Iterator<Item = &'a str>) -> Result<()> {
+        let mut found: Option<usize> = None;
+        for name in names {
+            let parts: Vec<&str> = name.split('.').collect();
+            for w in parts.windows(2) {
+                if matches!(w[0], "blk" | "layers" | "layer" | "h" | "blocks") {
+                    if let Ok(i) = w[1].parse::<usize>() {
+                        found = Some(found.map_or(i + 1, |f| f.max(i + 1)));
+                    }
+                }
+            }
+        }
+        match found {
+            Some(n) if self.num_layers > n => Err(Error::InvalidConfig {
+                field: "num_layers".into(),
+                reason: format!(
+                    "{} layers, but the weights hold layers 0 to {} only",
+                    self.num_layers,
+                    n - 1
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Applies the defaults and cross-field checks shared by both sources.
 struct Dims {
     hidden: usize,
@@ -221,7 +280,7 @@ impl ModelConfig {
                 (!skip).then(|| (s.to_string(), v.to_json()))
             })
             .collect();
-        Ok(ModelConfig {
+        ModelConfig {
             source: "gguf".into(),
             architectures: Vec::new(),
             vocab_size: positive("vocab_size", vocab_size)?,
@@ -245,9 +304,13 @@ impl ModelConfig {
             bos_token_id: token_id("bos_token_id"),
             eos_token_ids,
             pad_token_id: token_id("padding_token_id"),
-            architecture: arch,
+            architecture: arch.clone(),
             extra,
-        })
+        }
+        .checked(
+            &format!("{arch}.attention.layer_norm_(rms_)epsilon"),
+            &format!("{arch}.rope.freq_base"),
+        )
     }
 
     /// From a Hugging Face `config.json`. Multimodal configs that nest the language model under
@@ -408,7 +471,7 @@ impl ModelConfig {
             .filter(|(k, _)| !used.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Ok(ModelConfig {
+        ModelConfig {
             source: "huggingface".into(),
             architecture,
             architectures,
@@ -433,7 +496,8 @@ impl ModelConfig {
             eos_token_ids,
             pad_token_id,
             extra,
-        })
+        }
+        .checked("layer_norm_eps / rms_norm_eps", "rope_theta")
     }
 }
 
@@ -471,4 +535,19 @@ fn rope_scaling_from_json(v: &Value) -> Option<RopeScaling> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finite_at_least;
+
+    #[test]
+    fn non_finite_settings_are_refused() {
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1e-6] {
+            assert!(finite_at_least("eps", v, 0.0, false).is_err(), "{v}");
+        }
+        assert!(finite_at_least("theta", 0.0, 0.0, true).is_err());
+        assert_eq!(finite_at_least("eps", 0.0, 0.0, false).unwrap(), 0.0);
+        assert_eq!(finite_at_least("theta", 1e6, 0.0, true).unwrap(), 1e6);
+    }
 }

@@ -255,13 +255,22 @@ impl ModelFile {
 
     /// The normalized hyper-parameters.
     pub fn config(&self) -> Result<ModelConfig> {
-        match self {
-            ModelFile::Gguf(g) => ModelConfig::from_gguf(g),
+        let config = match self {
+            ModelFile::Gguf(g) => ModelConfig::from_gguf(g)?,
             ModelFile::HuggingFace(h) => ModelConfig::from_hf(
                 h.config_json(),
                 h.generation_config.as_ref(),
                 h.has_tensor("lm_head.weight"),
-            ),
+            )?,
+        };
+        match self {
+            ModelFile::Gguf(g) => {
+                config.check_layers(g.tensor_infos().iter().map(|t| t.name.as_str()))?
+            }
+            ModelFile::HuggingFace(h) => {
+                config.check_layers(h.tensor_infos().map(|(t, _)| t.name.as_str()))?
+            }
         }
+        Ok(config)
     }
 }

@@ -283,3 +283,72 @@ fn missing_config_fields() {
     cfg["num_key_value_heads"] = 3.into();
     assert!(cyb_format::ModelConfig::from_hf(&cfg, None, true).is_err());
 }
+
+#[test]
+fn impossible_config_values_are_refused_naming_the_field() {
+    let base = load_json(&fixtures().join("hf_single/config.json"));
+    for (key, value, field) in [
+        ("rms_norm_eps", serde_json::json!(-1.0), "rms_norm_eps"),
+        ("rope_theta", serde_json::json!(0.0), "rope_theta"),
+        ("rope_theta", serde_json::json!(-10000.0), "rope_theta"),
+        (
+            "num_attention_heads",
+            serde_json::json!(0),
+            "num_attention_heads",
+        ),
+        ("num_hidden_layers", serde_json::json!(0), "layers"),
+    ] {
+        let mut cfg = base.clone();
+        cfg[key] = value.clone();
+        match cyb_format::ModelConfig::from_hf(&cfg, None, true) {
+            Err(Error::InvalidConfig { field: f, reason }) => {
+                assert!(f.contains(field), "{key} = {value}: field {f:?} ({reason})")
+            }
+            other => panic!("{key} = {value}: {other:?}"),
+        }
+    }
+    // A zero epsilon is unusual but computable.
+    let mut cfg = base.clone();
+    cfg["rms_norm_eps"] = 0.0.into();
+    assert!(cyb_format::ModelConfig::from_hf(&cfg, None, true).is_ok());
+}
+
+#[test]
+fn a_layer_count_beyond_the_weights_is_refused() {
+    let dir = std::env::temp_dir().join(format!("cyb-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(fixtures().join("hf_single")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut cfg = load_json(&dir.join("config.json"));
+    let layers = cfg["num_hidden_layers"].as_u64().unwrap();
+    cfg["num_hidden_layers"] = (1u64 << 31).into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let e = open(&dir).unwrap().config().unwrap_err().to_string();
+    assert!(
+        e.contains("num_layers") && e.contains(&format!("0 to {}", layers - 1)),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_gguf_with_a_broken_epsilon_is_refused() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny_chat/model-f32.gguf");
+    let bytes = std::fs::read(&path).unwrap();
+    let key = b"attention.layer_norm_rms_epsilon";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    // The value type (u32, 6 = f32), then the value.
+    assert_eq!(u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()), 6);
+    for bad in [f32::NAN, -1.0, f32::INFINITY] {
+        let mut b = bytes.clone();
+        b[at + 4..at + 8].copy_from_slice(&bad.to_le_bytes());
+        let p = std::env::temp_dir().join(format!("cyb-eps-{}-{bad}.gguf", std::process::id()));
+        std::fs::write(&p, &b).unwrap();
+        let e = open(&p).unwrap().config().unwrap_err().to_string();
+        assert!(e.contains("layer_norm_(rms_)epsilon"), "{bad}: {e}");
+        let _ = std::fs::remove_file(&p);
+    }
+}

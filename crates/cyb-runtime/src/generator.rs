@@ -261,6 +261,14 @@ impl<'g> Generation<'g> {
         let token = match next {
             Next::Token(t) => t,
             Next::Logits(mut logits) => {
+                if logits.iter().any(|x| x.is_nan() || *x == f32::INFINITY) {
+                    return Err(Error::InvalidArgument {
+                        op: "generate".into(),
+                        reason: "the model produced non-finite logits (NaN or +inf): its \
+                                 weights or settings are broken"
+                            .into(),
+                    });
+                }
                 if let Some(c) = self.constraint.as_mut() {
                     c.mask(&mut logits)?;
                 }

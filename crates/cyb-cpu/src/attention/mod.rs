@@ -1209,7 +1209,17 @@ fn group_rows<F: FnMut(usize, usize, &[f32])>(
             // SAFETY: as above.
             unsafe { tile_weighted(tile, n, (dv, put), sc, stride, &head.vp, lk, span) }
         }
-        (None, true) => group_weighted::<true>(n, ys, sc, stride, vals, span),
-        (None, false) => group_weighted::<false>(n, ys, sc, stride, vals, span),
+        (None, fma) => {
+            // A tile group (up to TILE_GROUP rows) whose values are not all finite comes here
+            // too: GROUP rows at a time.
+            for r0 in (0..n).step_by(GROUP) {
+                let m = (n - r0).min(GROUP);
+                let (y, p) = (&mut ys[r0 * dv..(r0 + m) * dv], &sc[r0 * stride..]);
+                match fma {
+                    true => group_weighted::<true>(m, y, p, stride, vals, span),
+                    false => group_weighted::<false>(m, y, p, stride, vals, span),
+                }
+            }
+        }
     }
 }
