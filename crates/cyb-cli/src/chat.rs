@@ -32,7 +32,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             reason: "this model has no chat template; use `cyb-llm run --raw` instead".into(),
         });
     }
-    let mut session = model.generator(args.engine.ctx)?;
+    let mut session = args.engine.generator(&model)?;
     let mut system = args.system.clone();
     let mut turns: Vec<ChatMessage> = Vec::new();
     eprintln!(

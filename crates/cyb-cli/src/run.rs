@@ -54,7 +54,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let add_special = raw && model.tokenizer().add_bos();
     let ids = model.tokenizer().encode(&text, add_special)?;
-    let mut session = model.generator(args.engine.ctx)?;
+    let mut session = args.engine.generator(&model)?;
     let (_, metrics) = stream_constrained(&mut session, &ids, args.sampling.params(), constraint)?;
     println!();
     print_metrics(&metrics);

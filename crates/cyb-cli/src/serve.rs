@@ -72,6 +72,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         parallel: args.parallel.max(1),
         queue: args.queue,
         ctx: args.engine.ctx,
+        allow_ctx_overflow: args.engine.ctx_overflow == "allow",
         max_body_bytes: args.max_body_bytes,
         max_audio_bytes: args.max_audio_bytes,
         max_tokens_limit: args.max_tokens_limit.max(1),

@@ -22,12 +22,25 @@ pub struct EngineArgs {
     /// Context size of the session in tokens (default: the model's, capped at 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// A --ctx past the context the model was trained for: refuse, or allow (positions the
+    /// model never saw; output degrades).
+    #[arg(long, default_value = "refuse", value_parser = ["refuse", "allow"])]
+    pub ctx_overflow: String,
     /// Check every tensor of a `.model` file against its blake3 before loading it.
     #[arg(long)]
     pub verify: bool,
 }
 
 impl EngineArgs {
+    /// A generation session of `--ctx` tokens (default: the model's context, capped at 4096),
+    /// past the trained context only with `--ctx-overflow allow`.
+    pub fn generator(&self, model: &cyb_runtime::Model) -> Result<cyb_runtime::Generator> {
+        match (self.ctx, self.ctx_overflow.as_str()) {
+            (Some(ctx), "allow") => model.generator_beyond_context(ctx),
+            (ctx, _) => model.generator(ctx),
+        }
+    }
+
     /// The runtime these flags describe: the backend, the path, and the cpu backend's options
     /// (its environment variables, then `--threads`).
     pub fn runtime_options(&self) -> Result<RuntimeOptions> {

@@ -15,12 +15,8 @@ pub struct BenchSession {
 impl Model {
     /// A timing session whose cache holds up to `ctx` tokens.
     pub fn bench_session(&self, ctx: usize) -> Result<BenchSession> {
-        if ctx == 0 {
-            return Err(Error::invalid(
-                "bench",
-                "the context must hold at least one token",
-            ));
-        }
+        // Timing past the trained context is allowed; a cache beyond memory is not.
+        self.check_context(ctx, true)?;
         Ok(BenchSession {
             model: self.clone(),
             cache: self.net()?.new_cache(ctx)?,

@@ -239,16 +239,66 @@ impl Model {
     }
 
     /// A new session with its own KV cache of `ctx` tokens (`None`: the model's context length,
-    /// capped at 4096 to bound memory).
+    /// capped at 4096 to bound memory). A context beyond the one the model was trained for is
+    /// refused (see [`Model::check_context`]); [`Model::generator_beyond_context`] allows it.
     pub fn generator(&self, ctx: Option<usize>) -> Result<Generator> {
         let ctx = ctx.unwrap_or_else(|| self.context_length().min(4096));
+        self.check_context(ctx, false)?;
+        Generator::new(self.clone(), ctx)
+    }
+
+    /// [`Model::generator`] that allows a context past the trained one (positions the model
+    /// never saw: quality degrades, but it runs).
+    pub fn generator_beyond_context(&self, ctx: usize) -> Result<Generator> {
+        self.check_context(ctx, true)?;
+        Generator::new(self.clone(), ctx)
+    }
+
+    /// Checks a session context of `ctx` tokens before anything is sized by it: at least one
+    /// token; within the trained context unless `allow_overflow` (or the config declares RoPE
+    /// scaling, which is how a longer context is asked for); and a KV cache that fits the
+    /// memory available now, else `OutOfMemory` with the bytes it would take.
+    pub fn check_context(&self, ctx: usize, allow_overflow: bool) -> Result<()> {
         if ctx == 0 {
             return Err(Error::InvalidConfig {
                 field: "ctx".into(),
                 reason: "the context must hold at least one token".into(),
             });
         }
-        Generator::new(self.clone(), ctx)
+        let c = &self.inner.config;
+        let trained = self.context_length();
+        if ctx > trained && !allow_overflow && c.rope_scaling.is_none() {
+            return Err(Error::InvalidConfig {
+                field: "ctx".into(),
+                reason: format!(
+                    "{ctx} tokens exceeds the {trained} this model was trained for (allow it \
+                     with --ctx-overflow allow)"
+                ),
+            });
+        }
+        // Keys and values, f32, every layer.
+        let bytes = (c.num_layers as u128)
+            * (c.num_kv_heads as u128)
+            * (c.head_dim as u128)
+            * (ctx as u128)
+            * 8;
+        let on_host = self
+            .net()
+            .map(|n| n.dispatcher().primary().host_memory())
+            .unwrap_or(true);
+        if let Some(avail) = available_memory().filter(|_| on_host) {
+            if bytes > u128::from(avail) {
+                return Err(Error::OutOfMemory {
+                    backend: format!(
+                        "host: a KV cache of {ctx} tokens needs {} MiB, {} MiB are available",
+                        bytes >> 20,
+                        avail >> 20
+                    ),
+                    requested_bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The chat template applied to `messages`, ready to tokenize. Without a template the
@@ -273,4 +323,12 @@ impl Model {
                 .join("\n")),
         }
     }
+}
+
+/// Memory the system can give now (Linux `MemAvailable`), `None` where unknown.
+pub(crate) fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }

@@ -11,6 +11,8 @@ pub struct ServerConfig {
     pub queue: usize,
     /// Context size of each session; `None`: the model's, capped at 4096.
     pub ctx: Option<usize>,
+    /// Allow a `ctx` past the context a model was trained for (refused otherwise).
+    pub allow_ctx_overflow: bool,
     /// Largest request body accepted (413 above), except on the audio endpoints.
     pub max_body_bytes: usize,
     /// Largest body of an audio upload (`/v1/audio/*`; 413 above).
@@ -25,6 +27,7 @@ impl Default for ServerConfig {
             parallel: 2,
             queue: 64,
             ctx: None,
+            allow_ctx_overflow: false,
             max_body_bytes: 2 << 20,
             max_audio_bytes: 100 << 20,
             max_tokens_limit: 4096,

@@ -19,22 +19,39 @@ pub struct ModelSlot {
     /// Idle sessions, least recently used first.
     idle: Mutex<Vec<Generator>>,
     max_idle: usize,
+    /// Sessions may run past the trained context (`ServerConfig::allow_ctx_overflow`).
+    allow_overflow: bool,
     /// The vocabulary indexed for constrained decoding, built by the first request that
     /// asks for structured output.
     grammar: OnceLock<std::result::Result<Arc<GrammarCompiler>, String>>,
 }
 
 impl ModelSlot {
-    pub fn new(served: ServedModel, ctx: Option<usize>, max_idle: usize) -> ModelSlot {
+    /// The slot of `served`; a generative model's context is checked here, before any request
+    /// (see `Model::check_context`).
+    pub fn new(
+        served: ServedModel,
+        ctx: Option<usize>,
+        max_idle: usize,
+        allow_overflow: bool,
+    ) -> std::result::Result<ModelSlot, String> {
         let ctx = ctx.unwrap_or_else(|| served.model.context_length().min(4096));
-        ModelSlot {
+        let generative = !served.model.is_encoder() && !served.model.is_speech();
+        if generative {
+            served
+                .model
+                .check_context(ctx, allow_overflow)
+                .map_err(|e| format!("model {:?}: {e}", served.id))?;
+        }
+        Ok(ModelSlot {
             id: served.id,
             model: served.model,
             ctx,
             idle: Mutex::new(Vec::new()),
             max_idle: max_idle.max(1),
+            allow_overflow,
             grammar: OnceLock::new(),
-        }
+        })
     }
 
     /// A session for `prompt`: the idle one with the longest cached prefix of it, a new one
@@ -56,6 +73,7 @@ impl ModelSlot {
         };
         match taken {
             Some(g) => Ok(g),
+            None if self.allow_overflow => self.model.generator_beyond_context(self.ctx),
             None => self.model.generator(Some(self.ctx)),
         }
     }

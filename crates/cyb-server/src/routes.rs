@@ -31,8 +31,10 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
     }
     let slots = models
         .into_iter()
-        .map(|m| Arc::new(ModelSlot::new(m, config.ctx, config.parallel)))
-        .collect();
+        .map(|m| {
+            ModelSlot::new(m, config.ctx, config.parallel, config.allow_ctx_overflow).map(Arc::new)
+        })
+        .collect::<std::result::Result<Vec<_>, String>>()?;
     let state = Arc::new(AppState {
         models: slots,
         admission: Admission::new(config.parallel, config.queue),
