@@ -570,21 +570,35 @@ impl GgmlWhisperWeights {
     }
 }
 
-/// Opens the whisper.cpp ggml file at `path` as a Hugging Face Whisper model.
+/// Opens the whisper.cpp ggml file at `path` as a Hugging Face Whisper model, its tokenizer
+/// written to the cache of generated tokenizers.
 pub fn open(path: impl AsRef<Path>) -> Result<HfModel> {
     let file = GgmlWhisperFile::open(path)?;
-    let path = file.path.clone();
     let tokenizer_json = tokenizer::materialize(&file)?;
+    let mut h = from_file(file)?;
+    h.tokenizer_json = tokenizer_json;
+    Ok(h)
+}
+
+/// A parsed ggml file as a Hugging Face Whisper model, without a tokenizer.
+pub fn from_file(file: GgmlWhisperFile) -> Result<HfModel> {
+    let path = file.path.clone();
     let weights = GgmlWhisperWeights::new(file)?;
     let config = weights.config_json()?;
     Ok(HfModel::from_converted(
         path,
         Value::Object(config),
         crate::hf::Converted::Ggml(weights),
-        tokenizer_json,
+        None,
         None,
         None,
     ))
+}
+
+/// The tokenizer.json text made from a ggml file's word list (`None` when its vocabulary is
+/// not Whisper's).
+pub fn tokenizer_json(file: &GgmlWhisperFile) -> Option<String> {
+    tokenizer::tokenizer_json(file)
 }
 
 #[cfg(test)]
