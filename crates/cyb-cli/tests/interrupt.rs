@@ -22,7 +22,14 @@ fn sigint_stops_generation_cleanly() {
             "0",
             "--ignore-eos",
         ])
-        .args(["-n", "1000000", "--ctx", "200000", "--ctx-overflow", "allow"])
+        .args([
+            "-n",
+            "1000000",
+            "--ctx",
+            "200000",
+            "--ctx-overflow",
+            "allow",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

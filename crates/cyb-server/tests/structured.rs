@@ -177,6 +177,12 @@ async fn invalid_formats_are_400_naming_the_problem() {
             "missing_rule",
         ),
         (json!({"type": "yaml"}), "yaml"),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                "$ref": "#/$defs/a"}}}),
+            "$ref cycle",
+        ),
     ];
     for (rf, needle) in cases {
         let (st, v) = post(&url, &json!({"messages": messages, "response_format": rf})).await;
@@ -185,6 +191,11 @@ async fn invalid_formats_are_400_naming_the_problem() {
         assert_eq!(v["error"]["param"], "response_format", "{v}");
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains(needle), "{rf}: {msg}");
+        // The grammar engine's internal state stays out of the message.
+        assert!(
+            !msg.contains("<state>") && !msg.contains("lexer_cost"),
+            "{rf}: {msg}"
+        );
     }
     // The server is still up and serving constrained requests.
     let body =

@@ -41,6 +41,27 @@ fn grammar_err(reason: impl Into<String>) -> Error {
     }
 }
 
+/// llguidance's stop message without the parser state it appends (`<state>…</state>`, token
+/// and lexer counters), and its stop reasons in words.
+fn matcher_error(msg: &str) -> String {
+    let first = msg
+        .split("<state>")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim();
+    match first {
+        "NoExtensionBias" | "NoExtension" => "the grammar admits no output at all (for a JSON \
+                                              schema: a $ref cycle or constraints that nothing \
+                                              satisfies)"
+            .into(),
+        "" => "the grammar stopped the output".into(),
+        other => format!("the grammar stopped the output: {other}"),
+    }
+}
+
 /// JSON is written with single spaces after `,` and `:` and no other whitespace: the way
 /// models are trained to write it, and bounded, so a weak model cannot wander off into
 /// endless newlines inside an object. A schema's own `x-guidance` options win.
@@ -176,7 +197,7 @@ impl GrammarConstraint {
     fn prepare(&mut self) -> Result<()> {
         if self.matcher.is_stopped() {
             if let Some(e) = self.matcher.get_error() {
-                return Err(grammar_err(e));
+                return Err(grammar_err(matcher_error(&e)));
             }
             self.finished = true;
             self.next = None;
@@ -200,7 +221,7 @@ impl GrammarConstraint {
 fn guarded<T, E: std::fmt::Display>(f: impl FnOnce() -> std::result::Result<T, E>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(grammar_err(e.to_string())),
+        Ok(Err(e)) => Err(grammar_err(matcher_error(&e.to_string()))),
         Err(_) => Err(grammar_err("the grammar engine panicked")),
     }
 }
