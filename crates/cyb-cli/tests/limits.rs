@@ -62,3 +62,34 @@ fn contexts_are_checked_before_anything_is_sized() {
     ]);
     assert!(ok, "{err}");
 }
+
+/// A huge line for an encoder is refused (or cut, with --truncate) before it is tokenized.
+/// Uses all-MiniLM-L6-v2 from the cache (tools/fetch_minilm.sh); skipped when absent.
+#[test]
+fn a_huge_embedding_input_is_bounded_before_tokenizing() {
+    let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+        return;
+    };
+    let model = home.join(".cache/cyb-llm/minilm/all-MiniLM-L6-v2");
+    if !model.is_dir() {
+        eprintln!(
+            "skipped: {} is absent (run tools/fetch_minilm.sh)",
+            model.display()
+        );
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("cyb-huge-line-{}.txt", std::process::id()));
+    std::fs::write(&file, "word ".repeat(10_000_000)).unwrap();
+    let (m, f) = (model.to_str().unwrap(), file.to_str().unwrap());
+    let (ok, err, took) = cyb(&["embed", m, "--file", f]);
+    assert!(!ok);
+    assert!(
+        err.contains("bytes long") && err.contains("--truncate"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let (ok, err, took) = cyb(&["embed", m, "--file", f, "--truncate"]);
+    assert!(ok, "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let _ = std::fs::remove_file(&file);
+}

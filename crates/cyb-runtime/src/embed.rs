@@ -343,7 +343,31 @@ impl Model {
                     EmbedInput::Text(t) if t.trim().is_empty() => {
                         return Err(Error::invalid(what, format!("input {i} is empty")));
                     }
-                    EmbedInput::Text(t) => self.tokenizer().encode(t, true)?,
+                    EmbedInput::Text(t) => {
+                        // Bounded before tokenizing: no token spans more than
+                        // MAX_BYTES_PER_TOKEN bytes here, so a longer text cannot fit.
+                        let limit = max.saturating_mul(MAX_BYTES_PER_TOKEN);
+                        let t = if t.len() <= limit {
+                            t.as_str()
+                        } else if truncate {
+                            let mut cut = limit;
+                            while !t.is_char_boundary(cut) {
+                                cut -= 1;
+                            }
+                            &t[..cut]
+                        } else {
+                            return Err(Error::invalid(
+                                what,
+                                format!(
+                                    "input {i} is {} bytes long, more than this model's {max} \
+                                     tokens can hold (ask for truncation to cut it: \
+                                     --truncate, \"truncate\": true)",
+                                    t.len()
+                                ),
+                            ));
+                        };
+                        self.tokenizer().encode(t, true)?
+                    }
                     EmbedInput::Tokens(ids) if ids.is_empty() => {
                         return Err(Error::invalid(what, format!("input {i} has no tokens")));
                     }
@@ -373,6 +397,9 @@ impl Model {
             .collect()
     }
 }
+
+/// The most text one token is counted to cover when bounding an input before tokenizing it.
+const MAX_BYTES_PER_TOKEN: usize = 1024;
 
 /// Indices of `seqs` from shortest to longest, so each batch pads little.
 pub(crate) fn by_length(seqs: &[Vec<u32>]) -> Vec<usize> {
