@@ -11,12 +11,14 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const ALIGN: usize = 64;
 pub(crate) const END: &[u8] = b"~~~end\n";
 /// Section names in the order they must appear.
-pub(crate) const SECTIONS: [&str; 6] = ["config", "tensors", "vocab", "chat", "sampling", "graph"];
+pub(crate) const SECTIONS: [&str; 7] = [
+    "config", "tensors", "vocab", "chat", "sampling", "graph", "check",
+];
 
 /// The raw section bodies, borrowed from the file.
 #[derive(Default)]
 pub(crate) struct Sections<'a> {
-    pub(crate) bodies: [Option<(usize, &'a [u8])>; 6],
+    pub(crate) bodies: [Option<(usize, &'a [u8])>; 7],
     /// Bytes 0..header_len are the header (what the root hashes).
     pub(crate) header_len: usize,
     pub(crate) data_start: usize,
@@ -359,4 +361,44 @@ pub(crate) fn index_line(e: &IndexEntry, data_offset: usize) -> String {
         e.byte_len,
         hex(&e.blake3)
     )
+}
+
+/// The body of the `check` section for these section bodies: one line `NAME BLAKE3` per
+/// section present, in section order. Its length depends only on which sections are present.
+pub(crate) fn check_body<'b>(bodies: impl Iterator<Item = (&'static str, &'b [u8])>) -> String {
+    let mut out = String::new();
+    for (name, body) in bodies {
+        out.push_str(name);
+        out.push(' ');
+        out.push_str(&hex(blake3::hash(body).as_bytes()));
+        out.push('\n');
+    }
+    out
+}
+
+/// Parses a `check` body: `(section, blake3)` per line, each a known section other than
+/// `check`, in section order, each at most once.
+pub(crate) fn parse_check(body: &[u8], at: usize, path: &Path) -> Result<Vec<(String, [u8; 32])>> {
+    let err = |r: String| format_error(path, at, format!("section \"check\": {r}"));
+    let text = std::str::from_utf8(body).map_err(|_| err("not UTF-8".into()))?;
+    let mut out: Vec<(String, [u8; 32])> = Vec::new();
+    let mut next = 0usize;
+    for line in text.lines() {
+        let (name, h) = line
+            .split_once(' ')
+            .ok_or_else(|| err(format!("line {line:?} is not \"NAME BLAKE3\"")))?;
+        let i = SECTIONS[..SECTIONS.len() - 1]
+            .iter()
+            .position(|s| *s == name)
+            .filter(|&i| i >= next)
+            .ok_or_else(|| {
+                err(format!(
+                    "{name:?} is not a section, or repeated or out of order"
+                ))
+            })?;
+        next = i + 1;
+        let h = parse_hash(h).ok_or_else(|| err(format!("bad blake3 {h:?} for {name:?}")))?;
+        out.push((name.to_string(), h));
+    }
+    Ok(out)
 }

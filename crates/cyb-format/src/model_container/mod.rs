@@ -48,6 +48,10 @@ pub struct ContainerInfo {
     pub tensors: Vec<IndexEntry>,
     /// The `~~~graph` section, when present.
     pub graph: Option<String>,
+    /// Every section's (name, offset, length) in the file.
+    sections: Vec<(&'static str, usize, usize)>,
+    /// The `~~~check` section: each section's blake3 (absent in files written before it).
+    check: Option<Vec<(String, [u8; 32])>>,
     bytes: SharedBytes,
 }
 
@@ -69,10 +73,54 @@ impl ContainerInfo {
         header::hex(&self.root)
     }
 
-    /// Hashes every tensor and compares it with the index; the first mismatch is an
-    /// `Error::Format` naming the tensor.
+    /// Hashes every header section (against the `check` section) and every tensor (against the
+    /// index); the first mismatch is an `Error::Format` naming the section or tensor. A file
+    /// without a `check` section (written before it existed) fails: its config and vocab
+    /// cannot be checked.
     pub fn verify(&self) -> Result<()> {
         let bytes: &[u8] = (*self.bytes).as_ref();
+        let Some(check) = &self.check else {
+            return Err(format_error(
+                &self.path,
+                0,
+                "no \"check\" section (written by an older cyb-llm): its config, vocab and \
+                 other sections cannot be verified; import the model again",
+            ));
+        };
+        for &(name, at, len) in &self.sections {
+            let want = check.iter().find(|(n, _)| n == name).map(|(_, h)| h);
+            let got = bytes.get(at..at + len).map(blake3::hash);
+            match (want, got) {
+                (Some(w), Some(g)) if g.as_bytes() == w => {}
+                (None, _) => {
+                    return Err(format_error(
+                        &self.path,
+                        at,
+                        format!("section {name:?} is not listed in the \"check\" section"),
+                    ))
+                }
+                _ => {
+                    return Err(format_error(
+                        &self.path,
+                        at,
+                        format!(
+                            "section {name:?} does not match its blake3 in the \"check\" \
+                             section (the file is corrupted)"
+                        ),
+                    ))
+                }
+            }
+        }
+        if let Some((name, _)) = check
+            .iter()
+            .find(|(n, _)| !self.sections.iter().any(|(s, _, _)| s == n))
+        {
+            return Err(format_error(
+                &self.path,
+                0,
+                format!("the \"check\" section lists {name:?}, which the file does not have"),
+            ));
+        }
         for e in &self.tensors {
             let data = e
                 .file_offset
@@ -162,6 +210,15 @@ fn parse_header(bytes: &SharedBytes, path: &Path) -> Result<(Arc<ContainerInfo>,
         Some((at, b)) => Some(text(b, at, "graph", &path)?.to_string()),
         None => None,
     };
+    let check = match sections.get("check") {
+        Some((at, b)) => Some(header::parse_check(b, at, &path)?),
+        None => None,
+    };
+    let listed = header::SECTIONS
+        .iter()
+        .filter(|n| **n != "check")
+        .filter_map(|&n| sections.get(n).map(|(at, b)| (n, at, b.len())))
+        .collect();
     let info = Arc::new(ContainerInfo {
         path: path.clone(),
         version: header::VERSION,
@@ -170,6 +227,8 @@ fn parse_header(bytes: &SharedBytes, path: &Path) -> Result<(Arc<ContainerInfo>,
         data_start: sections.data_start,
         tensors,
         graph,
+        sections: listed,
+        check,
         bytes: bytes.clone(),
     });
     Ok((info, config))

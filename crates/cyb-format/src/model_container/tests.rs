@@ -91,8 +91,13 @@ fn flipped_bytes_never_panic_and_data_flips_fail_verify_naming_the_tensor() {
                     let e = reason(m.verify().unwrap_err());
                     assert!(e.contains("blake3"), "{e}");
                 }
-                // A flip inside a header string (metadata text) can still parse; the root changes.
-                Ok(m) => assert_ne!(m.container().unwrap().root, info.root, "byte {i}"),
+                // A flip inside a header string (metadata text) can still parse; the root
+                // changes and verify names the section.
+                Ok(m) => {
+                    assert_ne!(m.container().unwrap().root, info.root, "byte {i}");
+                    let e = reason(m.verify().unwrap_err());
+                    assert!(e.contains("section"), "byte {i}: {e}");
+                }
                 Err(e) => assert!(!reason(e).is_empty()),
             }
         }
@@ -101,6 +106,37 @@ fn flipped_bytes_never_panic_and_data_flips_fail_verify_naming_the_tensor() {
     b[first.file_offset] ^= 1;
     let e = reason(parse(b).unwrap().verify().unwrap_err());
     assert!(e.contains(&format!("{:?}", first.name)), "{e}");
+}
+
+#[test]
+fn verify_covers_every_section() {
+    // A Hugging Face import has a vocab section (tokenizer.json's bytes).
+    let bytes = import(&fixture("tiny_chat/hf"));
+    let m = parse(bytes.clone()).unwrap();
+    m.verify().unwrap();
+    let info = m.container().unwrap();
+    let (at, len) = info
+        .sections
+        .iter()
+        .find(|(n, _, _)| *n == "vocab")
+        .map(|&(_, a, l)| (a, l))
+        .unwrap();
+    // Four bytes flipped in the middle of the vocab (inside a JSON string, so it still parses).
+    let mut b = bytes.clone();
+    let span = (at + len / 2..at + len - 4)
+        .chain(at..at + len - 4)
+        .find(|&i| b[i..i + 4].iter().all(|c| c.is_ascii_lowercase()))
+        .expect("four letters in the vocab");
+    for c in &mut b[span..span + 4] {
+        *c ^= 0x20;
+    }
+    let e = reason(parse(b).unwrap().verify().unwrap_err());
+    assert!(e.contains("\"vocab\"") && e.contains("blake3"), "{e}");
+    // A file written before the check section existed cannot be verified.
+    let cfg = "source = \"gguf\"\ngguf_version = 3\n";
+    let old = header_with(cfg, "");
+    let e = reason(parse(old).unwrap().verify().unwrap_err());
+    assert!(e.contains("no \"check\" section"), "{e}");
 }
 
 fn header_with(config: &str, tensors: &str) -> Vec<u8> {

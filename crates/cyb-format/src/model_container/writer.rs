@@ -336,19 +336,25 @@ fn header_bytes(sections: &Bodies, planned: &[Planned<'_>], hashes: &[[u8; 32]])
         std::str::from_utf8(MAGIC).unwrap_or_default().trim_end()
     )
     .into_bytes();
-    for (name, body) in [
+    let present: Vec<(&'static str, &[u8])> = [
         ("config", Some(sections.config.as_bytes())),
         ("tensors", Some(index.as_bytes())),
         ("vocab", sections.vocab.as_deref()),
         ("chat", sections.chat.as_deref()),
         ("sampling", sections.sampling.as_deref()),
         ("graph", sections.graph.as_deref()),
-    ] {
-        if let Some(body) = body {
-            head.extend_from_slice(format!("~~~{name} {}\n", body.len()).as_bytes());
-            head.extend_from_slice(body);
-            head.push(b'\n');
-        }
+    ]
+    .into_iter()
+    .filter_map(|(n, b)| Some((n, b?)))
+    .collect();
+    let check = header::check_body(present.iter().copied());
+    for (name, body) in present
+        .into_iter()
+        .chain(std::iter::once(("check", check.as_bytes())))
+    {
+        head.extend_from_slice(format!("~~~{name} {}\n", body.len()).as_bytes());
+        head.extend_from_slice(body);
+        head.push(b'\n');
     }
     head.extend_from_slice(END);
     head
