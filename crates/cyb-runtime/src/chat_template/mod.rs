@@ -338,7 +338,8 @@ fn translate_extension_tags(source: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else {
+        // The closing `%}` after the opening `{%` (`{%}` is not a closed tag).
+        let Some(end) = tag[2..].find("%}").map(|i| i + 2) else {
             out.push_str(tag);
             return out;
         };
@@ -382,6 +383,13 @@ mod tests {
             translate_extension_tags("a{%- generation -%} b {%+ endgeneration %}c{% if x %}"),
             "a{%- if true -%} b {%+ endif %}c{% if x %}"
         );
+        // An opening `{%` whose `%` also starts a `%}` (found by fuzzing): no tag, no panic.
+        assert_eq!(translate_extension_tags("a{%}b"), "a{%}b");
+        assert_eq!(
+            translate_extension_tags("{%}{% generation %}"),
+            "{%}{% generation %}"
+        );
+        assert!(ChatTemplate::new("hello {%} x", None, None).is_err());
         let t = ChatTemplate::new(
             "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}",
             None,
