@@ -10,6 +10,7 @@
 //! ONNX files are imported into a `cyb_graph::Graph` ([`onnx`]), which is how this crate knows
 //! about ops; it must not know about backends or how a model is run.
 
+mod byte_level;
 mod config;
 pub mod ctranslate2;
 mod cursor;
@@ -22,8 +23,10 @@ mod model_file;
 pub mod onnx;
 pub mod safetensors;
 pub mod soma;
+mod whisper_dims;
 pub mod whisper_ggml;
 
+pub use byte_level::byte_level_chars;
 pub use config::{ModelConfig, RopeScaling};
 pub use ctranslate2::{Ct2File, Ct2Variable};
 pub use gguf::{GgmlType, GgufFile, GgufTensorInfo};

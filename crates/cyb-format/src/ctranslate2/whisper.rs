@@ -20,6 +20,7 @@ use super::{Ct2File, MODEL_BIN};
 use crate::cursor::format_error;
 use crate::hf::{read_json, HfModel};
 use crate::safetensors::SafetensorsTensorInfo;
+use crate::whisper_dims::WhisperDims;
 use cyb_tensor::{DType, Error, Result, Tensor};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -69,7 +70,7 @@ pub fn from_file(file: Ct2File, dir: &Path) -> Result<HfModel> {
 pub(crate) struct WhisperWeights {
     file: Ct2File,
     table: Table,
-    dims: Dims,
+    dims: WhisperDims,
 }
 
 impl std::fmt::Debug for WhisperWeights {
@@ -79,23 +80,6 @@ impl std::fmt::Debug for WhisperWeights {
             .field("tensors", &self.table.infos().len())
             .finish()
     }
-}
-
-/// The hyper-parameters read off the shapes and settings.
-#[derive(Clone, Debug, Default)]
-struct Dims {
-    d_model: usize,
-    num_mel_bins: usize,
-    encoder_layers: usize,
-    decoder_layers: usize,
-    encoder_heads: usize,
-    decoder_heads: usize,
-    encoder_ffn: usize,
-    decoder_ffn: usize,
-    vocab_size: usize,
-    max_source_positions: usize,
-    max_target_positions: usize,
-    tied: bool,
 }
 
 /// Number of layers `prefix/layer_{i}` with `probe` under them, counting from 0.
@@ -164,31 +148,7 @@ impl WhisperWeights {
     /// transformers' `WhisperConfig` keys for these weights, then CTranslate2's config.json
     /// keys (read from `dir`) where they do not clash.
     fn config_json(&self, dir: &Path) -> Result<Map<String, Value>> {
-        let d = &self.dims;
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.to_string(), v);
-        };
-        put("model_type", "whisper".into());
-        put(
-            "architectures",
-            Value::Array(vec!["WhisperForConditionalGeneration".into()]),
-        );
-        put("d_model", d.d_model.into());
-        put("encoder_layers", d.encoder_layers.into());
-        put("decoder_layers", d.decoder_layers.into());
-        put("num_hidden_layers", d.encoder_layers.into());
-        put("encoder_attention_heads", d.encoder_heads.into());
-        put("decoder_attention_heads", d.decoder_heads.into());
-        put("encoder_ffn_dim", d.encoder_ffn.into());
-        put("decoder_ffn_dim", d.decoder_ffn.into());
-        put("num_mel_bins", d.num_mel_bins.into());
-        put("vocab_size", d.vocab_size.into());
-        put("max_source_positions", d.max_source_positions.into());
-        put("max_target_positions", d.max_target_positions.into());
-        put("activation_function", "gelu".into());
-        put("scale_embedding", false.into());
-        put("tie_word_embeddings", d.tied.into());
+        let mut m = self.dims.config_json();
         let ct2_config = dir.join("config.json");
         if ct2_config.is_file() {
             let v = read_json(&ct2_config)?;
@@ -216,20 +176,20 @@ impl WhisperWeights {
 }
 
 /// Every tensor of transformers' `WhisperForConditionalGeneration`, in its module order.
-fn map_tensors(b: &mut Builder<'_>) -> Result<Dims> {
+fn map_tensors(b: &mut Builder<'_>) -> Result<WhisperDims> {
     let conv1 = b.var("encoder/conv1/weight", &[None, None, Some(3)])?;
     let (d, mels) = match conv1.shape.dims() {
         [d, mels, _] => (*d, *mels),
         _ => (0, 0),
     };
-    let mut dims = Dims {
+    let mut dims = WhisperDims {
         d_model: d,
         num_mel_bins: mels,
         encoder_layers: layer_count(b.file, "encoder", "self_attention/linear_0/weight"),
         decoder_layers: layer_count(b.file, "decoder", "self_attention/linear_0/weight"),
         encoder_heads: b.count_setting("encoder/num_heads")?,
         decoder_heads: b.count_setting("decoder/num_heads")?,
-        ..Dims::default()
+        ..WhisperDims::default()
     };
     for (heads, which) in [
         (dims.encoder_heads, "encoder"),

@@ -31,6 +31,7 @@ use crate::gguf::GgmlType;
 use crate::hf::HfModel;
 use crate::mapping::{map_file, SharedBytes};
 use crate::safetensors::SafetensorsTensorInfo;
+use crate::whisper_dims::WhisperDims;
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -535,31 +536,24 @@ impl GgmlWhisperWeights {
                 ),
             ));
         }
-        let tied = !self.by_name.contains_key("proj_out.weight");
-        let mut m = Map::new();
+        let mut m = WhisperDims {
+            d_model: h.n_audio_state,
+            num_mel_bins: h.n_mels,
+            encoder_layers: h.n_audio_layer,
+            decoder_layers: h.n_text_layer,
+            encoder_heads: h.n_audio_head,
+            decoder_heads: h.n_text_head,
+            encoder_ffn: ffn("encoder"),
+            decoder_ffn: ffn("decoder"),
+            vocab_size: h.n_vocab,
+            max_source_positions: h.n_audio_ctx,
+            max_target_positions: h.n_text_ctx,
+            tied: !self.by_name.contains_key("proj_out.weight"),
+        }
+        .config_json();
         let mut put = |k: &str, v: Value| {
             m.insert(k.to_string(), v);
         };
-        put("model_type", "whisper".into());
-        put(
-            "architectures",
-            Value::Array(vec!["WhisperForConditionalGeneration".into()]),
-        );
-        put("d_model", h.n_audio_state.into());
-        put("encoder_layers", h.n_audio_layer.into());
-        put("decoder_layers", h.n_text_layer.into());
-        put("num_hidden_layers", h.n_audio_layer.into());
-        put("encoder_attention_heads", h.n_audio_head.into());
-        put("decoder_attention_heads", h.n_text_head.into());
-        put("encoder_ffn_dim", ffn("encoder").into());
-        put("decoder_ffn_dim", ffn("decoder").into());
-        put("num_mel_bins", h.n_mels.into());
-        put("vocab_size", h.n_vocab.into());
-        put("max_source_positions", h.n_audio_ctx.into());
-        put("max_target_positions", h.n_text_ctx.into());
-        put("activation_function", "gelu".into());
-        put("scale_embedding", false.into());
-        put("tie_word_embeddings", tied.into());
         if let Some(s) = tokenizer::Specials::of(h.n_vocab) {
             put("eos_token_id", s.eot.into());
             put("pad_token_id", s.eot.into());

@@ -76,26 +76,10 @@ impl Specials {
     }
 }
 
-/// GPT-2's byte → printable character table of byte-level BPE.
-fn byte_chars() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut extra = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[usize::from(b)] = if printable {
-            char::from(b)
-        } else {
-            extra += 1;
-            char::from_u32(255 + extra).unwrap_or('\0')
-        };
-    }
-    table
-}
-
 /// The tokenizer.json text for `file`, `None` when its vocabulary is not Whisper's.
 pub(crate) fn tokenizer_json(file: &GgmlWhisperFile) -> Option<String> {
     let specials = Specials::of(file.hparams.n_vocab)?;
-    let chars = byte_chars();
+    let chars = crate::byte_level_chars();
     let mut vocab: Map<String, Value> = Map::new();
     let mut rank: HashMap<String, usize> = HashMap::new();
     let mut tokens: Vec<(usize, String)> = Vec::new();

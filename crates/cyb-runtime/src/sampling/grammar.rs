@@ -266,23 +266,12 @@ impl TokenConstraint for GrammarConstraint {
     }
 }
 
-/// GPT-2's byte-level alphabet: printable bytes stand for themselves, the other 68 bytes
-/// are spelled with code points from U+0100 up, in byte order.
+/// GPT-2's byte-level alphabet, character → byte.
 fn byte_level_alphabet() -> std::collections::HashMap<char, u8> {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    let mut next = 0x100u32;
-    let mut map = std::collections::HashMap::with_capacity(256);
-    for b in 0..=255u8 {
-        let c = if printable(b) {
-            char::from(b)
-        } else {
-            let c = char::from_u32(next).unwrap_or('\u{FFFD}');
-            next += 1;
-            c
-        };
-        map.insert(c, b);
-    }
-    map
+    cyb_format::byte_level_chars()
+        .into_iter()
+        .zip(0..=255u8)
+        .collect()
 }
 
 /// `<0xAB>` → 0xAB.
