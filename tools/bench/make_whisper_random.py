@@ -62,9 +62,7 @@ def main():
                "padding_side": "right", "return_attention_mask": False},
               open(os.path.join(hf, "preprocessor_config.json"), "w"))
     ct2 = os.path.join(a.out, "ct2")
-    conv = shutil.which("ct2-transformers-converter") or os.path.join(
-        os.path.dirname(sys.executable), "ct2-transformers-converter")
-    subprocess.run([conv, "--model", hf, "--output_dir", ct2, "--quantization", "float16",
+    subprocess.run([sys.executable, "-m", "ctranslate2.converters.transformers", "--model", hf, "--output_dir", ct2, "--quantization", "float16",
                     "--copy_files", "tokenizer.json", "preprocessor_config.json", "--force"],
                    check=True)
     print("wrote", hf, "and", ct2)
