@@ -272,3 +272,75 @@ fn block_whitespace_like_transformers() {
     let got = t.render(&[], &RenderOptions::default()).unwrap();
     assert_eq!(got, "x\ny 1.0 2 [True, {'k': None}] a1");
 }
+
+/// The largest conversation the server accepts (a 2 MiB request body: messages, or a tools
+/// list) renders within the render budget through every fixture template, so the budget that
+/// stops hostile templates never refuses a real request.
+#[test]
+fn largest_requests_fit_the_render_budget() {
+    let fixture = load_cases();
+    let now = fixed_now(&fixture);
+    let cases = fixture["cases"].as_array().unwrap();
+    let names: Vec<&String> = fixture["templates"].as_object().unwrap().keys().collect();
+    for name in names {
+        let t = template(&fixture, name);
+        // Tools as the fixture passes them to this template, where a case renders with tools.
+        let tools = cases
+            .iter()
+            .find(|c| {
+                c["template"] == name.as_str()
+                    && !c["tools"].is_null()
+                    && c.get("expected").is_some()
+            })
+            .map(|c| c["tools"].clone());
+        let filler = "All work and no play makes Jack a dull boy. ".repeat(11);
+        let mut msgs = Vec::new();
+        while msgs.len() * filler.len() < 2 << 20 {
+            msgs.push(ChatMessage::user(format!("{} {filler}", msgs.len())));
+            msgs.push(ChatMessage::assistant(format!("{} {filler}", msgs.len())));
+        }
+        msgs.pop();
+        let opts = RenderOptions {
+            add_generation_prompt: true,
+            tools: tools.clone(),
+            now: Some(now),
+            ..RenderOptions::default()
+        };
+        let start = std::time::Instant::now();
+        let out = t
+            .render(&msgs, &opts)
+            .unwrap_or_else(|e| panic!("{name}: {} messages: {e}", msgs.len()));
+        assert!(out.len() > 2 << 20, "{name}: {}", out.len());
+        eprintln!(
+            "{name}: {} messages, {} bytes, {:?}",
+            msgs.len(),
+            out.len(),
+            start.elapsed()
+        );
+        if let Some(tools) = tools {
+            let one = tools.as_array().unwrap()[0].clone();
+            let size = serde_json::to_string(&one).unwrap().len();
+            let many: Vec<Value> = (0..(2 << 20) / size).map(|_| one.clone()).collect();
+            let hi = [ChatMessage::user("hi")];
+            let without = t
+                .render(
+                    &hi,
+                    &RenderOptions {
+                        tools: None,
+                        ..opts.clone()
+                    },
+                )
+                .unwrap();
+            let opts = RenderOptions {
+                tools: Some(Value::Array(many)),
+                ..opts
+            };
+            let out = t
+                .render(&hi, &opts)
+                .unwrap_or_else(|e| panic!("{name}: 2 MiB of tools: {e}"));
+            // Templates that print tools print all of them.
+            let printed = out.len() != without.len();
+            assert!(!printed || out.len() > 1 << 20, "{name}: {}", out.len());
+        }
+    }
+}

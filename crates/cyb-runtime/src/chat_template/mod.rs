@@ -228,10 +228,17 @@ impl ChatTemplate {
     }
 }
 
-/// Instructions one render may execute (minijinja's fuel): a conversation of thousands of
-/// messages with tools takes well under a million; a template that loops for long is stopped
-/// within about a second.
-pub const RENDER_FUEL: u64 = 50_000_000;
+/// The work one render may do (minijinja's fuel): one unit per instruction executed, and one
+/// per 64 bytes of strings and list slots built (by `~`, `+`, filters, output), so a render
+/// executes at most this many instructions and builds at most 64 times this many bytes of
+/// values, whatever the template. The largest request the server takes (2 MiB of messages or
+/// of tools) renders with a few hundred thousand; a template that loops for long or grows a
+/// string by doubling is stopped within a fraction of a second and about
+/// [`RENDER_DATA_BYTES`] of memory.
+pub const RENDER_FUEL: u64 = 8_000_000;
+
+/// The bytes of values [`RENDER_FUEL`] pays for.
+pub const RENDER_DATA_BYTES: u64 = RENDER_FUEL * 64;
 
 /// The most text one render may produce (bytes).
 pub const MAX_RENDERED_BYTES: usize = 16 << 20;
@@ -310,8 +317,9 @@ fn render_error(e: minijinja::Error) -> Error {
     if e.kind() == ErrorKind::OutOfFuel {
         return Error::Tokenizer {
             reason: format!(
-                "chat template exceeded its budget of {RENDER_FUEL} instructions (a loop that \
-                 runs too long?)"
+                "chat template exceeded its work budget ({RENDER_FUEL} instructions, or {} MiB \
+                 of values built): a loop that runs too long, or a value that grows too large",
+                RENDER_DATA_BYTES >> 20
             ),
         };
     }
@@ -430,6 +438,12 @@ mod tests {
         // minijinja itself refuses repetitions past 100 MB.
         let e = render_err("{{ 'ab' * 100000000 }}");
         assert!(e.contains("too large"), "{e}");
+        // A string doubled 40 times (a terabyte) is stopped by the budget's byte count.
+        let e = render_err(
+            "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}\
+             {% endfor %}{{ ns.s | length }}",
+        );
+        assert!(e.contains("budget"), "{e}");
     }
 
     #[test]
