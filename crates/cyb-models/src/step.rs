@@ -248,18 +248,30 @@ pub(crate) fn run_step(
     dispatcher: &Dispatcher,
     body: impl FnOnce(&mut Step<'_>) -> Result<Tensor>,
 ) -> Result<Tensor> {
+    let mut out = None;
+    run_ops(dispatcher, |step| {
+        let t = body(step)?;
+        out = Some(step.dispatcher.to_host(&t)?);
+        Ok(())
+    })?;
+    out.ok_or_else(|| Error::invalid("step", "produced no output"))
+}
+
+/// Runs `body`'s ops within one step's context, bringing nothing back to the host: for work
+/// whose results stay on the device (a cache copied into another).
+pub(crate) fn run_ops(
+    dispatcher: &Dispatcher,
+    body: impl FnOnce(&mut Step<'_>) -> Result<()>,
+) -> Result<()> {
     let mut step = Step {
         dispatcher,
         ctx: ExecContext::default(),
     };
     let begun = dispatcher.begin_step(&mut step.ctx);
-    let result = begun
-        .and_then(|()| body(&mut step))
-        .and_then(|t| dispatcher.to_host(&t));
+    let result = begun.and_then(|()| body(&mut step));
     let ended = dispatcher.end_step(&mut step.ctx);
-    let out = result?;
-    ended?;
-    Ok(out)
+    result?;
+    ended
 }
 
 /// A host tensor of `data` in shared (read-only) storage, as weights loaded from a file are:

@@ -17,11 +17,11 @@ use super::config::{WhisperConfig, LAYER_NORM_EPS};
 use super::weights::{Conv3, Qkv, WhisperWeights};
 use crate::encdec::CrossKv;
 use crate::llama::KvCache;
-use crate::step::{run_step, Step};
+use crate::step::{run_ops, run_step, sdpa_op, Step};
 use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
-use cyb_ops::{GeluApprox, LinearAct, Op};
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_ops::{GeluApprox, LinearAct, Op, SdpaLayout};
+use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 use std::sync::Arc;
 
 const GELU: LinearAct = LinearAct::Gelu(GeluApprox::Erf);
@@ -95,15 +95,63 @@ impl WhisperModel {
         &self.dispatcher
     }
 
-    /// A self-attention cache for one decoded sequence of up to `max_target_positions` tokens.
+    /// A self-attention cache for one decoded sequence of up to `max_target_positions` tokens:
+    /// in the primary backend's memory where it is a device that appends to caches (the
+    /// decoder then never brings keys and values back to the host), else on the host.
     pub fn new_cache(&self) -> Result<KvCache> {
         let c = &self.config;
-        KvCache::new(
-            c.decoder_layers,
-            c.decoder_heads,
-            c.d_model / c.decoder_heads,
-            c.max_target_positions,
-        )
+        let (l, h, cap) = (c.decoder_layers, c.decoder_heads, c.max_target_positions);
+        let d = c.d_model / h;
+        let primary = self.dispatcher.primary();
+        let probe = [
+            TensorInfo {
+                shape: Shape::new([h, cap.max(1), d])?,
+                dtype: DType::F32,
+            },
+            TensorInfo {
+                shape: Shape::new([1, h, d])?,
+                dtype: DType::F32,
+            },
+        ];
+        if !primary.host_memory() && primary.supports(&Op::KvAppend { start: 0 }, &probe) {
+            return KvCache::on_backend(primary.as_ref(), l, h, d, cap);
+        }
+        KvCache::new(l, h, d, cap)
+    }
+
+    /// Makes `dst` hold what `src` holds (two caches of this model): how a beam search gives a
+    /// second continuation of one hypothesis its own cache. Device caches are copied on the
+    /// device.
+    pub fn copy_cache(&self, dst: &mut KvCache, src: &KvCache) -> Result<()> {
+        if !(dst.on_device() && src.on_device()) {
+            return dst.copy_from(src);
+        }
+        let len = src.len();
+        dst.clear();
+        if len > 0 {
+            run_ops(&self.dispatcher, |step| {
+                let rows = Op::Slice {
+                    axis: 1,
+                    start: 0,
+                    end: len as isize,
+                    step: 1,
+                };
+                for layer in 0..src.num_layers() {
+                    let (sk, sv) = src.device_layer(layer)?;
+                    let (dk, dv) = dst.device_layer(layer)?;
+                    let mut copy = |from: &Tensor, to: &Tensor| -> Result<Tensor> {
+                        // [heads, len, d] → the token-major rows KvAppend writes.
+                        let part = step.run(rows.clone(), &[from])?;
+                        let part = step.permute(&part, &[1, 0, 2])?;
+                        step.run(Op::KvAppend { start: 0 }, &[to, &part])
+                    };
+                    let (k, v) = (copy(&sk, &dk)?, copy(&sv, &dv)?);
+                    dst.set_device_layer(layer, k, v)?;
+                }
+                Ok(())
+            })?;
+        }
+        dst.commit(len)
     }
 
     /// Encodes one window of log-mel features `mel` (row-major `[num_mel_bins, frames]`,
@@ -375,20 +423,7 @@ fn self_attention(
     let rows = h.dims()[0];
     let hd = d / heads;
     let Some((layer, n, caches)) = cache else {
-        let (q, k, v) = match qkv {
-            Qkv::Stacked(l) => {
-                let y = step.linear(h, l)?;
-                let mut p = step.split(&y, -1, &[d, d, d])?;
-                let v = p.swap_remove(2);
-                let k = p.swap_remove(1);
-                (p.swap_remove(0), k, v)
-            }
-            Qkv::Apart(l) => (
-                step.linear(h, &l[0])?,
-                step.linear(h, &l[1])?,
-                step.linear(h, &l[2])?,
-            ),
-        };
+        let (q, k, v) = project(step, h, qkv, d)?;
         let shape = [rows, heads, hd];
         let (q, k, v) = (
             step.reshape(&q, &shape)?,
@@ -398,7 +433,10 @@ fn self_attention(
         let a = step.attend(hd, [&q, &k, &v], None)?;
         return step.reshape(&a, &[rows, d]);
     };
-    // With a cache the keys and values go to the host cache anyway: the projections are cut
+    if caches.iter().all(KvCache::on_device) {
+        return cached_on_device(step, h, qkv, (d, heads), layer, n, caches);
+    }
+    // With a host cache the keys and values go to the host anyway: the projections are cut
     // into each sequence's queries, keys and values there.
     let (q, k, v) = match qkv {
         Qkv::Stacked(l) => {
@@ -429,4 +467,81 @@ fn self_attention(
         out.extend_from_slice(&step.dispatcher.to_host_f32(&a)?);
     }
     Tensor::from_f32(&[rows, d], &out)
+}
+
+/// The query, key and value projections `[rows, d]` of `h`.
+fn project(
+    step: &mut Step<'_>,
+    h: &Tensor,
+    qkv: &Qkv,
+    d: usize,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    Ok(match qkv {
+        Qkv::Stacked(l) => {
+            let y = step.linear(h, l)?;
+            let mut p = step.split(&y, -1, &[d, d, d])?;
+            let v = p.swap_remove(2);
+            let k = p.swap_remove(1);
+            (p.swap_remove(0), k, v)
+        }
+        Qkv::Apart(l) => (
+            step.linear(h, &l[0])?,
+            step.linear(h, &l[1])?,
+            step.linear(h, &l[2])?,
+        ),
+    })
+}
+
+/// Cached self-attention with every cache in the device's memory: each sequence's new keys
+/// and values are appended there (`Op::KvAppend`) and its queries attend over the cache's
+/// prefix, head-major, so nothing comes back to the host.
+fn cached_on_device(
+    step: &mut Step<'_>,
+    h: &Tensor,
+    qkv: &Qkv,
+    (d, heads): (usize, usize),
+    layer: usize,
+    n: usize,
+    caches: &mut [KvCache],
+) -> Result<Tensor> {
+    let hd = d / heads;
+    let (q, k, v) = project(step, h, qkv, d)?;
+    let swap = [1, 0, 2];
+    let mut outs = Vec::with_capacity(caches.len());
+    for (s, cache) in caches.iter_mut().enumerate() {
+        let mut rows_of = |x: &Tensor| -> Result<Tensor> {
+            let rows = Op::Slice {
+                axis: 0,
+                start: (s * n) as isize,
+                end: ((s + 1) * n) as isize,
+                step: 1,
+            };
+            let part = step.run(rows, &[x])?;
+            step.reshape(&part, &[n, heads, hd])
+        };
+        let (qs, ks, vs) = (rows_of(&q)?, rows_of(&k)?, rows_of(&v)?);
+        let start = cache.len();
+        let (ck, cv) = cache.device_layer(layer)?;
+        let append = Op::KvAppend { start };
+        let k_cap = step.run(append.clone(), &[&ck, &ks])?;
+        let v_cap = step.run(append, &[&cv, &vs])?;
+        cache.set_device_layer(layer, k_cap.clone(), v_cap.clone())?;
+        let prefix = Op::Slice {
+            axis: 1,
+            start: 0,
+            end: (start + n) as isize,
+            step: 1,
+        };
+        let kp = step.run(prefix.clone(), &[&k_cap])?;
+        let vp = step.run(prefix, &[&v_cap])?;
+        let qh = step.permute(&qs, &swap)?;
+        let a = step.run(sdpa_op(SdpaLayout::HeadMajor, hd, true), &[&qh, &kp, &vp])?;
+        let a = step.permute(&a, &swap)?;
+        outs.push(step.reshape(&a, &[n, d])?);
+    }
+    if outs.len() == 1 {
+        return Ok(outs.swap_remove(0));
+    }
+    let parts: Vec<&Tensor> = outs.iter().collect();
+    step.run(Op::Concat { axis: 0 }, &parts)
 }
