@@ -4,7 +4,9 @@
 //! keys and values read.
 //!
 //! `cargo run --release -p cyb-cpu --example decode_attention_bench -- [LK] [THREADS] [HQ]
-//! [HKV] [D] [LAYOUT]` (defaults 4096 2 32 8 64 token; LAYOUT `token` or `head`).
+//! [HKV] [D] [LAYOUT] [LQ]` (defaults 4096 2 32 8 64 token 1; LAYOUT `token` or `head`; LQ
+//! query positions, which see every key when above 1: Whisper's cross-attention of its beams is
+//! `1500 1 6 6 64 token 5`).
 
 use cyb_backend::{Backend, ExecContext};
 use cyb_cpu::{CpuBackend, KernelSet};
@@ -20,11 +22,12 @@ fn main() -> Result<()> {
     let num = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (lk, threads, hq, hkv, d) = (num(0, 4096), num(1, 2), num(2, 32), num(3, 8), num(4, 64));
     let tokens = args.get(5).is_none_or(|s| s != "head");
+    let lq = num(6, 1);
     let be = CpuBackend::with_options(KernelSet::detect()?, threads)?;
     let layers = 16;
     let (qd, kd) = match tokens {
-        true => (vec![1, hq, d], vec![lk, hkv, d]),
-        false => (vec![hq, 1, d], vec![hkv, lk, d]),
+        true => (vec![lq, hq, d], vec![lk, hkv, d]),
+        false => (vec![hq, lq, d], vec![hkv, lk, d]),
     };
     let q = filled(&qd, 1)?;
     let kv: Vec<(Tensor, Tensor)> = (0..layers as u32)
@@ -37,7 +40,7 @@ fn main() -> Result<()> {
             SdpaLayout::HeadMajor
         },
         scale: 1.0 / (d as f32).sqrt(),
-        causal: true,
+        causal: lq == 1,
         sliding_window: None,
         softcap: None,
         alibi_max_bias: None,
@@ -58,7 +61,7 @@ fn main() -> Result<()> {
     let med = times[times.len() / 2];
     let bytes = 2.0 * (lk * hkv * d * 4) as f64;
     println!(
-        "sdpa decode lk={lk} hq={hq} hkv={hkv} d={d} {} t={threads}: {:.1} µs, {:.1} GB/s of keys and values",
+        "sdpa decode lq={lq} lk={lk} hq={hq} hkv={hkv} d={d} {} t={threads}: {:.1} µs, {:.1} GB/s of keys and values",
         if tokens { "token-major" } else { "head-major" },
         med * 1e6,
         bytes / med / 1e9
