@@ -428,10 +428,8 @@ fn describe(model: &Model) -> Result<RunInfo> {
     let model_size: u64 = tensors.iter().map(|t| t.byte_len as u64).sum();
     let model_n_params: u64 = tensors.iter().map(|t| t.shape.numel() as u64).sum();
     let file_type = file
-        .metadata()
-        .iter()
-        .find(|(k, _)| k == "general.file_type")
-        .and_then(|(_, v)| v.as_u64());
+        .metadata_value("general.file_type")
+        .and_then(|v| v.as_u64());
     // Files without `general.file_type` (Hugging Face directories) get no type word.
     let ftype = file_type.and_then(file_type_name).unwrap_or_default();
     Ok(RunInfo {

@@ -203,10 +203,10 @@ fn human(model: &ModelFile) -> String {
             let _ = writeln!(o, "config:       unavailable ({e})");
         }
     }
-    let metadata = model.metadata();
+    let metadata = model.metadata_summaries();
     let _ = writeln!(o, "metadata ({} entries):", metadata.len());
     for (k, v) in &metadata {
-        let _ = writeln!(o, "  {k:<40} {}", summarize_json(v));
+        let _ = writeln!(o, "  {k:<40} {v}");
     }
     let tensors = model.tensors();
     let total: usize = tensors.iter().map(|t| t.byte_len).sum();

@@ -171,6 +171,10 @@ impl Dims {
     }
 }
 
+/// Items an architecture's array setting may have (per-layer values; models have at most a
+/// few hundred layers).
+const MAX_SETTING_ITEMS: usize = 1 << 16;
+
 impl ModelConfig {
     /// From GGUF metadata. Without an `output.weight` tensor the token embedding is tied, as
     /// llama.cpp assumes.
@@ -189,7 +193,7 @@ impl ModelConfig {
                 // Per-layer arrays (e.g. head_count_kv of hybrid models): the first non-zero.
                 Some(MetaValue::Array(a)) => Ok(a
                     .iter()
-                    .filter_map(MetaValue::as_u64)
+                    .filter_map(|v| v.as_u64())
                     .find(|&v| v != 0)
                     .and_then(|v| usize::try_from(v).ok())),
                 Some(v) => v
@@ -218,7 +222,7 @@ impl ModelConfig {
             None => f
                 .get("tokenizer.ggml.tokens")
                 .and_then(MetaValue::as_array)
-                .map(<[MetaValue]>::len)
+                .map(crate::MetaArray::len)
                 .ok_or_else(|| {
                     missing(
                         &format!("{prefix}vocab_size (or tokenizer.ggml.tokens)"),
@@ -271,15 +275,27 @@ impl ModelConfig {
             "expert_count",
             "expert_used_count",
         ];
-        let extra = f
-            .metadata()
-            .iter()
-            .filter_map(|(k, v)| {
-                let s = k.strip_prefix(&prefix)?;
-                let skip = used.contains(&s) || s.starts_with("rope.scaling.");
-                (!skip).then(|| (s.to_string(), v.to_json()))
-            })
-            .collect();
+        let mut extra = BTreeMap::new();
+        for (k, v) in f.metadata() {
+            let Some(s) = k.strip_prefix(&prefix) else {
+                continue;
+            };
+            if used.contains(&s) || s.starts_with("rope.scaling.") {
+                continue;
+            }
+            // Architecture keys are settings, per layer at most: a long array is not one.
+            if let Some(a) = v.as_array().filter(|a| a.len() > MAX_SETTING_ITEMS) {
+                return Err(Error::InvalidConfig {
+                    field: k.clone(),
+                    reason: format!(
+                        "an array of {} items, where a setting (at most one per layer) is \
+                         expected",
+                        a.len()
+                    ),
+                });
+            }
+            extra.insert(s.to_string(), v.to_json());
+        }
         ModelConfig {
             source: "gguf".into(),
             architectures: Vec::new(),

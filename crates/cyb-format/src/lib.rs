@@ -32,6 +32,6 @@ pub use ctranslate2::{Ct2File, Ct2Variable};
 pub use gguf::{GgmlType, GgufFile, GgufTensorInfo};
 pub use hf::HfModel;
 pub use mapping::{map_file, SharedBytes};
-pub use metadata::{summarize_json, MetaValue};
+pub use metadata::{summarize_json, MetaArray, MetaValue};
 pub use model_file::{open, ModelFile, TensorEntry};
 pub use safetensors::{SafetensorsFile, SafetensorsTensorInfo};

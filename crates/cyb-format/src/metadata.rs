@@ -1,8 +1,11 @@
 //! Metadata values as GGUF stores them, with a JSON form for scripts and a short form for people.
+//!
+//! Arrays are typed vectors ([`MetaArray`]): an array of a million `u8` takes a megabyte, as in
+//! the file, not a value per element.
 
 use serde_json::Value;
 
-/// One GGUF metadata value. Arrays may nest.
+/// One GGUF metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetaValue {
     U8(u8),
@@ -17,8 +20,149 @@ pub enum MetaValue {
     F64(f64),
     Bool(bool),
     String(String),
-    Array(Vec<MetaValue>),
+    Array(MetaArray),
 }
+
+/// A GGUF metadata array: its items in one vector of their type. Arrays of arrays (rare; GGUF
+/// allows them) hold each inner array as its own `MetaArray`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetaArray {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    Array(Vec<MetaArray>),
+}
+
+/// `$body` with `$v` bound to the vector of whichever numeric or bool variant `$a` is;
+/// `$other` for strings and nested arrays.
+macro_rules! each_plain {
+    ($a:expr, $v:ident => $body:expr, $other:pat => $rest:expr) => {
+        match $a {
+            MetaArray::U8($v) => $body,
+            MetaArray::I8($v) => $body,
+            MetaArray::U16($v) => $body,
+            MetaArray::I16($v) => $body,
+            MetaArray::U32($v) => $body,
+            MetaArray::I32($v) => $body,
+            MetaArray::U64($v) => $body,
+            MetaArray::I64($v) => $body,
+            MetaArray::F32($v) => $body,
+            MetaArray::F64($v) => $body,
+            MetaArray::Bool($v) => $body,
+            $other => $rest,
+        }
+    };
+}
+
+impl MetaArray {
+    pub fn len(&self) -> usize {
+        each_plain!(self, v => v.len(), a => match a {
+            MetaArray::String(v) => v.len(),
+            MetaArray::Array(v) => v.len(),
+            _ => 0,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The GGUF type name of the items (`"u8"`, `"string"`, `"array"`...).
+    pub fn item_type_name(&self) -> &'static str {
+        match self {
+            MetaArray::U8(_) => "u8",
+            MetaArray::I8(_) => "i8",
+            MetaArray::U16(_) => "u16",
+            MetaArray::I16(_) => "i16",
+            MetaArray::U32(_) => "u32",
+            MetaArray::I32(_) => "i32",
+            MetaArray::U64(_) => "u64",
+            MetaArray::I64(_) => "i64",
+            MetaArray::F32(_) => "f32",
+            MetaArray::F64(_) => "f64",
+            MetaArray::Bool(_) => "bool",
+            MetaArray::String(_) => "string",
+            MetaArray::Array(_) => "array",
+        }
+    }
+
+    /// Item `i` as a value of its own (a string or an inner array is copied).
+    pub fn get(&self, i: usize) -> Option<MetaValue> {
+        Some(match self {
+            MetaArray::U8(v) => MetaValue::U8(*v.get(i)?),
+            MetaArray::I8(v) => MetaValue::I8(*v.get(i)?),
+            MetaArray::U16(v) => MetaValue::U16(*v.get(i)?),
+            MetaArray::I16(v) => MetaValue::I16(*v.get(i)?),
+            MetaArray::U32(v) => MetaValue::U32(*v.get(i)?),
+            MetaArray::I32(v) => MetaValue::I32(*v.get(i)?),
+            MetaArray::U64(v) => MetaValue::U64(*v.get(i)?),
+            MetaArray::I64(v) => MetaValue::I64(*v.get(i)?),
+            MetaArray::F32(v) => MetaValue::F32(*v.get(i)?),
+            MetaArray::F64(v) => MetaValue::F64(*v.get(i)?),
+            MetaArray::Bool(v) => MetaValue::Bool(*v.get(i)?),
+            MetaArray::String(v) => MetaValue::String(v.get(i)?.clone()),
+            MetaArray::Array(v) => MetaValue::Array(v.get(i)?.clone()),
+        })
+    }
+
+    /// The items one at a time, as [`get`](MetaArray::get) gives them.
+    pub fn iter(&self) -> impl Iterator<Item = MetaValue> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The items of a string array.
+    pub fn as_strs(&self) -> Option<&[String]> {
+        match self {
+            MetaArray::String(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Item `i` of a string array.
+    pub fn str_at(&self, i: usize) -> Option<&str> {
+        self.as_strs()?.get(i).map(String::as_str)
+    }
+
+    /// Every item of a numeric array as `f64` (`None` for strings, bools and nested arrays).
+    pub fn to_f64s(&self) -> Option<Vec<f64>> {
+        match self {
+            MetaArray::String(_) | MetaArray::Array(_) | MetaArray::Bool(_) => None,
+            _ => Some(self.iter().filter_map(|v| v.as_f64()).collect()),
+        }
+    }
+
+    /// The full array as JSON.
+    pub fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(|v| v.to_json()).collect())
+    }
+
+    /// A one-line form for people: the length and first few items of a long array, made
+    /// without converting the rest.
+    pub fn summary(&self) -> String {
+        let n = self.len();
+        let head: Vec<String> = (0..n.min(SUMMARY_ITEMS))
+            .filter_map(|i| self.get(i))
+            .map(|v| v.summary())
+            .collect();
+        if n > SUMMARY_ITEMS {
+            format!("[{n} values: {}, ...]", head.join(", "))
+        } else {
+            format!("[{}]", head.join(", "))
+        }
+    }
+}
+
+/// Items a summary shows.
+const SUMMARY_ITEMS: usize = 6;
 
 impl MetaValue {
     /// The GGUF type name (`"u32"`, `"string"`, `"array"`...).
@@ -82,7 +226,7 @@ impl MetaValue {
         }
     }
 
-    pub fn as_array(&self) -> Option<&[MetaValue]> {
+    pub fn as_array(&self) -> Option<&MetaArray> {
         match self {
             MetaValue::Array(a) => Some(a),
             _ => None,
@@ -108,20 +252,24 @@ impl MetaValue {
             }
             MetaValue::Bool(v) => (*v).into(),
             MetaValue::String(s) => s.clone().into(),
-            MetaValue::Array(a) => a.iter().map(MetaValue::to_json).collect(),
+            MetaValue::Array(a) => a.to_json(),
         }
     }
 
-    /// A one-line form for people (see [`summarize_json`]).
+    /// A one-line form for people (see [`summarize_json`]); an array's without converting
+    /// more than the items it shows.
     pub fn summary(&self) -> String {
-        summarize_json(&self.to_json())
+        match self {
+            MetaValue::Array(a) => a.summary(),
+            v => summarize_json(&v.to_json()),
+        }
     }
 }
 
 /// A one-line form of a JSON value for people: long arrays (tokenizer vocabularies) show their
 /// length and first few items, long strings (chat templates) are cut.
 pub fn summarize_json(v: &Value) -> String {
-    const ITEMS: usize = 6;
+    const ITEMS: usize = SUMMARY_ITEMS;
     const CHARS: usize = 80;
     match v {
         Value::String(s) => {

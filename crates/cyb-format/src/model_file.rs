@@ -4,6 +4,7 @@
 use crate::config::ModelConfig;
 use crate::gguf::{self, GgufFile};
 use crate::hf::{self, HfModel};
+use crate::metadata::MetaValue;
 use cyb_tensor::{DType, Error, Result, Shape, Tensor};
 use serde_json::Value;
 use std::io::Read;
@@ -209,6 +210,36 @@ impl ModelFile {
                 }
                 m
             }
+        }
+    }
+
+    /// One metadata value as JSON (as [`metadata`](ModelFile::metadata) lists it), converting
+    /// nothing else: a GGUF file's vocabulary arrays stay as they are.
+    pub fn metadata_value(&self, key: &str) -> Option<Value> {
+        match self {
+            ModelFile::Gguf(g) => g.get(key).map(MetaValue::to_json),
+            ModelFile::HuggingFace(_) => self
+                .metadata()
+                .into_iter()
+                .find_map(|(k, v)| (k == key).then_some(v)),
+        }
+    }
+
+    /// Metadata in file order with each value's one-line form for people (see
+    /// [`summarize_json`](crate::summarize_json)); a GGUF file's long arrays are summarized
+    /// without converting them.
+    pub fn metadata_summaries(&self) -> Vec<(String, String)> {
+        match self {
+            ModelFile::Gguf(g) => g
+                .metadata()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.summary()))
+                .collect(),
+            ModelFile::HuggingFace(_) => self
+                .metadata()
+                .into_iter()
+                .map(|(k, v)| (k, crate::summarize_json(&v)))
+                .collect(),
         }
     }
 

@@ -18,7 +18,7 @@ fn load_json(p: &Path) -> Value {
 
 fn flatten(v: &MetaValue, out: &mut Vec<Value>) {
     match v {
-        MetaValue::Array(a) => a.iter().for_each(|x| flatten(x, out)),
+        MetaValue::Array(a) => a.iter().for_each(|x| flatten(&x, out)),
         x => out.push(x.to_json()),
     }
 }
@@ -60,7 +60,7 @@ fn gguf_matches_gguf_py() {
             flatten(v, &mut leaves);
             assert_eq!(Value::Array(leaves), w["value"], "{key}");
             assert!(matches!(
-                v.as_array().and_then(|a| a.first()),
+                v.as_array().and_then(|a| a.get(0)),
                 Some(MetaValue::Array(_))
             ));
         } else {

@@ -22,6 +22,10 @@ pub use ggml_type::{GgmlType, GGML_TYPES};
 use crate::cursor::{format_error, Cursor};
 use crate::mapping::{map_file, SharedBytes};
 use crate::metadata::MetaValue;
+
+/// Metadata keys a file may have: each takes about a hundred bytes of memory against its
+/// fourteen or more in the file, so their number is bounded (files have tens).
+const MAX_METADATA_KEYS: usize = 1 << 16;
 use cyb_tensor::{DType, Error, Result, Shape, Storage, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -245,6 +249,11 @@ fn parse(bytes: &[u8], path: &Path) -> Result<(Header, Vec<GgufTensorInfo>)> {
     let n_tensors = c.count(8 + 4 + 8 + 4 + 8, "tensor count")?;
     // Smallest possible key/value: 8-byte key length, type id, one byte of value.
     let n_kv = c.count(8 + 4 + 1, "metadata count")?;
+    if n_kv > MAX_METADATA_KEYS {
+        return Err(c.error(format!(
+            "{n_kv} metadata keys; at most {MAX_METADATA_KEYS} are read (model files have tens)"
+        )));
+    }
 
     let mut metadata = Vec::with_capacity(n_kv);
     let mut seen = HashMap::with_capacity(n_kv);

@@ -176,7 +176,10 @@ fn every_metadata_type_round_trips() {
         U64(u64::MAX),
         I64(i64::MIN),
         F64(0.25),
-        Array(vec![Array(vec![U8(9)]), Array(vec![U8(9), U8(9)])]),
+        Array(crate::MetaArray::Array(vec![
+            crate::MetaArray::U8(vec![9]),
+            crate::MetaArray::U8(vec![9, 9]),
+        ])),
     ];
     let got: Vec<MetaValue> = f.metadata().iter().map(|(_, v)| v.clone()).collect();
     assert_eq!(got, want);

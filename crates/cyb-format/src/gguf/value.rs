@@ -2,11 +2,15 @@
 //! a u64 count and the elements (arrays of arrays nest).
 
 use crate::cursor::Cursor;
-use crate::metadata::MetaValue;
+use crate::metadata::{MetaArray, MetaValue};
 use cyb_tensor::Result;
 
 /// Nested arrays deeper than this are refused, so a hostile file cannot exhaust the stack.
 const MAX_NESTING: usize = 8;
+
+/// An array of arrays may hold at most this many inner arrays: each takes more memory than
+/// its 12 bytes in the file, and no model file has more than a handful.
+const MAX_INNER_ARRAYS: usize = 1 << 16;
 
 const ARRAY: u32 = 9;
 
@@ -55,32 +59,84 @@ fn read_value(c: &mut Cursor<'_>, ty: u32, key: &str, depth: usize) -> Result<Me
         10 => MetaValue::U64(c.u64(what)?),
         11 => MetaValue::I64(c.u64(what)? as i64),
         12 => MetaValue::F64(c.f64(what)?),
-        ARRAY => {
-            if depth >= MAX_NESTING {
-                return Err(c.error(format!(
-                    "array {key:?} nests deeper than {MAX_NESTING} levels"
-                )));
-            }
-            let at = c.pos();
-            let elem = c.u32("array element type")?;
-            let Some(size) = min_size(elem) else {
-                return Err(
-                    c.error_at(at, format!("array {key:?} has unknown element type {elem}"))
-                );
-            };
-            let n = c.count(size, &format!("length of array {key:?}"))?;
-            let mut items = Vec::with_capacity(n);
-            for _ in 0..n {
-                items.push(read_value(c, elem, key, depth + 1)?);
-            }
-            MetaValue::Array(items)
-        }
+        ARRAY => MetaValue::Array(read_array(c, key, depth)?),
         other => {
             let at = c.pos().saturating_sub(4);
             return Err(c.error_at(
                 at,
                 format!("metadata {key:?} has unknown value type {other}"),
             ));
+        }
+    })
+}
+
+/// An array's item type, count and items, into one vector of the item type.
+fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetaArray> {
+    if depth >= MAX_NESTING {
+        return Err(c.error(format!(
+            "array {key:?} nests deeper than {MAX_NESTING} levels"
+        )));
+    }
+    let at = c.pos();
+    let elem = c.u32("array element type")?;
+    let Some(size) = min_size(elem) else {
+        return Err(c.error_at(at, format!("array {key:?} has unknown element type {elem}")));
+    };
+    let n = c.count(size, &format!("length of array {key:?}"))?;
+    let what = key;
+    // Fixed-size items: the count was checked against the bytes left, so `take` succeeds.
+    macro_rules! plain {
+        ($variant:ident, $t:ty) => {{
+            let bytes = c.take(n * size, what)?;
+            MetaArray::$variant(
+                bytes
+                    .chunks_exact(size)
+                    .map(|b| <$t>::from_le_bytes(b.try_into().unwrap_or_default()))
+                    .collect(),
+            )
+        }};
+    }
+    Ok(match elem {
+        0 => plain!(U8, u8),
+        1 => plain!(I8, i8),
+        2 => plain!(U16, u16),
+        3 => plain!(I16, i16),
+        4 => plain!(U32, u32),
+        5 => plain!(I32, i32),
+        6 => plain!(F32, f32),
+        10 => plain!(U64, u64),
+        11 => plain!(I64, i64),
+        12 => plain!(F64, f64),
+        7 => {
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(
+                    read_value(c, 7, key, depth + 1)?
+                        .as_bool()
+                        .unwrap_or_default(),
+                );
+            }
+            MetaArray::Bool(v)
+        }
+        8 => {
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(c.string(&format!("string value of {key:?}"))?);
+            }
+            MetaArray::String(v)
+        }
+        _ => {
+            if n > MAX_INNER_ARRAYS {
+                return Err(c.error_at(
+                    at,
+                    format!("array {key:?} holds {n} arrays; at most {MAX_INNER_ARRAYS} are read"),
+                ));
+            }
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(read_array(c, key, depth + 1)?);
+            }
+            MetaArray::Array(v)
         }
     })
 }

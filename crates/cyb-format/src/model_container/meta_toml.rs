@@ -1,8 +1,14 @@
 //! GGUF metadata as typed TOML entries (`[[metadata]] key, type, [item], value`), so a model
 //! imported from GGUF opens with exactly the metadata values and types it had.
 
-use crate::metadata::MetaValue;
+use crate::metadata::{MetaArray, MetaValue};
+use base64::Engine;
 use toml::Value;
+
+/// Numeric arrays longer than this are written as `bytes` (base64 of their little-endian
+/// items) rather than a TOML array: a value per item would take tens of bytes of memory each
+/// when written and read back.
+const BYTES_FROM: usize = 64;
 
 /// The TOML document `[[metadata]]` for `entries` (in order).
 pub(crate) fn to_toml(entries: &[(String, MetaValue)]) -> Result<toml::Table, String> {
@@ -12,9 +18,10 @@ pub(crate) fn to_toml(entries: &[(String, MetaValue)]) -> Result<toml::Table, St
         t.insert("key".into(), Value::String(key.clone()));
         t.insert("type".into(), Value::String(v.type_name().into()));
         if let MetaValue::Array(items) = v {
-            let (item, value) = array(items).map_err(|r| format!("metadata {key:?}: {r}"))?;
+            let (item, (field, value)) =
+                array(items).map_err(|r| format!("metadata {key:?}: {r}"))?;
             t.insert("item".into(), Value::String(item.into()));
-            t.insert("value".into(), value);
+            t.insert(field.into(), value);
         } else {
             t.insert("value".into(), scalar(v));
         }
@@ -25,27 +32,80 @@ pub(crate) fn to_toml(entries: &[(String, MetaValue)]) -> Result<toml::Table, St
     Ok(doc)
 }
 
-/// An array's item type and TOML value; an element that is itself an array is written as an
-/// inline table `{ item, value }`.
-fn array(items: &[MetaValue]) -> Result<(&'static str, Value), String> {
-    let item = items.first().map_or("u8", MetaValue::type_name);
-    let mut out = Vec::with_capacity(items.len());
-    for x in items {
-        if x.type_name() != item {
-            return Err("an array mixes item types".into());
-        }
-        out.push(match x {
-            MetaValue::Array(inner) => {
-                let (ty, v) = array(inner)?;
+/// An array's item type and TOML entries (`value`, or `bytes` for a long numeric array); an
+/// item that is itself an array is written as an inline table `{ item, value | bytes }`.
+fn array(items: &MetaArray) -> Result<(&'static str, (&'static str, Value)), String> {
+    let item = items.item_type_name();
+    if let Some(bytes) = le_bytes(items).filter(|_| items.len() > BYTES_FROM) {
+        let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+        return Ok((item, ("bytes", Value::String(text))));
+    }
+    let out = match items {
+        MetaArray::Array(inner) => inner
+            .iter()
+            .map(|a| {
+                let (ty, (field, v)) = array(a)?;
                 let mut t = toml::Table::new();
                 t.insert("item".into(), Value::String(ty.into()));
-                t.insert("value".into(), v);
-                Value::Table(t)
-            }
-            x => scalar(x),
-        });
+                t.insert(field.into(), v);
+                Ok(Value::Table(t))
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+        a => a.iter().map(|x| scalar(&x)).collect(),
+    };
+    Ok((item, ("value", Value::Array(out))))
+}
+
+/// The little-endian bytes of a numeric array's items (`None` for strings, bools, arrays).
+fn le_bytes(a: &MetaArray) -> Option<Vec<u8>> {
+    macro_rules! le {
+        ($v:expr) => {
+            $v.iter().flat_map(|x| x.to_le_bytes()).collect()
+        };
     }
-    Ok((item, Value::Array(out)))
+    Some(match a {
+        MetaArray::U8(v) => v.clone(),
+        MetaArray::I8(v) => le!(v),
+        MetaArray::U16(v) => le!(v),
+        MetaArray::I16(v) => le!(v),
+        MetaArray::U32(v) => le!(v),
+        MetaArray::I32(v) => le!(v),
+        MetaArray::U64(v) => le!(v),
+        MetaArray::I64(v) => le!(v),
+        MetaArray::F32(v) => le!(v),
+        MetaArray::F64(v) => le!(v),
+        MetaArray::Bool(_) | MetaArray::String(_) | MetaArray::Array(_) => return None,
+    })
+}
+
+/// A numeric array of item type `item` from its little-endian bytes.
+fn from_le_bytes(item: &str, b: &[u8]) -> Result<MetaArray, String> {
+    macro_rules! read {
+        ($variant:ident, $t:ty) => {{
+            const N: usize = std::mem::size_of::<$t>();
+            if b.len() % N != 0 {
+                return Err(format!("{} bytes are not whole {item} items", b.len()));
+            }
+            MetaArray::$variant(
+                b.chunks_exact(N)
+                    .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default()))
+                    .collect(),
+            )
+        }};
+    }
+    Ok(match item {
+        "u8" => MetaArray::U8(b.to_vec()),
+        "i8" => read!(I8, i8),
+        "u16" => read!(U16, u16),
+        "i16" => read!(I16, i16),
+        "u32" => read!(U32, u32),
+        "i32" => read!(I32, i32),
+        "u64" => read!(U64, u64),
+        "i64" => read!(I64, i64),
+        "f32" => read!(F32, f32),
+        "f64" => read!(F64, f64),
+        _ => return Err(format!("\"bytes\" of {item} items")),
+    })
 }
 
 fn scalar(v: &MetaValue) -> Value {
@@ -66,7 +126,7 @@ fn scalar(v: &MetaValue) -> Value {
         MetaValue::F64(x) => Value::Float(*x),
         MetaValue::Bool(x) => Value::Boolean(*x),
         MetaValue::String(s) => Value::String(s.clone()),
-        // Nested arrays are refused by `to_toml` before we get here.
+        // Arrays are written by `array`, never as a scalar.
         MetaValue::Array(_) => Value::Array(Vec::new()),
     }
 }
@@ -95,10 +155,10 @@ pub(crate) fn from_toml(
             .get("type")
             .and_then(Value::as_str)
             .ok_or_else(|| err("no string \"type\""))?;
-        let value = e.get("value").ok_or_else(|| err("no \"value\""))?;
         let v = if ty == "array" {
-            read_array(e, 0).map_err(|r| err(&r))?
+            MetaValue::Array(read_array(e, 0).map_err(|r| err(&r))?)
         } else {
+            let value = e.get("value").ok_or_else(|| err("no \"value\""))?;
             typed(ty, value).ok_or_else(|| err(&format!("value is not a {ty}")))?
         };
         out.push((key.to_string(), v));
@@ -109,7 +169,7 @@ pub(crate) fn from_toml(
 /// GGUF nests arrays at most a few levels; the bound keeps hostile nesting from recursing deep.
 const MAX_NESTING: usize = 8;
 
-fn read_array(t: &toml::Table, depth: usize) -> Result<MetaValue, String> {
+fn read_array(t: &toml::Table, depth: usize) -> Result<MetaArray, String> {
     if depth > MAX_NESTING {
         return Err(format!("arrays nested deeper than {MAX_NESTING}"));
     }
@@ -117,19 +177,55 @@ fn read_array(t: &toml::Table, depth: usize) -> Result<MetaValue, String> {
         .get("item")
         .and_then(Value::as_str)
         .ok_or("array without an \"item\" type")?;
+    if let Some(b) = t.get("bytes") {
+        let text = b.as_str().ok_or("\"bytes\" is not a string")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| format!("\"bytes\" is not base64: {e}"))?;
+        return from_le_bytes(item, &bytes);
+    }
     let items = t
         .get("value")
         .and_then(Value::as_array)
         .ok_or("array value is not an array")?;
-    let mut vs = Vec::with_capacity(items.len());
-    for x in items {
-        let v = match (item, x) {
-            ("array", Value::Table(inner)) => read_array(inner, depth + 1)?,
-            _ => typed(item, x).ok_or_else(|| format!("an item is not a {item}"))?,
+    let bad = || format!("an item is not a {item}");
+    macro_rules! collect {
+        ($variant:ident, $scalar:ident) => {
+            MetaArray::$variant(
+                items
+                    .iter()
+                    .map(|x| match typed(item, x) {
+                        Some(MetaValue::$scalar(v)) => Ok(v),
+                        _ => Err(bad()),
+                    })
+                    .collect::<Result<_, String>>()?,
+            )
         };
-        vs.push(v);
     }
-    Ok(MetaValue::Array(vs))
+    Ok(match item {
+        "u8" => collect!(U8, U8),
+        "i8" => collect!(I8, I8),
+        "u16" => collect!(U16, U16),
+        "i16" => collect!(I16, I16),
+        "u32" => collect!(U32, U32),
+        "i32" => collect!(I32, I32),
+        "u64" => collect!(U64, U64),
+        "i64" => collect!(I64, I64),
+        "f32" => collect!(F32, F32),
+        "f64" => collect!(F64, F64),
+        "bool" => collect!(Bool, Bool),
+        "string" => collect!(String, String),
+        "array" => MetaArray::Array(
+            items
+                .iter()
+                .map(|x| match x {
+                    Value::Table(inner) => read_array(inner, depth + 1),
+                    _ => Err(bad()),
+                })
+                .collect::<Result<_, String>>()?,
+        ),
+        other => return Err(format!("unknown item type {other:?}")),
+    })
 }
 
 fn typed(ty: &str, v: &Value) -> Option<MetaValue> {

@@ -115,11 +115,7 @@ impl LlamaConfig {
     /// `rope_parameters` (transformers 5 Gemma3), which `ModelConfig` does not keep.
     pub fn from_file(file: &ModelFile) -> Result<LlamaConfig> {
         let cfg = file.config()?;
-        let raw_rope = file
-            .metadata()
-            .into_iter()
-            .find(|(k, _)| k == "rope_parameters")
-            .map(|(_, v)| v);
+        let raw_rope = file.metadata_value("rope_parameters");
         let mut c = LlamaConfig::from_model_config(&cfg)?;
         if let Some(per_type) = raw_rope
             .as_ref()

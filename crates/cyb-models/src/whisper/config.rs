@@ -35,9 +35,8 @@ pub(crate) const LAYER_NORM_EPS: f32 = 1e-5;
 impl WhisperConfig {
     /// True when `file`'s config names the Whisper architecture.
     pub fn is_whisper_file(file: &ModelFile) -> bool {
-        file.metadata()
-            .iter()
-            .any(|(k, v)| k == "model_type" && v.as_str() == Some("whisper"))
+        file.metadata_value("model_type")
+            .is_some_and(|v| v.as_str() == Some("whisper"))
     }
 
     /// Reads the config of `file` (see the module doc).

@@ -10,7 +10,7 @@
 //!   AddedToken object with `content`).
 
 use super::ChatTemplate;
-use cyb_format::{GgufFile, HfModel, MetaValue, ModelFile};
+use cyb_format::{GgufFile, HfModel, ModelFile};
 use cyb_tensor::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -39,10 +39,7 @@ fn from_gguf(g: &GgufFile) -> Result<Option<ChatTemplate>> {
     let tool_use = text("tokenizer.chat_template.tool_use")?;
     let token = |id_key: &str| -> Option<&str> {
         let id = usize::try_from(g.get(id_key)?.as_u64()?).ok()?;
-        g.get("tokenizer.ggml.tokens")?
-            .as_array()?
-            .get(id)
-            .and_then(MetaValue::as_str)
+        g.get("tokenizer.ggml.tokens")?.as_array()?.str_at(id)
     };
     let bos = token("tokenizer.ggml.bos_token_id");
     let eos = token("tokenizer.ggml.eos_token_id");

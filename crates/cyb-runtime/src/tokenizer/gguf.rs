@@ -12,7 +12,7 @@
 //! both match whole in the text.
 
 use super::{pre, tok_err, Tokenizer};
-use cyb_format::{GgufFile, MetaValue};
+use cyb_format::{GgufFile, MetaArray, MetaValue};
 use cyb_tensor::Result;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -47,7 +47,7 @@ impl Meta<'_> {
         tok_err(format!("{}: {key}: {what}", self.g.path().display()))
     }
 
-    fn array(&self, key: &str) -> Result<Option<&[MetaValue]>> {
+    fn array(&self, key: &str) -> Result<Option<&MetaArray>> {
         match self.g.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -61,18 +61,13 @@ impl Meta<'_> {
         let Some(a) = self.array(key)? else {
             return Ok(None);
         };
-        a.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str().ok_or_else(|| {
-                    self.err(
-                        key,
-                        format!("item {i} is a {}, expected a string", v.type_name()),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        let items = a.as_strs().ok_or_else(|| {
+            self.err(
+                key,
+                format!("holds {} items, expected strings", a.item_type_name()),
+            )
+        })?;
+        Ok(Some(items.iter().map(String::as_str).collect()))
     }
 
     fn numbers(&self, key: &str, n: usize) -> Result<Option<Vec<f64>>> {
@@ -82,18 +77,12 @@ impl Meta<'_> {
         if a.len() != n {
             return Err(self.err(key, format!("has {} items for {n} tokens", a.len())));
         }
-        a.iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_f64().ok_or_else(|| {
-                    self.err(
-                        key,
-                        format!("item {i} is a {}, expected a number", v.type_name()),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        a.to_f64s().map(Some).ok_or_else(|| {
+            self.err(
+                key,
+                format!("holds {} items, expected numbers", a.item_type_name()),
+            )
+        })
     }
 
     fn id(&self, key: &str, n_vocab: usize) -> Result<Option<u32>> {
