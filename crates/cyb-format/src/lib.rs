@@ -20,6 +20,7 @@ mod mapping;
 mod metadata;
 pub mod model_container;
 mod model_file;
+pub mod npy;
 pub mod onnx;
 pub mod safetensors;
 pub mod soma;
