@@ -60,8 +60,11 @@ pub(super) fn from_tokenizer_json(path: &Path) -> Result<Tokenizer> {
 }
 
 fn load(path: &Path) -> Result<tokenizers::Tokenizer> {
-    let mut t = tokenizers::Tokenizer::from_file(path)
-        .map_err(|e| tok_err(format!("{}: cannot load: {e}", path.display())))?;
+    // The tokenizers library panics on some malformed files (an `expect` in its decoder
+    // deserializer, for one); a hostile tokenizer.json must be an error like any other.
+    let parsed = super::guarded("loading", || tokenizers::Tokenizer::from_file(path))
+        .map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+    let mut t = parsed.map_err(|e| tok_err(format!("{}: cannot load: {e}", path.display())))?;
     // Some files (sentence-transformers exports) pin padding and truncation to a fixed length;
     // `encode` must return the text's own tokens, so callers pad and truncate explicitly.
     t.with_padding(None);

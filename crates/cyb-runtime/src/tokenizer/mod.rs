@@ -36,6 +36,22 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// `f`, a call into the tokenizers library, with a panic inside it (some malformed
+/// tokenizer.json files make it panic, e.g. a post-processor template naming a special token
+/// the file does not define) turned into an error.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        tok_err(format!(
+            "{what} failed inside the tokenizers library ({why}); the tokenizer file is malformed"
+        ))
+    })
+}
+
 pub(crate) fn tok_err(reason: impl Into<String>) -> Error {
     Error::Tokenizer {
         reason: reason.into(),
@@ -90,9 +106,7 @@ impl Tokenizer {
     /// Token ids of `text`. With `add_special_tokens`, the model's BOS (and whatever else its
     /// post-processor adds) is included, as Hugging Face's `encode` does.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, add_special_tokens)
+        let enc = guarded("encode", || self.inner.encode(text, add_special_tokens))?
             .map_err(|e| tok_err(format!("encode failed: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
@@ -101,9 +115,7 @@ impl Tokenizer {
     /// BERT), as Hugging Face's tokenizer encodes it: ids, token types (0 then 1 for BERT, all
     /// 0 for RoBERTa), and which text each token came from (`None` for special tokens).
     pub fn encode_pair(&self, a: &str, b: &str) -> Result<PairEncoding> {
-        let enc = self
-            .inner
-            .encode((a, b), true)
+        let enc = guarded("encode", || self.inner.encode((a, b), true))?
             .map_err(|e| tok_err(format!("encode failed: {e}")))?;
         Ok(PairEncoding {
             ids: enc.get_ids().to_vec(),
@@ -115,8 +127,7 @@ impl Tokenizer {
     /// The text of `ids`. Ids outside the vocabulary are an error, not silently dropped.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.check_ids(ids)?;
-        self.inner
-            .decode(ids, skip_special_tokens)
+        guarded("decode", || self.inner.decode(ids, skip_special_tokens))?
             .map_err(|e| tok_err(format!("decode failed: {e}")))
     }
 
@@ -178,11 +189,11 @@ pub struct PairEncoding {
 
 pub(crate) fn probes_add_bos(inner: &tokenizers::Tokenizer, bos: Option<u32>) -> bool {
     let Some(bos) = bos else { return false };
-    let with = inner
-        .encode("a", true)
-        .map(|e| e.get_ids().first().copied());
-    let without = inner
-        .encode("a", false)
-        .map(|e| e.get_ids().first().copied());
-    matches!((with, without), (Ok(Some(w)), Ok(o)) if w == bos && o != Some(bos))
+    let first = |special: bool| {
+        let enc = guarded("encode", || inner.encode("a", special))
+            .ok()?
+            .ok()?;
+        Some(enc.get_ids().first().copied())
+    };
+    matches!((first(true), first(false)), (Some(Some(w)), Some(o)) if w == bos && o != Some(bos))
 }
