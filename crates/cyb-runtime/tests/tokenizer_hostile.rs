@@ -13,9 +13,9 @@ fn hostile(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn a_decoder_that_does_not_parse_is_a_load_error() {
-    let e = Tokenizer::from_tokenizer_json(&hostile("decoder_key_not_a_string.json"))
-        .err()
-        .expect("loaded");
+    let Err(e) = Tokenizer::from_tokenizer_json(&hostile("decoder_key_not_a_string.json")) else {
+        panic!("loaded");
+    };
     let msg = e.to_string();
     assert!(msg.contains("decoder_key_not_a_string.json"), "{msg}");
 }
@@ -26,7 +26,9 @@ fn a_template_naming_a_missing_special_token_is_an_encode_error() {
     match Tokenizer::from_tokenizer_json(&path) {
         Err(e) => assert!(e.to_string().contains("template_names"), "{e}"),
         Ok(t) => {
-            let e = t.encode("Hello", true).err().expect("encoded");
+            let Err(e) = t.encode("Hello", true) else {
+                panic!("encoded");
+            };
             assert!(e.to_string().contains("malformed"), "{e}");
             // Without special tokens the template is not used.
             assert!(t.encode("Hello", false).is_ok());

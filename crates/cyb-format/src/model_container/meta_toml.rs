@@ -95,7 +95,7 @@ fn from_le_bytes(item: &str, b: &[u8]) -> Result<MetaArray, String> {
     }
     Ok(match item {
         "u8" => MetaArray::U8(b.to_vec()),
-        "i8" => read!(I8, i8),
+        "i8" => MetaArray::I8(b.iter().map(|&x| x as i8).collect()),
         "u16" => read!(U16, u16),
         "i16" => read!(I16, i16),
         "u32" => read!(U32, u32),
