@@ -130,3 +130,67 @@ fn multipart_error(e: MultipartError, limit: usize) -> ApiError {
         ApiError::invalid(None, message).with_status(status)
     }
 }
+
+/// [`AudioForm::read`] on a body given as bytes with its multipart boundary, as the audio
+/// routes receive it: for fuzzing the form reader without a server.
+pub async fn read_audio_form(
+    body: Vec<u8>,
+    boundary: &str,
+    limit: usize,
+) -> Result<AudioForm, ApiError> {
+    use axum::extract::FromRequest;
+    let req = axum::http::Request::builder()
+        .method("POST")
+        .header(
+            axum::http::header::CONTENT_TYPE,
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(axum::body::Body::from(body))
+        .map_err(|e| ApiError::invalid(None, format!("cannot build the request: {e}")))?;
+    let multipart = Multipart::from_request(req, &()).await;
+    AudioForm::read(multipart, limit).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str, file: Option<&str>, value: &str) -> String {
+        let filename = file.map_or(String::new(), |f| format!("; filename=\"{f}\""));
+        format!(
+            "--B\r\nContent-Disposition: form-data; name=\"{name}\"{filename}\r\n\r\n{value}\r\n"
+        )
+    }
+
+    fn read(body: String) -> Result<AudioForm, ApiError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(read_audio_form(body.into_bytes(), "B", 1 << 20))
+    }
+
+    #[test]
+    fn fields_are_read_and_bounded() {
+        let body = part("file", Some("a.wav"), "RIFF")
+            + &part("model", None, "whisper")
+            + &part("timestamp_granularities[]", None, "word")
+            + &part("timestamp_granularities[]", None, "segment")
+            + &part("something_else", None, "ignored")
+            + "--B--\r\n";
+        let form = read(body).unwrap_or_else(|e| panic!("{e:?}"));
+        let file = form.file.unwrap();
+        assert_eq!(
+            (file.bytes.as_slice(), file.name.as_deref()),
+            (&b"RIFF"[..], Some("a.wav"))
+        );
+        assert_eq!(form.model.as_deref(), Some("whisper"));
+        assert_eq!(form.timestamp_granularities, ["word", "segment"]);
+        // Two files, and a text field past its limit, are refused.
+        let two = part("file", Some("a"), "x") + &part("file", Some("b"), "y") + "--B--\r\n";
+        assert!(read(two).is_err());
+        let long = part("prompt", None, &"p".repeat(MAX_TEXT_FIELD + 1)) + "--B--\r\n";
+        assert!(read(long).is_err());
+        // A body that is not multipart at all.
+        assert!(read("hello".into()).is_err());
+    }
+}

@@ -31,6 +31,7 @@ mod structured;
 mod tool_calls;
 mod worker;
 
+pub use audio_form::{read_audio_form, AudioForm, Upload};
 pub use config::{ServedModel, ServerConfig};
 pub use error::ApiError;
 pub use routes::{router, run_blocking, serve, shutdown_signal};
