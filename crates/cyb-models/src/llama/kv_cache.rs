@@ -14,8 +14,10 @@
 //! each step's rows with `Op::KvAppend` (in place on the device) and attention reads the valid
 //! prefix there, so a decode step moves no keys or values between host and device.
 
-use cyb_backend::Backend;
-use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor};
+use crate::step::run_ops;
+use cyb_backend::{Backend, Dispatcher};
+use cyb_ops::Op;
+use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
 use std::sync::Arc;
 
 /// Keys and values of one layer, each F32 `[capacity, kv_heads, head_dim]` (the buffer's
@@ -116,6 +118,31 @@ impl KvCache {
             len: 0,
             replays: Default::default(),
         })
+    }
+
+    /// A cache in `backend`'s memory where it is a device that appends to caches
+    /// (`Op::KvAppend`), else on the host.
+    pub fn on_backend_or_host(
+        backend: &dyn Backend,
+        num_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<KvCache> {
+        let probe = [
+            TensorInfo {
+                shape: Shape::new([kv_heads, capacity.max(1), head_dim])?,
+                dtype: DType::F32,
+            },
+            TensorInfo {
+                shape: Shape::new([1, kv_heads, head_dim])?,
+                dtype: DType::F32,
+            },
+        ];
+        if !backend.host_memory() && backend.supports(&Op::KvAppend { start: 0 }, &probe) {
+            return KvCache::on_backend(backend, num_layers, kv_heads, head_dim, capacity);
+        }
+        KvCache::new(num_layers, kv_heads, head_dim, capacity)
     }
 
     /// A cache in `backend`'s memory (zero-filled), written with `Op::KvAppend`.
@@ -266,6 +293,57 @@ impl KvCache {
             }
         }
         self.len = other.len;
+        Ok(())
+    }
+
+    /// [`copy_from`](KvCache::copy_from) for caches in either memory: device caches are
+    /// copied on the device, through `dispatcher`'s ops.
+    pub fn copy_from_via(&mut self, other: &KvCache, dispatcher: &Dispatcher) -> Result<()> {
+        if !(self.on_device() && other.on_device()) {
+            return self.copy_from(other);
+        }
+        if (
+            self.kv_heads,
+            self.head_dim,
+            self.capacity,
+            self.num_layers(),
+        ) != (
+            other.kv_heads,
+            other.head_dim,
+            other.capacity,
+            other.num_layers(),
+        ) {
+            return Err(Error::invalid(
+                "kv_cache",
+                "copy between caches of different sizes",
+            ));
+        }
+        let len = other.len;
+        self.len = 0;
+        if len > 0 {
+            run_ops(dispatcher, |step| {
+                let rows = Op::Slice {
+                    axis: 1,
+                    start: 0,
+                    end: len as isize,
+                    step: 1,
+                };
+                for layer in 0..other.num_layers() {
+                    let (sk, sv) = other.device_layer(layer)?;
+                    let (dk, dv) = self.device_layer(layer)?;
+                    let mut copy = |from: &Tensor, to: &Tensor| -> Result<Tensor> {
+                        // `[kv_heads, len, d]` → the token-major rows KvAppend writes.
+                        let part = step.run(rows.clone(), &[from])?;
+                        let part = step.permute(&part, &[1, 0, 2])?;
+                        step.run(Op::KvAppend { start: 0 }, &[to, &part])
+                    };
+                    let (k, v) = (copy(&sk, &dk)?, copy(&sv, &dv)?);
+                    self.set_device_layer(layer, k, v)?;
+                }
+                Ok(())
+            })?;
+        }
+        self.len = len;
         Ok(())
     }
 

@@ -20,7 +20,7 @@ use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
 use cyb_graph::{Executor, Graph};
 use cyb_ops::{GeluApprox, Op, SdpaLayout};
-use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
+use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -195,23 +195,16 @@ impl LlamaModel {
     pub fn new_cache(&self, max_ctx: usize) -> Result<KvCache> {
         let c = &self.config;
         let (l, h, d) = (c.num_layers, c.num_kv_heads, c.head_dim);
-        // A device backend that can append keeps the cache in its own memory.
-        let primary = self.dispatcher.primary();
-        let probe = [
-            TensorInfo {
-                shape: Shape::new([h, max_ctx.max(1), d])?,
-                dtype: DType::F32,
-            },
-            TensorInfo {
-                shape: Shape::new([1, h, d])?,
-                dtype: DType::F32,
-            },
-        ];
-        if self.graphs.is_none()
-            && !primary.host_memory()
-            && primary.supports(&Op::KvAppend { start: 0 }, &probe)
-        {
-            return KvCache::on_backend(primary.as_ref(), l, h, d, max_ctx);
+        // A device backend that can append keeps the cache in its own memory (the graph path
+        // writes host caches).
+        if self.graphs.is_none() {
+            return KvCache::on_backend_or_host(
+                self.dispatcher.primary().as_ref(),
+                l,
+                h,
+                d,
+                max_ctx,
+            );
         }
         KvCache::new(l, h, d, max_ctx)
     }

@@ -17,11 +17,11 @@ use super::config::{WhisperConfig, LAYER_NORM_EPS};
 use super::weights::{Conv3, Qkv, WhisperWeights};
 use crate::encdec::CrossKv;
 use crate::llama::KvCache;
-use crate::step::{run_ops, run_step, sdpa_op, Step};
+use crate::step::{run_step, sdpa_op, Step};
 use cyb_backend::Dispatcher;
 use cyb_format::ModelFile;
 use cyb_ops::{GeluApprox, LinearAct, Op, SdpaLayout};
-use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
+use cyb_tensor::{Error, Result, Tensor};
 use std::sync::Arc;
 
 const GELU: LinearAct = LinearAct::Gelu(GeluApprox::Erf);
@@ -100,58 +100,13 @@ impl WhisperModel {
     /// decoder then never brings keys and values back to the host), else on the host.
     pub fn new_cache(&self) -> Result<KvCache> {
         let c = &self.config;
-        let (l, h, cap) = (c.decoder_layers, c.decoder_heads, c.max_target_positions);
-        let d = c.d_model / h;
-        let primary = self.dispatcher.primary();
-        let probe = [
-            TensorInfo {
-                shape: Shape::new([h, cap.max(1), d])?,
-                dtype: DType::F32,
-            },
-            TensorInfo {
-                shape: Shape::new([1, h, d])?,
-                dtype: DType::F32,
-            },
-        ];
-        if !primary.host_memory() && primary.supports(&Op::KvAppend { start: 0 }, &probe) {
-            return KvCache::on_backend(primary.as_ref(), l, h, d, cap);
-        }
-        KvCache::new(l, h, d, cap)
-    }
-
-    /// Makes `dst` hold what `src` holds (two caches of this model): how a beam search gives a
-    /// second continuation of one hypothesis its own cache. Device caches are copied on the
-    /// device.
-    pub fn copy_cache(&self, dst: &mut KvCache, src: &KvCache) -> Result<()> {
-        if !(dst.on_device() && src.on_device()) {
-            return dst.copy_from(src);
-        }
-        let len = src.len();
-        dst.clear();
-        if len > 0 {
-            run_ops(&self.dispatcher, |step| {
-                let rows = Op::Slice {
-                    axis: 1,
-                    start: 0,
-                    end: len as isize,
-                    step: 1,
-                };
-                for layer in 0..src.num_layers() {
-                    let (sk, sv) = src.device_layer(layer)?;
-                    let (dk, dv) = dst.device_layer(layer)?;
-                    let mut copy = |from: &Tensor, to: &Tensor| -> Result<Tensor> {
-                        // [heads, len, d] → the token-major rows KvAppend writes.
-                        let part = step.run(rows.clone(), &[from])?;
-                        let part = step.permute(&part, &[1, 0, 2])?;
-                        step.run(Op::KvAppend { start: 0 }, &[to, &part])
-                    };
-                    let (k, v) = (copy(&sk, &dk)?, copy(&sv, &dv)?);
-                    dst.set_device_layer(layer, k, v)?;
-                }
-                Ok(())
-            })?;
-        }
-        dst.commit(len)
+        KvCache::on_backend_or_host(
+            self.dispatcher.primary().as_ref(),
+            c.decoder_layers,
+            c.decoder_heads,
+            c.d_model / c.decoder_heads,
+            c.max_target_positions,
+        )
     }
 
     /// Encodes one window of log-mel features `mel` (row-major `[num_mel_bins, frames]`,

@@ -178,7 +178,7 @@ impl Search<'_> {
                 for _ in 0..best_of {
                     // Each sample decodes in its own copy of the prompt's cache.
                     let mut own = self.cache()?;
-                    self.model.copy_cache(&mut own, &cache)?;
+                    own.copy_from_via(&cache, self.model.dispatcher())?;
                     let result = self.greedy(&start, &mut own, Some(temperature), rng);
                     self.recycle(vec![own]);
                     let (t, sum) = result?;
@@ -355,7 +355,7 @@ impl Search<'_> {
                     Some(c) => c,
                     None => self.cache()?,
                 };
-                self.model.copy_cache(&mut c, parent)?;
+                c.copy_from_via(parent, self.model.dispatcher())?;
                 copies.push(Some(c));
             }
             self.recycle(spare);
