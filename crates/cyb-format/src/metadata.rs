@@ -42,34 +42,23 @@ pub enum MetaArray {
     Array(Vec<MetaArray>),
 }
 
-/// `$body` with `$v` bound to the vector of whichever numeric or bool variant `$a` is;
-/// `$other` for strings and nested arrays.
-macro_rules! each_plain {
-    ($a:expr, $v:ident => $body:expr, $other:pat => $rest:expr) => {
-        match $a {
-            MetaArray::U8($v) => $body,
-            MetaArray::I8($v) => $body,
-            MetaArray::U16($v) => $body,
-            MetaArray::I16($v) => $body,
-            MetaArray::U32($v) => $body,
-            MetaArray::I32($v) => $body,
-            MetaArray::U64($v) => $body,
-            MetaArray::I64($v) => $body,
-            MetaArray::F32($v) => $body,
-            MetaArray::F64($v) => $body,
-            MetaArray::Bool($v) => $body,
-            $other => $rest,
-        }
-    };
-}
-
 impl MetaArray {
     pub fn len(&self) -> usize {
-        each_plain!(self, v => v.len(), a => match a {
+        match self {
+            MetaArray::U8(v) => v.len(),
+            MetaArray::I8(v) => v.len(),
+            MetaArray::U16(v) => v.len(),
+            MetaArray::I16(v) => v.len(),
+            MetaArray::U32(v) => v.len(),
+            MetaArray::I32(v) => v.len(),
+            MetaArray::U64(v) => v.len(),
+            MetaArray::I64(v) => v.len(),
+            MetaArray::F32(v) => v.len(),
+            MetaArray::F64(v) => v.len(),
+            MetaArray::Bool(v) => v.len(),
             MetaArray::String(v) => v.len(),
             MetaArray::Array(v) => v.len(),
-            _ => 0,
-        })
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -138,6 +127,60 @@ impl MetaArray {
             MetaArray::String(_) | MetaArray::Array(_) | MetaArray::Bool(_) => None,
             _ => Some(self.iter().filter_map(|v| v.as_f64()).collect()),
         }
+    }
+
+    /// A numeric array of items of type `item` (`"u8"` ... `"f64"`) from their little-endian
+    /// bytes; `None` for another item type or a length that is not whole items.
+    pub fn from_le_bytes(item: &str, b: &[u8]) -> Option<MetaArray> {
+        macro_rules! read {
+            ($variant:ident, $t:ty) => {{
+                const N: usize = std::mem::size_of::<$t>();
+                if b.len() % N != 0 {
+                    return None;
+                }
+                MetaArray::$variant(
+                    b.chunks_exact(N)
+                        .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default()))
+                        .collect(),
+                )
+            }};
+        }
+        Some(match item {
+            "u8" => MetaArray::U8(b.to_vec()),
+            "i8" => MetaArray::I8(b.iter().map(|&x| x as i8).collect()),
+            "u16" => read!(U16, u16),
+            "i16" => read!(I16, i16),
+            "u32" => read!(U32, u32),
+            "i32" => read!(I32, i32),
+            "u64" => read!(U64, u64),
+            "i64" => read!(I64, i64),
+            "f32" => read!(F32, f32),
+            "f64" => read!(F64, f64),
+            _ => return None,
+        })
+    }
+
+    /// The little-endian bytes of a numeric array's items (`None` for strings, bools and
+    /// nested arrays).
+    pub fn to_le_bytes(&self) -> Option<Vec<u8>> {
+        macro_rules! le {
+            ($v:expr) => {
+                $v.iter().flat_map(|x| x.to_le_bytes()).collect()
+            };
+        }
+        Some(match self {
+            MetaArray::U8(v) => v.clone(),
+            MetaArray::I8(v) => le!(v),
+            MetaArray::U16(v) => le!(v),
+            MetaArray::I16(v) => le!(v),
+            MetaArray::U32(v) => le!(v),
+            MetaArray::I32(v) => le!(v),
+            MetaArray::U64(v) => le!(v),
+            MetaArray::I64(v) => le!(v),
+            MetaArray::F32(v) => le!(v),
+            MetaArray::F64(v) => le!(v),
+            MetaArray::Bool(_) | MetaArray::String(_) | MetaArray::Array(_) => return None,
+        })
     }
 
     /// The full array as JSON.

@@ -83,30 +83,27 @@ fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Result<MetaArray> 
         return Err(c.error_at(at, format!("array {key:?} has unknown element type {elem}")));
     };
     let n = c.count(size, &format!("length of array {key:?}"))?;
-    let what = key;
-    // Fixed-size items: the count was checked against the bytes left, so `take` succeeds.
-    macro_rules! plain {
-        ($variant:ident, $t:ty) => {{
-            let bytes = c.take(n * size, what)?;
-            MetaArray::$variant(
-                bytes
-                    .chunks_exact(size)
-                    .map(|b| <$t>::from_le_bytes(b.try_into().unwrap_or_default()))
-                    .collect(),
-            )
-        }};
+    // Fixed-size numeric items: the count was checked against the bytes left, so `take`
+    // succeeds and the bytes are whole items.
+    let numeric = match elem {
+        0 => Some("u8"),
+        1 => Some("i8"),
+        2 => Some("u16"),
+        3 => Some("i16"),
+        4 => Some("u32"),
+        5 => Some("i32"),
+        6 => Some("f32"),
+        10 => Some("u64"),
+        11 => Some("i64"),
+        12 => Some("f64"),
+        _ => None,
+    };
+    if let Some(item) = numeric {
+        let bytes = c.take(n * size, key)?;
+        return MetaArray::from_le_bytes(item, bytes)
+            .ok_or_else(|| c.error_at(at, format!("array {key:?}: bytes are not whole items")));
     }
     Ok(match elem {
-        0 => plain!(U8, u8),
-        1 => plain!(I8, i8),
-        2 => plain!(U16, u16),
-        3 => plain!(I16, i16),
-        4 => plain!(U32, u32),
-        5 => plain!(I32, i32),
-        6 => plain!(F32, f32),
-        10 => plain!(U64, u64),
-        11 => plain!(I64, i64),
-        12 => plain!(F64, f64),
         7 => {
             let mut v = Vec::with_capacity(n);
             for _ in 0..n {

@@ -36,7 +36,7 @@ pub(crate) fn to_toml(entries: &[(String, MetaValue)]) -> Result<toml::Table, St
 /// item that is itself an array is written as an inline table `{ item, value | bytes }`.
 fn array(items: &MetaArray) -> Result<(&'static str, (&'static str, Value)), String> {
     let item = items.item_type_name();
-    if let Some(bytes) = le_bytes(items).filter(|_| items.len() > BYTES_FROM) {
+    if let Some(bytes) = items.to_le_bytes().filter(|_| items.len() > BYTES_FROM) {
         let text = base64::engine::general_purpose::STANDARD.encode(bytes);
         return Ok((item, ("bytes", Value::String(text))));
     }
@@ -54,58 +54,6 @@ fn array(items: &MetaArray) -> Result<(&'static str, (&'static str, Value)), Str
         a => a.iter().map(|x| scalar(&x)).collect(),
     };
     Ok((item, ("value", Value::Array(out))))
-}
-
-/// The little-endian bytes of a numeric array's items (`None` for strings, bools, arrays).
-fn le_bytes(a: &MetaArray) -> Option<Vec<u8>> {
-    macro_rules! le {
-        ($v:expr) => {
-            $v.iter().flat_map(|x| x.to_le_bytes()).collect()
-        };
-    }
-    Some(match a {
-        MetaArray::U8(v) => v.clone(),
-        MetaArray::I8(v) => le!(v),
-        MetaArray::U16(v) => le!(v),
-        MetaArray::I16(v) => le!(v),
-        MetaArray::U32(v) => le!(v),
-        MetaArray::I32(v) => le!(v),
-        MetaArray::U64(v) => le!(v),
-        MetaArray::I64(v) => le!(v),
-        MetaArray::F32(v) => le!(v),
-        MetaArray::F64(v) => le!(v),
-        MetaArray::Bool(_) | MetaArray::String(_) | MetaArray::Array(_) => return None,
-    })
-}
-
-/// A numeric array of item type `item` from its little-endian bytes.
-fn from_le_bytes(item: &str, b: &[u8]) -> Result<MetaArray, String> {
-    macro_rules! read {
-        ($variant:ident, $t:ty) => {{
-            const N: usize = std::mem::size_of::<$t>();
-            if b.len() % N != 0 {
-                return Err(format!("{} bytes are not whole {item} items", b.len()));
-            }
-            MetaArray::$variant(
-                b.chunks_exact(N)
-                    .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_default()))
-                    .collect(),
-            )
-        }};
-    }
-    Ok(match item {
-        "u8" => MetaArray::U8(b.to_vec()),
-        "i8" => MetaArray::I8(b.iter().map(|&x| x as i8).collect()),
-        "u16" => read!(U16, u16),
-        "i16" => read!(I16, i16),
-        "u32" => read!(U32, u32),
-        "i32" => read!(I32, i32),
-        "u64" => read!(U64, u64),
-        "i64" => read!(I64, i64),
-        "f32" => read!(F32, f32),
-        "f64" => read!(F64, f64),
-        _ => return Err(format!("\"bytes\" of {item} items")),
-    })
 }
 
 fn scalar(v: &MetaValue) -> Value {
@@ -182,7 +130,8 @@ fn read_array(t: &toml::Table, depth: usize) -> Result<MetaArray, String> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text)
             .map_err(|e| format!("\"bytes\" is not base64: {e}"))?;
-        return from_le_bytes(item, &bytes);
+        return MetaArray::from_le_bytes(item, &bytes)
+            .ok_or_else(|| format!("\"bytes\" are not whole {item} items"));
     }
     let items = t
         .get("value")
