@@ -6,7 +6,8 @@ use crate::host_op::HostRun;
 use crate::infer::input_mismatch;
 use crate::plan::MemoryPlan;
 use cyb_backend::{Dispatcher, ExecContext};
-use cyb_tensor::{Error, Result, Tensor};
+use cyb_ops::Op;
+use cyb_tensor::{Error, Result, Tensor, TensorInfo};
 use std::collections::HashMap;
 
 /// Counts from one run.
@@ -191,6 +192,22 @@ fn missing(g: &Graph, id: usize) -> Error {
     )
 }
 
+/// Runs `op` through the dispatcher once its outputs are known to fit in memory: a graph's
+/// shapes can come from its data, and no backend should be asked to allocate what is not there.
+pub(crate) fn run_checked(
+    d: &Dispatcher,
+    op: &Op,
+    inputs: &[Tensor],
+    ctx: &mut ExecContext,
+) -> Result<Vec<Tensor>> {
+    let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    // A shape error is the backend's to report, with its context.
+    if let Ok(outs) = cyb_ops::output_infos(op, &infos) {
+        cyb_ops::check_outputs_fit(op, &outs)?;
+    }
+    d.run_with(op, inputs, ctx)
+}
+
 /// Runs one node on its inputs (absent optional inputs as `None`).
 pub(crate) fn run_node(
     node: &Node,
@@ -213,7 +230,7 @@ pub(crate) fn run_node(
                     })
                 })
                 .collect::<Result<_>>()?;
-            d.run_with(op, &ts, ctx)?
+            run_checked(d, op, &ts, ctx)?
         }
         NodeOp::Host(h) => {
             let mut r = HostRun { d, ctx };

@@ -245,6 +245,15 @@ pub(crate) fn node_err(node: &Node, e: Error) -> Error {
             backend,
             input_dtype,
         },
+        Error::OutOfMemory {
+            what,
+            bytes,
+            available,
+        } => Error::OutOfMemory {
+            what: format!("node {}: {what}", node.name),
+            bytes,
+            available,
+        },
         other => other,
     }
 }

@@ -2,6 +2,7 @@
 //! complex (`[.., 2]`) signals; outputs are complex `[.., 2]`.
 
 use crate::host_op::{axis, cast_to, req, HostRun};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// `X[k] = Σ_n x[n] · e^(∓2πi·kn/N)` for `k < bins` (`inverse`: `+`, and divided by `N`).
@@ -59,7 +60,7 @@ pub(crate) fn dft(
     let mut od = d.clone();
     od[a] = bins;
     od[rank - 1] = 2;
-    let mut y = vec![0f32; outer * bins * inner * 2];
+    let mut y = filled_vec("dft", &[outer, bins, inner, 2], 0f32)?;
     for o in 0..outer {
         for i in 0..inner {
             let at = |t: usize, part: usize| v[((o * len + t) * inner + i) * c + part];
@@ -125,7 +126,7 @@ pub(crate) fn stft(
             .map(|&f| f as f64)
             .collect();
     let c = d[2];
-    let mut y = vec![0f32; d[0] * frames * bins * 2];
+    let mut y = filled_vec("stft", &[d[0], frames, bins, 2], 0f32)?;
     for b in 0..d[0] {
         for f in 0..frames {
             let w = |t: usize| window.as_ref().map_or(1.0, |w| w[t] as f64);
@@ -183,7 +184,7 @@ pub(crate) fn mel_weight_matrix(
             (((dft_len + 1) as f64 * hz) / rate).floor() as i64
         })
         .collect();
-    let mut w = vec![0f64; bins * mels];
+    let mut w = filled_vec("mel_weight_matrix", &[bins, mels], 0f64)?;
     let mut set = |j: i64, m: usize, v: f64| {
         if let Some(x) = usize::try_from(j).ok().filter(|&j| j < bins) {
             w[x * mels + m] = v;

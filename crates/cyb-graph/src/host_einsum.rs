@@ -4,6 +4,7 @@
 //! dtype of the first operand.
 
 use crate::host_op::HostRun;
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 const OP: &str = "einsum";
@@ -191,7 +192,7 @@ pub(crate) fn einsum(
     let total = n_out * n_sum;
     if dtype.is_integer() {
         let vals: Vec<Vec<i64>> = xs.iter().map(Tensor::to_i64_vec).collect::<Result<_>>()?;
-        let mut y = vec![0i64; n_out];
+        let mut y = filled_vec("einsum", &[n_out], 0i64)?;
         for flat in 0..total {
             let off = offsets(flat);
             let p = vals
@@ -203,7 +204,7 @@ pub(crate) fn einsum(
         return Ok(vec![Tensor::from_i64_as(out_dims, &y, dtype)?]);
     }
     let vals: Vec<Vec<f64>> = xs.iter().map(Tensor::to_f64_vec).collect::<Result<_>>()?;
-    let mut y = vec![0f64; n_out];
+    let mut y = filled_vec("einsum", &[n_out], 0f64)?;
     for flat in 0..total {
         let off = offsets(flat);
         let p: f64 = vals.iter().zip(&off).map(|(v, &o)| v[o]).product();

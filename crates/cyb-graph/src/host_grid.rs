@@ -3,6 +3,7 @@
 //! interpolation and zeros, border or reflection padding.
 
 use crate::host_op::{cast_to, req, HostRun};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -77,7 +78,7 @@ pub(crate) fn grid_sample(
             (-0.5, len as f32 - 0.5)
         }
     };
-    let mut y = vec![0f32; n * c * ho * wo];
+    let mut y = filled_vec("grid_sample", &[n, c, ho, wo], 0f32)?;
     for b in 0..n {
         for i in 0..ho * wo {
             let gi = (b * ho * wo + i) * 2;

@@ -3,6 +3,7 @@
 
 use crate::host_op::{axis, cast_to, req, HostRun, SoftmaxKind};
 use cyb_ops::{BinaryFn, Op};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// numpy `matmul`: 1-D operands get a dim added (and removed from the result).
@@ -214,7 +215,7 @@ pub(crate) fn one_hot(r: &mut HostRun, inputs: &[Option<Tensor>], a: i64) -> Res
     let mut od = d.to_vec();
     od.insert(ax, depth as usize);
     let inner: usize = d[ax..].iter().product();
-    let mut pick = vec![0i64; ids.len() * depth as usize];
+    let mut pick = filled_vec(name, &[ids.len(), depth as usize], 0i64)?;
     for (flat, &id) in ids.iter().enumerate() {
         let id = if id < 0 { id + depth } else { id };
         if (0..depth).contains(&id) {

@@ -4,6 +4,7 @@
 
 use crate::host_op::{axis, cast_to, req, HostRun};
 use cyb_ops::Op;
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// Which window [`crate::HostOp::Window`] computes.
@@ -593,14 +594,13 @@ pub(crate) fn max_unpool(
             - pads[s + k] as i64;
         dims.push(usize::try_from(v).map_err(|_| Error::invalid(op, format!("output dim {v}")))?);
     }
-    let n: usize = dims.iter().product();
+    let mut y = filled_vec(op, &dims, 0f32)?;
     let (vals, ids) = (f32s(r, x)?, r.d.to_host(i)?.to_i64_vec()?);
-    let mut y = vec![0f32; n];
     for (v, &t) in vals.iter().zip(&ids) {
         let t = usize::try_from(t)
             .ok()
-            .filter(|&t| t < n)
-            .ok_or_else(|| Error::invalid(op, format!("index {t} outside {n}")))?;
+            .filter(|&t| t < y.len())
+            .ok_or_else(|| Error::invalid(op, format!("index {t} outside {}", y.len())))?;
         y[t] = *v;
     }
     if let Some(t) = inputs.get(2).and_then(Option::as_ref) {

@@ -14,6 +14,7 @@ pub use crate::host_train::Optimizer;
 pub use crate::subgraph::{ScanSpec, SubGraph};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// A host-side node; inputs are by position as documented per variant, `?` marks optional ones.
@@ -254,7 +255,7 @@ pub(crate) struct HostRun<'a> {
 
 impl HostRun<'_> {
     pub(crate) fn op(&mut self, op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.d.run_with(op, inputs, self.ctx)
+        crate::exec::run_checked(self.d, op, inputs, self.ctx)
     }
 
     pub(crate) fn one(&mut self, op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
@@ -403,15 +404,13 @@ pub(crate) fn cast_to(r: &mut HostRun, x: Tensor, dtype: DType) -> Result<Tensor
 /// A tensor of `dims` filled with `value` as `dtype` (integer dtypes take `value as i64`).
 pub(crate) fn filled(dims: &[usize], dtype: DType, value: f64) -> Result<Tensor> {
     if dtype == DType::F64 {
-        let n: usize = dims.iter().product();
-        return Tensor::from_f64_as(dims, &vec![value; n], dtype);
+        return Tensor::from_f64_as(dims, &filled_vec("fill", dims, value)?, dtype);
     }
     filled_with(dims, dtype, value as f32, value as i64)
 }
 
 /// A tensor of `dims` filled with `f` (float dtypes) or `i` (integer and BOOL dtypes).
 pub(crate) fn filled_with(dims: &[usize], dtype: DType, f: f32, i: i64) -> Result<Tensor> {
-    let n: usize = dims.iter().product();
     if dtype.is_quantized() {
         return Err(Error::invalid(
             "fill",
@@ -419,7 +418,7 @@ pub(crate) fn filled_with(dims: &[usize], dtype: DType, f: f32, i: i64) -> Resul
         ));
     }
     if dtype.is_float() {
-        return Tensor::from_f32_as(dims, &vec![f; n], dtype);
+        return Tensor::from_f32_as(dims, &filled_vec("fill", dims, f)?, dtype);
     }
-    Tensor::from_i64_as(dims, &vec![i; n], dtype)
+    Tensor::from_i64_as(dims, &filled_vec("fill", dims, i)?, dtype)
 }

@@ -3,6 +3,7 @@
 //! (input index, weight) taps; an output element is the tap-weighted sum over all dims.
 
 use crate::host_op::{cast_to, req, HostRun};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -126,8 +127,7 @@ pub(crate) fn resize(
     }
     let xv = r.d.to_host(x)?.to_f32_vec()?;
     let in_strides = strides(x.dims());
-    let n: usize = out.iter().product();
-    let mut y = vec![0f32; n];
+    let mut y = filled_vec("resize", &out, 0f32)?;
     let mut idx = vec![0usize; rank];
     for (flat, yv) in y.iter_mut().enumerate() {
         let mut rem = flat;

@@ -2,6 +2,7 @@
 //! step by step with ONNX's gate order (LSTM `i o f c`, GRU `z r h`).
 
 use crate::host_op::{cast_to, req, HostRun};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -161,7 +162,7 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
             "B, sequence_lens, P or initial states have wrong sizes",
         ));
     }
-    let mut y = vec![0f32; seq * nd * batch * h];
+    let mut y = filled_vec("rnn", &[seq, nd, batch, h], 0f32)?;
     let (mut yh, mut yc) = (vec![0f32; nd * batch * h], vec![0f32; nd * batch * h]);
     let clip = |v: f32| s.clip.map_or(v, |c| v.clamp(-c, c));
     for d in 0..nd {

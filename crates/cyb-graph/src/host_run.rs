@@ -3,6 +3,7 @@
 
 use crate::host_op::{axis, cast_to, filled, filled_with, req, to_usize, HostOp, HostRun};
 use cyb_ops::{BinaryFn, Op, PadMode, ReduceFn};
+use cyb_tensor::memory::check_tensor;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
 /// Runs `h` on `inputs` (absent optional inputs are `None`), giving `n_out` outputs.
@@ -513,9 +514,7 @@ fn range(r: &mut HostRun, inputs: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             return Err(Error::invalid(name, format!("delta {d}")));
         }
         let n = ((l - s) / d).ceil().max(0.0);
-        if n > 1e9 {
-            return Err(Error::invalid(name, format!("{n} elements")));
-        }
+        check_tensor(name, &[n.min(usize::MAX as f64) as usize], DType::F64)?;
         let vals: Vec<f64> = (0..n as usize).map(|i| s + i as f64 * d).collect();
         return Ok(vec![Tensor::from_f64_as(&[vals.len()], &vals, dtype)?]);
     }
@@ -531,9 +530,11 @@ fn range(r: &mut HostRun, inputs: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     }
     let n = ((l as i128 - s as i128) + d as i128 - d.signum() as i128) / d as i128;
     let n = n.max(0);
-    if n > 1_000_000_000 {
-        return Err(Error::invalid(name, format!("{n} elements")));
-    }
+    check_tensor(
+        name,
+        &[usize::try_from(n).unwrap_or(usize::MAX)],
+        DType::I64,
+    )?;
     let vals: Vec<i64> = (0..n as i64).map(|i| s + i * d).collect();
     let t = Tensor::from_i64(&[vals.len()], &vals)?;
     Ok(vec![cast_to(r, t, dtype)?])

@@ -4,6 +4,7 @@
 //! inverse-document-frequency weights, or their product.
 
 use crate::host_op::{req, HostRun};
+use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -101,7 +102,7 @@ pub(crate) fn tfidf(
             s.min_gram_length, s.max_gram_length
         )));
     }
-    let mut counts = vec![0f32; rows * cols];
+    let mut counts = filled_vec("tfidf_vectorizer", &[rows, cols], 0f32)?;
     let mut gram = Vec::with_capacity(s.max_gram_length);
     for (row, out) in x.chunks(len.max(1)).zip(counts.chunks_mut(cols.max(1))) {
         for i in 0..row.len() {

@@ -19,4 +19,4 @@ pub use op::{GeluApprox, LinearAct, Op, RopeLayout, RopeScaling, SdpaLayout};
 pub use op_params::{
     dtype_name, BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn,
 };
-pub use shape_rule::{broadcast_dims, output_infos, resolve_axis, slice_range};
+pub use shape_rule::{broadcast_dims, check_outputs_fit, output_infos, resolve_axis, slice_range};

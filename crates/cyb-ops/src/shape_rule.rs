@@ -9,6 +9,26 @@ use crate::{Op, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Error, Result, Shape, TensorInfo};
 use std::ops::RangeInclusive;
 
+/// Ok when `op`'s outputs (from [`output_infos`]) fit the host memory available now, else
+/// `OutOfMemory` naming the op and the shape. Shapes can come from data (the dims of an
+/// `Expand`, the repeats of a `Tile`, a broadcast of two long vectors), so whatever runs ops
+/// from a file asks this before computing.
+pub fn check_outputs_fit(op: &Op, outs: &[TensorInfo]) -> Result<()> {
+    let bytes = outs.iter().try_fold(0u128, |sum, o| {
+        cyb_tensor::memory::tensor_bytes(o.shape.dims(), o.dtype).map(|b| sum.saturating_add(b))
+    });
+    cyb_tensor::memory::check_host_bytes(
+        || {
+            let shapes: Vec<String> = outs
+                .iter()
+                .map(|o| format!("{} {:?}", o.dtype, o.shape.dims()))
+                .collect();
+            format!("op {}: output {}", op.name(), shapes.join(", "))
+        },
+        bytes.unwrap_or(u128::MAX),
+    )
+}
+
 /// The shapes and dtypes `op` returns for inputs of these shapes and dtypes.
 pub fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
     let name = op.name();

@@ -286,17 +286,8 @@ impl Model {
             .net()
             .map(|n| n.dispatcher().primary().host_memory())
             .unwrap_or(true);
-        if let Some(avail) = available_memory().filter(|_| on_host) {
-            if bytes > u128::from(avail) {
-                return Err(Error::OutOfMemory {
-                    backend: format!(
-                        "host: a KV cache of {ctx} tokens needs {} MiB, {} MiB are available",
-                        bytes >> 20,
-                        avail >> 20
-                    ),
-                    requested_bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-                });
-            }
+        if on_host {
+            cyb_tensor::memory::check_host_bytes(|| format!("a KV cache of {ctx} tokens"), bytes)?;
         }
         Ok(())
     }
@@ -323,12 +314,4 @@ impl Model {
                 .join("\n")),
         }
     }
-}
-
-/// Memory the system can give now (Linux `MemAvailable`), `None` where unknown.
-pub(crate) fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }

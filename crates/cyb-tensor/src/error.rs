@@ -39,11 +39,16 @@ pub enum Error {
     /// `DType` in this build, so it can be listed but not read as a `Tensor`.
     #[error("tensor {name} has type {type_name}, which this build cannot compute with")]
     UnsupportedTensorType { name: String, type_name: String },
-    /// An allocation failed or would exceed a limit.
-    #[error("out of memory on backend {backend}: {requested_bytes} bytes requested")]
+    /// An allocation failed or would take more memory than there is (`available`, when known).
+    #[error(
+        "out of memory: {what} needs {} MiB ({bytes} bytes){}",
+        .bytes >> 20,
+        .available.map(|a| format!(", {} MiB are available", a >> 20)).unwrap_or_default()
+    )]
     OutOfMemory {
-        backend: String,
-        requested_bytes: usize,
+        what: String,
+        bytes: u64,
+        available: Option<u64>,
     },
     /// A backend could not start (no adapter, no driver, not built in).
     #[error("backend {backend} could not be initialised: {reason}")]

@@ -10,6 +10,7 @@
 
 mod dtype;
 mod error;
+pub mod memory;
 pub mod quant;
 mod shape;
 mod storage;

@@ -87,12 +87,13 @@ impl Tensor {
         Tensor::from_bytes(dims, DType::I32, bytemuck::cast_slice(data))
     }
 
-    /// A zero-filled host tensor.
+    /// A zero-filled host tensor (`OutOfMemory` when there is not that much memory).
     pub fn zeros(dims: &[usize], dtype: DType) -> Result<Tensor> {
         let shape = Shape::new(dims)?;
         let n = dtype.bytes_for(shape.numel()).ok_or_else(|| {
             Error::invalid("zeros", format!("{dtype} {shape} is not whole blocks"))
         })?;
+        crate::memory::check_tensor("zeros", dims, dtype)?;
         Tensor::new(shape, dtype, Storage::Host(Arc::new(AlignedBuf::zeroed(n))))
     }
 

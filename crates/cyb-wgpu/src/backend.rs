@@ -334,8 +334,12 @@ impl WgpuBackend {
     pub(crate) fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {
         if size > self.ctx.limits.max_buffer_size {
             return Err(Error::OutOfMemory {
-                backend: "wgpu".into(),
-                requested_bytes: size as usize,
+                what: format!(
+                    "a wgpu buffer (the adapter's largest is {} bytes)",
+                    self.ctx.limits.max_buffer_size
+                ),
+                bytes: size,
+                available: None,
             });
         }
         let usage = match usage {

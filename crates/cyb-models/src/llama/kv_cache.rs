@@ -87,23 +87,24 @@ impl KvCache {
         capacity: usize,
     ) -> Result<KvCache> {
         nonzero(capacity)?;
-        let per_tensor = kv_heads
-            .checked_mul(head_dim)
-            .and_then(|x| x.checked_mul(capacity));
-        let oom = |n: usize| Error::OutOfMemory {
-            backend: "host (kv cache)".into(),
-            requested_bytes: n,
+        let what = || format!("a KV cache of {capacity} tokens");
+        let bytes = [num_layers, 2, kv_heads, head_dim, capacity, 4]
+            .iter()
+            .fold(1u128, |n, &d| n.saturating_mul(d as u128));
+        cyb_tensor::memory::check_host_bytes(what, bytes)?;
+        let oom = || Error::OutOfMemory {
+            what: what(),
+            bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
+            available: cyb_tensor::memory::available_memory(),
         };
-        let per_tensor = per_tensor
-            .and_then(|x| x.checked_mul(4))
-            .ok_or_else(|| oom(usize::MAX))?;
-        let bytes = per_tensor.saturating_mul(2).saturating_mul(num_layers);
+        // Checked above: `bytes` fits the address space.
+        let per_tensor = kv_heads * head_dim * capacity * 4;
         let mut layers = Vec::with_capacity(num_layers);
         for _ in 0..num_layers {
             let buffer = || -> Result<Arc<AlignedBuf>> {
                 AlignedBuf::try_with_capacity(per_tensor)
                     .map(Arc::new)
-                    .ok_or_else(|| oom(bytes))
+                    .ok_or_else(oom)
             };
             layers.push(LayerKv {
                 k: buffer()?,

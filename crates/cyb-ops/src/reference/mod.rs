@@ -27,7 +27,7 @@ mod values;
 pub use attention::alibi_slopes;
 pub use rope::frequencies as rope_frequencies;
 
-use crate::{output_infos, Op};
+use crate::{check_outputs_fit, output_infos, Op};
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
 use std::borrow::Cow;
 
@@ -35,6 +35,7 @@ use std::borrow::Cow;
 pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     let outs = output_infos(op, &infos)?;
+    check_outputs_fit(op, &outs)?;
     let one = |t: Result<Tensor>| t.map(|t| vec![t]);
     match op {
         Op::MatMul { rhs_transposed } => one(matmul::matmul(*rhs_transposed, inputs, &outs[0])),
