@@ -106,6 +106,7 @@ pub(crate) fn run_loop(
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_scan];
     let ex = Executor::new(body, r.d)?;
     let mut i = 0i64;
+    let mut scanned = 0u128;
     while i < trips && cond {
         if i >= MAX_TRIPS {
             return Err(Error::invalid(
@@ -125,8 +126,14 @@ pub(crate) fn run_loop(
         for (k, t) in out[1 + n_carried..].iter().enumerate() {
             let mut d = vec![1];
             d.extend_from_slice(t.dims());
+            scanned += cyb_tensor::memory::tensor_bytes(t.dims(), t.dtype()).unwrap_or(0);
             scans[k].push(r.reshape(t, &d)?);
         }
+        // The scan outputs are kept until the end and then concatenated: twice their size.
+        cyb_tensor::memory::check_host_bytes(
+            || format!("{op}: scan outputs of {} iterations", i + 1),
+            scanned.saturating_mul(2),
+        )?;
         i += 1;
     }
     let mut outs = carried;

@@ -4,7 +4,7 @@
 //! aborting the process or being killed once the pages are touched.
 
 use cyb_backend::Dispatcher;
-use cyb_graph::{Executor, Graph, HostOp, NodeOp};
+use cyb_graph::{Executor, Graph, HostOp, NodeOp, SubGraph};
 use cyb_ops::{BinaryFn, Op};
 use cyb_tensor::{DType, Error, Tensor};
 use std::collections::HashMap;
@@ -103,4 +103,31 @@ fn shapes_that_fit_still_run() {
     ))
     .unwrap();
     assert_eq!(outs[0].1.to_i64_vec().unwrap(), vec![2, 5]);
+}
+
+/// A `Loop` without a trip count whose body emits 16 MiB per iteration as a scan output: the
+/// scans are counted as they grow, and the loop stops once they would not fit.
+#[test]
+fn a_loop_cannot_scan_more_than_memory() {
+    let mut body = Graph::default();
+    let iter = body.add_value("i", None);
+    let cond = body.add_value("cond", None);
+    body.inputs.extend([iter, cond]);
+    let keep = body.add_node(
+        "keep",
+        NodeOp::Host(HostOp::Identity),
+        vec![Some(cond)],
+        &["c"],
+    )[0];
+    let block = body.add_constant("block", Tensor::zeros(&[4 << 20], DType::F32).unwrap());
+    body.outputs.extend([keep, block]);
+    let g = one_node(
+        NodeOp::Host(HostOp::Loop {
+            body: SubGraph(Box::new(body)),
+            n_carried: 0,
+        }),
+        vec![],
+    );
+    let text = refused(g);
+    assert!(text.contains("scan outputs"), "{text}");
 }
