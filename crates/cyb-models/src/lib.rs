@@ -23,7 +23,7 @@ pub use bert::{
 };
 pub use encdec::CrossKv;
 pub use llama::{
-    Activation, KvCache, LayerAttention, LlamaConfig, LlamaModel, LlamaVariant, WeightNaming,
-    SUPPORTED_ARCHITECTURES,
+    Activation, BatchSeq, KvCache, LayerAttention, LlamaConfig, LlamaModel, LlamaVariant,
+    WeightNaming, SUPPORTED_ARCHITECTURES,
 };
 pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};

@@ -248,3 +248,56 @@ fn the_fixtures_exercise_their_switches() {
         );
     }
 }
+
+/// Sequences advanced together in one step (`forward_batch`: prefills and decodes of
+/// different lengths at different positions, each with its own cache) get the logits each
+/// gets alone, on the reference and on the cpu backend.
+#[test]
+fn batched_steps_equal_each_sequence_alone() {
+    let cpu: Arc<dyn cyb_backend::Backend> = Arc::new(cyb_cpu::CpuBackend::new().unwrap());
+    let chains = [
+        Arc::new(Dispatcher::reference()),
+        Arc::new(Dispatcher::new(vec![cpu])),
+    ];
+    for variant in ["llama3", "mistral", "gemma2", "phi3", "qwen3"] {
+        for file in ["hf", "model-q4_0.gguf"] {
+            for d in &chains {
+                let f = cyb_format::open(&fixture_dir(variant).join(file)).unwrap();
+                let model = LlamaModel::load(&f, d.clone()).unwrap();
+                let prompt = reference(variant, "hf").prompt;
+                let n = prompt.len();
+                // (tokens already in the cache, tokens fed in the batched step)
+                let parts: [(&[u32], &[u32]); 3] = [
+                    (&prompt[..0], &prompt[..7]),
+                    (&prompt[..n - 1], &prompt[n - 1..]),
+                    (&prompt[2..6], &prompt[6..9]),
+                ];
+                let mut alone = Vec::new();
+                let mut caches = Vec::new();
+                for (before, now) in parts {
+                    let mut cache = model.new_cache(n).unwrap();
+                    let mut twin = model.new_cache(n).unwrap();
+                    if !before.is_empty() {
+                        model.forward(before, &mut cache).unwrap();
+                        model.forward(before, &mut twin).unwrap();
+                    }
+                    alone.push(model.forward(now, &mut twin).unwrap());
+                    caches.push(cache);
+                }
+                let mut seqs: Vec<cyb_models::BatchSeq> = caches
+                    .iter_mut()
+                    .zip(parts)
+                    .map(|(cache, (_, tokens))| cyb_models::BatchSeq { tokens, cache })
+                    .collect();
+                let batched = model.forward_batch(&mut seqs).unwrap();
+                for (j, (b, a)) in batched.iter().zip(&alone).enumerate() {
+                    let err = rel_err(b, a);
+                    assert!(err <= 1e-5, "{variant} {file} sequence {j}: {err}");
+                }
+                for (cache, (before, now)) in caches.iter().zip(parts) {
+                    assert_eq!(cache.len(), before.len() + now.len());
+                }
+            }
+        }
+    }
+}

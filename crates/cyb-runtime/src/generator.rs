@@ -3,9 +3,11 @@
 //! The session remembers which tokens its cache holds. A new prompt that starts with those
 //! tokens (the next turn of a chat, a repeated system prompt) only prefills what is new.
 
+use crate::batch::{Batcher, Member};
 use crate::{Model, Sampler, SamplingParams, StopMatcher, TokenConstraint, TokenLogprobs};
 use cyb_models::KvCache;
 use cyb_tensor::{Error, Result};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Timings of one generation.
@@ -64,6 +66,8 @@ pub struct Piece {
 pub struct Generator {
     model: Model,
     state: Session,
+    /// Steps go through this shared queue (continuous batching) when set.
+    batcher: Option<Arc<Batcher>>,
 }
 
 struct Session {
@@ -81,7 +85,23 @@ impl Generator {
                 cache,
                 tokens: Vec::new(),
             },
+            batcher: None,
         })
+    }
+
+    /// Runs this session's steps through `batcher`, together with the other sessions that use
+    /// it (`None`: on its own, the default). The batcher must be for this session's model.
+    pub fn set_batcher(&mut self, batcher: Option<Arc<Batcher>>) -> Result<()> {
+        if let Some(b) = &batcher {
+            if !b.model().same_as(&self.model) {
+                return Err(Error::invalid(
+                    "generator",
+                    "the batcher is for another model",
+                ));
+            }
+        }
+        self.batcher = batcher;
+        Ok(())
     }
 
     pub fn model(&self) -> &Model {
@@ -133,7 +153,11 @@ impl Generator {
         state.cache.truncate(common);
         state.tokens.truncate(common);
         let fresh = &prompt[common..];
-        let logits = self.model.net()?.forward(fresh, &mut state.cache)?;
+        let member = self.batcher.as_ref().map(Batcher::join);
+        let logits = match &self.batcher {
+            Some(b) => b.forward(fresh, &mut state.cache)?,
+            None => self.model.net()?.forward(fresh, &mut state.cache)?,
+        };
         state.tokens.extend_from_slice(fresh);
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let metrics = GenerationMetrics {
@@ -143,10 +167,16 @@ impl Generator {
             prefill_ms,
             ..GenerationMetrics::default()
         };
-        let Generator { model, state } = self;
+        let Generator {
+            model,
+            state,
+            batcher,
+        } = self;
         Ok(Generation {
             model,
             state,
+            batcher: batcher.as_deref(),
+            member,
             decoder: model.tokenizer().incremental_decoder(false),
             stop: StopMatcher::new(&params.stop),
             max_tokens: params.max_tokens,
@@ -176,6 +206,9 @@ enum Next {
 pub struct Generation<'g> {
     model: &'g Model,
     state: &'g mut Session,
+    batcher: Option<&'g Batcher>,
+    /// Held while generating: leaders of batched steps wait for this session's next one.
+    member: Option<Member>,
     decoder: crate::IncrementalDecoder<'g>,
     stop: StopMatcher,
     sampler: Sampler,
@@ -248,10 +281,10 @@ impl<'g> Generation<'g> {
                     && self.constraint.is_none()
                     && self.logprobs_top.is_none()
                     && !net.dispatcher().primary().host_memory();
-                let next = if device_pick {
-                    Next::Token(net.forward_argmax(&[t], cache)?)
-                } else {
-                    Next::Logits(net.forward(&[t], cache)?)
+                let next = match self.batcher {
+                    Some(b) => Next::Logits(b.forward(&[t], cache)?),
+                    None if device_pick => Next::Token(net.forward_argmax(&[t], cache)?),
+                    None => Next::Logits(net.forward(&[t], cache)?),
                 };
                 self.state.tokens.push(t);
                 self.metrics.decode_ms += t0.elapsed().as_secs_f64() * 1e3;
@@ -330,10 +363,13 @@ impl Iterator for Generation<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     self.finish = Some(FinishReason::Stop);
+                    self.member = None;
                     return Some(Err(e));
                 }
             }
         }
+        // Finished: batched steps no longer wait for this session.
+        self.member = None;
         if self.flushed {
             return None;
         }

@@ -7,6 +7,7 @@
 //!
 //! This crate must not know how ops are computed or how files are parsed.
 
+mod batch;
 mod bench;
 pub mod chat_template;
 mod default_model;
@@ -25,6 +26,7 @@ pub mod sampling;
 pub mod tokenizer;
 pub mod transcribe;
 
+pub use batch::{BatchLimits, BatchStats, Batcher, Member};
 pub use bench::BenchSession;
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use cyb_cpu::CpuOptions;

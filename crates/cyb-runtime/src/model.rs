@@ -147,6 +147,11 @@ impl Model {
     }
 
     /// The decoder; an encoder model is an error that says what it can do instead.
+    /// The same loaded model (clones share it).
+    pub fn same_as(&self, other: &Model) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn net(&self) -> Result<&LlamaModel> {
         match &self.inner.net {
             Net::Decoder(n) => Ok(n),

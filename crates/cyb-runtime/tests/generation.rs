@@ -443,3 +443,59 @@ fn out_of_vocabulary_ids_are_an_error_and_the_session_survives() {
     let after = run(&mut s, &raw, greedy(4));
     assert_eq!(after.tokens, before.tokens);
 }
+
+/// Sessions that share a batcher (continuous batching: their steps run as one forward, prompts
+/// chunked between decodes) generate what transformers generates for each alone.
+#[test]
+fn batched_sessions_equal_transformers() {
+    let r = reference();
+    let n = r["max_new_tokens"].as_u64().unwrap() as usize;
+    let model = load("hf");
+    let limits = cyb_runtime::BatchLimits {
+        // Small steps: the prompts are fed in chunks between the others' decodes.
+        step_tokens: 6,
+        max_seqs: 8,
+        gather_wait: std::time::Duration::from_millis(50),
+    };
+    let batcher = cyb_runtime::Batcher::new(model.clone(), limits).unwrap();
+    let chat = ids(&r["chat"]["prompt_ids"]);
+    let next_turn = ids(&r["chat_next_turn"]["prompt_ids"]);
+    let raw = ids(&r["raw"]["prompt_ids"]);
+    let cases = [
+        (chat.clone(), ids(&r["chat"]["greedy_ignore_eos"]["ids"])),
+        (raw.clone(), ids(&r["raw"]["greedy_ignore_eos"]["ids"])),
+        (chat, ids(&r["chat"]["greedy_ignore_eos"]["ids"])),
+        (raw, ids(&r["raw"]["greedy_ignore_eos"]["ids"])),
+    ];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|(prompt, want)| {
+                let (model, batcher) = (&model, &batcher);
+                scope.spawn(move || {
+                    let mut s = model.generator(None).unwrap();
+                    s.set_batcher(Some(batcher.clone())).unwrap();
+                    let params = SamplingParams {
+                        ignore_eos: true,
+                        ..greedy(n)
+                    };
+                    assert_eq!(&run(&mut s, prompt, params).tokens, want);
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+    });
+    let stats = batcher.stats();
+    assert!(stats.max_seqs >= 2, "{stats:?}");
+    assert!(stats.steps < stats.sequences, "{stats:?}");
+    // The next turn's eos-stopped answer, alone through the batcher (the prefix is new).
+    let mut s = model.generator(None).unwrap();
+    s.set_batcher(Some(batcher.clone())).unwrap();
+    let want = ids(&r["chat_next_turn"]["greedy_stop_at_eos"]["ids"]);
+    let got = run(&mut s, &next_turn, greedy(n));
+    assert_eq!(got.tokens, want[..want.len() - 1]);
+    // A batcher belongs to one model.
+    let other = load("hf");
+    let mut s = other.generator(None).unwrap();
+    assert!(s.set_batcher(Some(batcher)).is_err());
+}

@@ -55,6 +55,21 @@ pub struct KvCache {
     pub(super) replays: super::replay::ReplayBook,
 }
 
+/// A cache with no layers and no room: what stays in a session's place while its cache is
+/// lent to a batched step (`std::mem::take`).
+impl Default for KvCache {
+    fn default() -> KvCache {
+        KvCache {
+            layers: Layers::Host(Vec::new()),
+            kv_heads: 0,
+            head_dim: 0,
+            capacity: 0,
+            len: 0,
+            replays: Default::default(),
+        }
+    }
+}
+
 /// A context of 0 tokens is refused (it could hold nothing).
 fn nonzero(capacity: usize) -> Result<()> {
     if capacity == 0 {

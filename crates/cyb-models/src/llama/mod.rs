@@ -12,4 +12,4 @@ pub use config::{
     Activation, LayerAttention, LlamaConfig, LlamaVariant, WeightNaming, SUPPORTED_ARCHITECTURES,
 };
 pub use kv_cache::KvCache;
-pub use model::LlamaModel;
+pub use model::{BatchSeq, LlamaModel};

@@ -37,6 +37,33 @@ pub struct LlamaModel {
     id: u64,
 }
 
+/// One sequence of a batched step ([`LlamaModel::forward_batch`]): the tokens it feeds and
+/// its own cache.
+pub struct BatchSeq<'a> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+}
+
+/// `n` new tokens are at least one and fit in what `cache` has left.
+fn check_fits(n: usize, cache: &KvCache) -> Result<()> {
+    if n == 0 {
+        return Err(Error::invalid("forward", "no tokens to process"));
+    }
+    if n > cache.remaining() {
+        return Err(Error::invalid(
+            "forward",
+            format!(
+                "{n} tokens do not fit in the context: {} of {} positions are already used \
+                 ({} left); start a session with a larger context",
+                cache.len(),
+                cache.capacity(),
+                cache.remaining()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The graph template twice: logits of the last token only, and of every token.
 struct GraphTemplates {
     last: Graph,
@@ -108,6 +135,17 @@ impl Step<'_> {
         }
         let normed = out.swap_remove(1);
         Ok((out.swap_remove(0), normed))
+    }
+
+    /// Rows `start..end` of `x` (along its first dim).
+    fn rows(&mut self, x: &Tensor, start: usize, end: usize) -> Result<Tensor> {
+        let op = Op::Slice {
+            axis: 0,
+            start: start as isize,
+            end: end as isize,
+            step: 1,
+        };
+        self.run(op, &[x])
     }
 
     fn reshape(&mut self, x: &Tensor, dims: &[usize]) -> Result<Tensor> {
@@ -234,6 +272,55 @@ impl LlamaModel {
         })
     }
 
+    /// Several sequences advanced in one forward step: each feeds its `tokens` after what its
+    /// own cache holds, and gets the logits `[vocab]` of its last token. The projections and
+    /// feed-forwards run once over the tokens of all sequences (their matmuls read each weight
+    /// once for the whole batch); attention runs per sequence over its own cache and positions.
+    pub fn forward_batch(&self, seqs: &mut [BatchSeq<'_>]) -> Result<Vec<Vec<f32>>> {
+        if let [one] = seqs {
+            return Ok(vec![self.forward(one.tokens, one.cache)?]);
+        }
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.graphs.is_some() {
+            // The graph template takes one sequence: run them in turn.
+            return seqs
+                .iter_mut()
+                .map(|s| self.forward(s.tokens, s.cache))
+                .collect();
+        }
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        let mut lens = Vec::with_capacity(seqs.len());
+        for s in seqs.iter() {
+            self.check_cache(s.cache)?;
+            check_fits(s.tokens.len(), s.cache)?;
+            let start = s.cache.len();
+            ids.extend(s.tokens.iter().map(|&t| i64::from(t)));
+            positions.extend((start..start + s.tokens.len()).map(|p| p as i64));
+            lens.push(s.tokens.len());
+        }
+        let m = ids.len();
+        let ids = Tensor::from_i64(&[m], &ids)?;
+        let positions = Tensor::from_i64(&[m], &positions)?;
+        let mut caches: Vec<&mut KvCache> = seqs.iter_mut().map(|s| &mut *s.cache).collect();
+        let mut step = Step {
+            dispatcher: &self.dispatcher,
+            ctx: ExecContext::default(),
+        };
+        let d = &self.dispatcher;
+        let begun = d.begin_step(&mut step.ctx);
+        let result = begun
+            .and_then(|()| self.step_body(&mut step, &mut caches, &lens, &ids, &positions, true))
+            .and_then(|logits| d.to_host_f32(&logits));
+        let ended = d.end_step(&mut step.ctx);
+        let logits = result?;
+        ended?;
+        let vocab = logits.len() / lens.len();
+        Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+    }
+
     /// One forward step: the step's result (`kind`) is made on the backend, then `read`
     /// brings it to the host before the step ends.
     ///
@@ -249,21 +336,7 @@ impl LlamaModel {
     ) -> Result<T> {
         self.check_cache(cache)?;
         let n = tokens.len();
-        if n == 0 {
-            return Err(Error::invalid("forward", "no tokens to process"));
-        }
-        if n > cache.remaining() {
-            return Err(Error::invalid(
-                "forward",
-                format!(
-                    "{n} tokens do not fit in the context: {} of {} positions are already used \
-                     ({} left); start a session with a larger context",
-                    cache.len(),
-                    cache.capacity(),
-                    cache.remaining()
-                ),
-            ));
-        }
+        check_fits(n, cache)?;
         let start = cache.len();
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids = Tensor::from_i64(&[n], &ids)?;
@@ -316,7 +389,10 @@ impl LlamaModel {
             && cache.replays.wants(kind, len)
             && primary.begin_capture();
         let result = begun
-            .and_then(|()| self.step_body(&mut step, cache, &ids, &positions, n, last_only))
+            .and_then(|()| {
+                let lens = [n];
+                self.step_body(&mut step, &mut [cache], &lens, &ids, &positions, last_only)
+            })
             .and_then(|logits| Self::finish(&mut step, kind, logits));
         let result = result.and_then(|out| {
             if capturing {
@@ -358,15 +434,17 @@ impl LlamaModel {
         }
     }
 
-    /// The body of one forward step: embedding, the blocks, the final norm and the output
-    /// projection; returns the logits where the backend left them.
+    /// The body of one forward step over one or more sequences (`lens[j]` new tokens of
+    /// sequence `j`, in order in `ids` and `positions`, each with its cache): embedding, the
+    /// blocks, the final norm and the output projection; returns the logits where the
+    /// backend left them (the last token's of each sequence when `last_only`).
     fn step_body(
         &self,
         step: &mut Step<'_>,
-        cache: &mut KvCache,
+        caches: &mut [&mut KvCache],
+        lens: &[usize],
         ids: &Tensor,
         positions: &Tensor,
-        n: usize,
         last_only: bool,
     ) -> Result<Tensor> {
         let cfg = &self.config;
@@ -382,7 +460,7 @@ impl LlamaModel {
             None => x.clone(),
         };
         for (i, (layer, attn)) in layers.iter().zip(&cfg.layers).enumerate() {
-            let a = self.attention(step, i, layer, attn, &h, positions, cache)?;
+            let a = self.attention(step, i, layer, attn, &h, positions, caches, lens)?;
             let (sum, normed) = step.add_rms_norm(cfg, &x, &a, &layer.ffn_norm)?;
             let m = self.feed_forward(step, layer, &normed)?;
             match layers.get(i + 1) {
@@ -390,15 +468,21 @@ impl LlamaModel {
                 None => x = step.run(Op::Add, &[&sum, &m])?,
             }
         }
-        cache.commit(n)?;
-        if last_only && n > 1 {
-            let last = Op::Slice {
-                axis: 0,
-                start: n as isize - 1,
-                end: n as isize,
-                step: 1,
+        for (cache, &n) in caches.iter_mut().zip(lens) {
+            cache.commit(n)?;
+        }
+        let total: usize = lens.iter().sum();
+        if last_only && total > lens.len() {
+            let mut end = 0;
+            let mut rows = Vec::with_capacity(lens.len());
+            for &n in lens {
+                end += n;
+                rows.push(step.rows(&x, end - 1, end)?);
+            }
+            x = match rows.len() {
+                1 => rows.swap_remove(0),
+                _ => step.run(Op::Concat { axis: 0 }, &rows.iter().collect::<Vec<_>>())?,
             };
-            x = step.run(last, &[&x])?;
         }
         x = step.rms_norm(cfg, &x, &self.weights.output_norm)?;
         let mut logits = step.linear(&x, &self.weights.output, None)?;
@@ -460,8 +544,8 @@ impl LlamaModel {
     }
 
     /// Self-attention of block `i` for the new tokens, `h` `[n, hidden]` (the block input
-    /// after its norm); writes their keys and values into the cache and returns the block's
-    /// attention output `[n, hidden]`.
+    /// after its norm; `lens[j]` rows for sequence `j`, with cache `caches[j]`); writes their
+    /// keys and values into the caches and returns the block's attention output `[n, hidden]`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -471,7 +555,8 @@ impl LlamaModel {
         attn: &LayerAttention,
         h: &Tensor,
         positions: &Tensor,
-        cache: &mut KvCache,
+        caches: &mut [&mut KvCache],
+        lens: &[usize],
     ) -> Result<Tensor> {
         let cfg = &self.config;
         let (n, d) = (h.dims()[0], cfg.head_dim);
@@ -528,6 +613,48 @@ impl LlamaModel {
                 step.run(rope, &[&k, positions])?,
             ),
         };
+        let a = match caches {
+            [cache] => self.attend(step, i, attn, q, k, v, cache)?,
+            _ => {
+                // Each sequence attends over its own cache: its rows of q, k and v.
+                let mut outs = Vec::with_capacity(lens.len());
+                let mut start = 0;
+                for (cache, &len) in caches.iter_mut().zip(lens) {
+                    let end = start + len;
+                    let (q, k, v) = (
+                        step.rows(&q, start, end)?,
+                        step.rows(&k, start, end)?,
+                        step.rows(&v, start, end)?,
+                    );
+                    outs.push(self.attend(step, i, attn, q, k, v, cache)?);
+                    start = end;
+                }
+                step.run(Op::Concat { axis: 0 }, &outs.iter().collect::<Vec<_>>())?
+            }
+        };
+        let a = step.linear(&a, &layer.attn_out, None)?;
+        match &layer.post_attn_norm {
+            Some(w) => step.rms_norm(cfg, &a, w),
+            None => Ok(a),
+        }
+    }
+
+    /// Attention of one sequence's new tokens (`q` `[n, heads, d]`, `k` and `v`
+    /// `[n, kv_heads, d]`, after rope) over its cache in block `i`, after appending `k` and
+    /// `v` there; returns `[n, heads · d]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        step: &mut Step,
+        i: usize,
+        attn: &LayerAttention,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (n, d, hq) = (q.dims()[0], cfg.head_dim, cfg.num_heads);
         // A device cache is head-major (`[kv_heads, capacity, d]`, the prefix sliced there); a
         // host cache hands out its token-major prefix in place (`[len, kv_heads, d]`), which
         // attention reads as it is, with q and the output in the projections' layout.
@@ -576,12 +703,7 @@ impl LlamaModel {
             true => step.run(swap, &[&a])?,
             false => a,
         };
-        let a = step.reshape(&a, &[n, hq * d])?;
-        let a = step.linear(&a, &layer.attn_out, None)?;
-        match &layer.post_attn_norm {
-            Some(w) => step.rms_norm(cfg, &a, w),
-            None => Ok(a),
-        }
+        step.reshape(&a, &[n, hq * d])
     }
 
     /// The gated feed-forward of one block for `h` `[n, hidden]`, the residual stream after
