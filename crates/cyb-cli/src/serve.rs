@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// Largest max_tokens a request may ask for (400 above); also the chat default.
     #[arg(long, default_value_t = 4096)]
     pub max_tokens_limit: usize,
+    /// Tokens in one shared forward step: generations of a model running at once advance
+    /// together (continuous batching; prompts are fed in chunks between decode steps). 0 runs
+    /// each generation on its own.
+    #[arg(long, default_value_t = 512)]
+    pub batch_tokens: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -70,6 +75,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let config = ServerConfig {
         parallel: args.parallel.max(1),
+        batch_tokens: args.batch_tokens,
         queue: args.queue,
         ctx: args.engine.ctx,
         allow_ctx_overflow: args.engine.ctx_overflow == "allow",

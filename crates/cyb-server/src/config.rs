@@ -19,6 +19,9 @@ pub struct ServerConfig {
     pub max_audio_bytes: usize,
     /// Largest `max_tokens` a request may ask for (400 above); also the default.
     pub max_tokens_limit: usize,
+    /// Concurrent generations of one model advance in shared forward steps (continuous
+    /// batching) of at most this many tokens; 0 turns batching off (each runs on its own).
+    pub batch_tokens: usize,
 }
 
 impl Default for ServerConfig {
@@ -31,6 +34,7 @@ impl Default for ServerConfig {
             max_body_bytes: 2 << 20,
             max_audio_bytes: 100 << 20,
             max_tokens_limit: 4096,
+            batch_tokens: 512,
         }
     }
 }

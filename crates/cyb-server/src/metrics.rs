@@ -54,8 +54,14 @@ impl Metrics {
         self.active_sessions.load(Ordering::SeqCst)
     }
 
-    /// The Prometheus text exposition; gauges owned elsewhere are passed in.
-    pub fn render(&self, queue_depth: usize, idle_sessions: usize) -> String {
+    /// The Prometheus text exposition; gauges owned elsewhere are passed in (`batches`: the
+    /// shared-step counts of each model that batches its generations).
+    pub fn render(
+        &self,
+        queue_depth: usize,
+        idle_sessions: usize,
+        batches: &[(String, cyb_runtime::BatchStats)],
+    ) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, String)>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -125,6 +131,36 @@ impl Metrics {
             "gauge",
             "Sessions kept idle with their KV cache for reuse.",
             one(idle_sessions.to_string()),
+        );
+        let per_model = |f: &dyn Fn(&cyb_runtime::BatchStats) -> String| {
+            batches
+                .iter()
+                .map(|(id, b)| (format!("{{model=\"{id}\"}}"), f(b)))
+                .collect()
+        };
+        metric(
+            "cyb_batch_steps_total",
+            "counter",
+            "Forward steps shared by a model's generations.",
+            per_model(&|b| b.steps.to_string()),
+        );
+        metric(
+            "cyb_batch_sequences_total",
+            "counter",
+            "Sequences advanced by the shared steps (a step of four counts four).",
+            per_model(&|b| b.sequences.to_string()),
+        );
+        metric(
+            "cyb_batch_tokens_total",
+            "counter",
+            "Tokens fed by the shared steps.",
+            per_model(&|b| b.tokens.to_string()),
+        );
+        metric(
+            "cyb_batch_max_sequences",
+            "gauge",
+            "The most sequences one shared step took.",
+            per_model(&|b| b.max_seqs.to_string()),
         );
         out
     }

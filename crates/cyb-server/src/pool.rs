@@ -3,10 +3,10 @@
 //! idle session whose cached tokens share the longest prefix with its prompt, so a repeated
 //! system prompt or the earlier turns of a chat are not computed again.
 
-use crate::config::ServedModel;
+use crate::config::{ServedModel, ServerConfig};
 use crate::error::ApiError;
 use cyb_runtime::sampling::grammar::GrammarCompiler;
-use cyb_runtime::{Generator, Model};
+use cyb_runtime::{BatchLimits, BatchStats, Batcher, Generator, Model};
 use cyb_tensor::Result;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -24,6 +24,8 @@ pub struct ModelSlot {
     /// The vocabulary indexed for constrained decoding, built by the first request that
     /// asks for structured output.
     grammar: OnceLock<std::result::Result<Arc<GrammarCompiler>, String>>,
+    /// The shared forward steps of this model's generations (continuous batching).
+    batcher: Option<Arc<Batcher>>,
 }
 
 impl ModelSlot {
@@ -31,17 +33,29 @@ impl ModelSlot {
     /// (see `Model::check_context`).
     pub fn new(
         served: ServedModel,
-        ctx: Option<usize>,
-        max_idle: usize,
-        allow_overflow: bool,
+        config: &ServerConfig,
     ) -> std::result::Result<ModelSlot, String> {
-        let ctx = ctx.unwrap_or_else(|| served.model.context_length().min(4096));
+        let allow_overflow = config.allow_ctx_overflow;
+        let max_idle = config.parallel;
+        let ctx = config
+            .ctx
+            .unwrap_or_else(|| served.model.context_length().min(4096));
         let generative = !served.model.is_encoder() && !served.model.is_speech();
+        let err = |e: cyb_tensor::Error| format!("model {:?}: {e}", served.id);
+        let mut batcher = None;
         if generative {
             served
                 .model
                 .check_context(ctx, allow_overflow)
-                .map_err(|e| format!("model {:?}: {e}", served.id))?;
+                .map_err(err)?;
+            if config.batch_tokens > 0 && config.parallel > 1 {
+                let limits = BatchLimits {
+                    step_tokens: config.batch_tokens,
+                    max_seqs: config.parallel,
+                    ..BatchLimits::default()
+                };
+                batcher = Some(Batcher::new(served.model.clone(), limits).map_err(err)?);
+            }
         }
         Ok(ModelSlot {
             id: served.id,
@@ -51,6 +65,7 @@ impl ModelSlot {
             max_idle: max_idle.max(1),
             allow_overflow,
             grammar: OnceLock::new(),
+            batcher,
         })
     }
 
@@ -71,11 +86,18 @@ impl ModelSlot {
                 _ => None,
             }
         };
-        match taken {
-            Some(g) => Ok(g),
-            None if self.allow_overflow => self.model.generator_beyond_context(self.ctx),
-            None => self.model.generator(Some(self.ctx)),
-        }
+        let mut session = match taken {
+            Some(g) => g,
+            None if self.allow_overflow => self.model.generator_beyond_context(self.ctx)?,
+            None => self.model.generator(Some(self.ctx))?,
+        };
+        session.set_batcher(self.batcher.clone())?;
+        Ok(session)
+    }
+
+    /// Counts of the shared steps (`None`: this model's generations run on their own).
+    pub fn batch_stats(&self) -> Option<BatchStats> {
+        self.batcher.as_ref().map(|b| b.stats())
     }
 
     /// Returns a session to the pool; beyond `max_idle` the least recently used is freed.

@@ -31,9 +31,7 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
     }
     let slots = models
         .into_iter()
-        .map(|m| {
-            ModelSlot::new(m, config.ctx, config.parallel, config.allow_ctx_overflow).map(Arc::new)
-        })
+        .map(|m| ModelSlot::new(m, &config).map(Arc::new))
         .collect::<std::result::Result<Vec<_>, String>>()?;
     let state = Arc::new(AppState {
         models: slots,
@@ -152,7 +150,14 @@ async fn health() -> Json<serde_json::Value> {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let idle: usize = state.models.iter().map(|m| m.idle_sessions()).sum();
-    let text = state.metrics.render(state.admission.queue_depth(), idle);
+    let batches: Vec<(String, cyb_runtime::BatchStats)> = state
+        .models
+        .iter()
+        .filter_map(|m| Some((m.id.clone(), m.batch_stats()?)))
+        .collect();
+    let text = state
+        .metrics
+        .render(state.admission.queue_depth(), idle, &batches);
     (
         [(
             header::CONTENT_TYPE,

@@ -1,4 +1,4 @@
-//! Concurrency: parallel streams equal their solo runs, a full queue answers 429, clients
+//! Concurrency: parallel streams (batched in shared steps) equal their solo runs, a full queue answers 429, clients
 //! that hang up free their sessions, and shutdown drains streams in flight. All traffic is
 //! on 127.0.0.1; every loop is bounded.
 
@@ -41,6 +41,12 @@ async fn concurrent_streams_equal_solo_runs() {
     for t in tasks {
         together.push(t.await.unwrap());
     }
+    // The streams advanced together: shared steps took several sequences.
+    let batched = metric(&s, "cyb_batch_max_sequences{model=\"tiny\"}").await;
+    assert_eq!(batched, 4.0);
+    let steps = metric(&s, "cyb_batch_steps_total{model=\"tiny\"}").await;
+    let seqs = metric(&s, "cyb_batch_sequences_total{model=\"tiny\"}").await;
+    assert!(seqs > 2.0 * steps, "{seqs} sequence-steps in {steps} steps");
     for seed in 0..n {
         let alone = chat_text(&stream(&url, &long_request(seed, true)).await);
         assert!(!alone.is_empty());
