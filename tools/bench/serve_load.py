@@ -14,7 +14,8 @@ length, a different short prompt per request). Reported per server and N:
 - aggregate tokens/s: completion tokens of all requests / wall time from the first request to
   the last answer;
 - TTFT p50/p99: from sending a request to its first streamed content;
-- ITL p50: time between streamed chunks after the first.
+- ITL p50: median over requests of the time per token after the first
+  ((last chunk - first chunk) / (completion tokens - 1)).
 
 Only the Python standard library is used (threads and http.client), so the client costs the
 same for both servers. Prints one markdown table.
@@ -107,10 +108,13 @@ def one_request(port: int, prompt: str, max_tokens: int) -> dict:
     c.close()
     if not times:
         raise RuntimeError("no content streamed")
+    n = tokens if tokens is not None else len(times)
     return {
         "ttft": times[0] - t0,
-        "itl": [b - a for a, b in zip(times, times[1:])],
-        "tokens": tokens if tokens is not None else len(times),
+        # A chunk may carry several tokens (bytes that complete one character): the time
+        # per token after the first, over the whole answer.
+        "itl": (times[-1] - times[0]) / max(1, n - 1),
+        "tokens": n,
         "end": times[-1],
     }
 
@@ -143,7 +147,7 @@ def load(port: int, clients: int, requests: int, max_tokens: int) -> dict:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
     wall = max(r["end"] for r in results) - t0
     ttft = sorted(r["ttft"] for r in results)
-    itl = [x for r in results for x in r["itl"]]
+    itl = [r["itl"] for r in results]
 
     def pct(v: list[float], p: float) -> float:
         return v[min(len(v) - 1, int(round(p * (len(v) - 1))))]
