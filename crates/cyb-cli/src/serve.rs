@@ -42,6 +42,11 @@ pub struct ServeArgs {
     /// each generation on its own.
     #[arg(long, default_value_t = 512)]
     pub batch_tokens: usize,
+    /// Results that do not depend on which requests share a step: the cpu backend computes
+    /// each row of a batch as it would alone (float weights decode somewhat slower), so a
+    /// request with a seed gets the same text and logprobs under any load.
+    #[arg(long)]
+    pub batch_invariant: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -50,7 +55,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.alias.len() > args.models.len().max(1) {
         return Err(Error::invalid("serve", "more --alias values than models"));
     }
-    let rt = Runtime::new(args.engine.runtime_options()?)?;
+    let mut options = args.engine.runtime_options()?;
+    if args.batch_invariant {
+        if let Some(b) = options.backend.as_deref().filter(|b| *b != "cpu") {
+            return Err(Error::invalid(
+                "--batch-invariant",
+                format!("the cpu backend has this mode; the {b} backend does not"),
+            ));
+        }
+        if let Some(cpu) = options.cpu.as_mut() {
+            cpu.batch_invariant = true;
+        }
+    }
+    let rt = Runtime::new(options)?;
     let paths: Vec<PathBuf> = if args.models.is_empty() {
         vec![ensure_default_model(&mut |msg| eprintln!("{msg}"))?]
     } else {

@@ -38,6 +38,7 @@ impl CpuBackend {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let mut scratch = matmul::Scratch::default();
         scratch.amx = options.amx;
+        scratch.invariant = options.batch_invariant;
         Ok(CpuBackend {
             set,
             act: options
@@ -133,7 +134,7 @@ impl CpuBackend {
             }
             Op::AddLayerNorm { eps } => return norm::add_layer_norm(par, *eps, inputs),
             Op::LayerNorm { eps } => norm::layer_norm(par, *eps, inputs)?,
-            Op::Sdpa { .. } => attention::sdpa(op, par, inputs)?,
+            Op::Sdpa { .. } => attention::sdpa(op, par, inputs, self.scratch.invariant)?,
             Op::Conv { .. } => {
                 conv::conv(self.set, self.act, &self.pool, &self.scratch, op, inputs)?
             }

@@ -20,6 +20,11 @@ pub struct CpuOptions {
     /// Prefill-sized quantized matmuls on AMX tiles where the CPU has AMX-INT8 (default on);
     /// off, they run on the VNNI kernels, bit-identically.
     pub amx: bool,
+    /// Every matmul computes each output row the same way whatever the number of rows it is
+    /// given (default off): a sequence's results then do not depend on which others share its
+    /// forward steps. Float weights take the packed GEMM even for one row (decode reads them
+    /// somewhat slower), and no kernel is chosen by the row count.
+    pub batch_invariant: bool,
     /// Wall time per op kind, printed when the backend is dropped (a profiling knob).
     pub profile: bool,
 }
@@ -31,6 +36,7 @@ impl Default for CpuOptions {
             kernels: None,
             activations: None,
             amx: true,
+            batch_invariant: false,
             profile: false,
         }
     }
@@ -51,6 +57,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "`activations`: `q16` or `q8` levels for the quantized matmuls",
     ),
     ("CYB_CPU_AMX", "`amx`: `0` runs prefill on the VNNI kernels"),
+    (
+        "CYB_CPU_BATCH_INVARIANT",
+        "`batch_invariant`: `1` makes each row's result independent of the batch",
+    ),
     (
         "CYB_CPU_PROFILE",
         "`profile`: `1` prints wall time per op kind at exit",
@@ -86,6 +96,9 @@ impl CpuOptions {
         }
         if let Some(v) = var("CYB_CPU_AMX") {
             o.amx = v != "0";
+        }
+        if let Some(v) = var("CYB_CPU_BATCH_INVARIANT") {
+            o.batch_invariant = v != "0";
         }
         if let Some(v) = var("CYB_CPU_PROFILE") {
             o.profile = v != "0";

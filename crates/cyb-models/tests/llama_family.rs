@@ -259,44 +259,79 @@ fn batched_steps_equal_each_sequence_alone() {
         Arc::new(Dispatcher::reference()),
         Arc::new(Dispatcher::new(vec![cpu])),
     ];
+    for d in &chains {
+        batched_against_alone(d, |what, b, a| {
+            let err = rel_err(b, a);
+            assert!(err <= 1e-5, "{what}: {err}");
+        });
+    }
+}
+
+#[test]
+fn batch_invariant_steps_equal_each_sequence_alone_bit_for_bit() {
+    // Every kernel set this CPU runs, each with the option on: the float weights of the `hf`
+    // fixtures meet the one-row kernels, which the default backend picks for a decode step.
+    for set in cyb_cpu::KernelSet::available() {
+        let options = cyb_cpu::CpuOptions {
+            kernels: Some(set),
+            threads: Some(2),
+            batch_invariant: true,
+            ..cyb_cpu::CpuOptions::default()
+        };
+        let cpu: Arc<dyn cyb_backend::Backend> =
+            Arc::new(cyb_cpu::CpuBackend::from_options(&options).unwrap());
+        let d = Arc::new(Dispatcher::new(vec![cpu]));
+        batched_against_alone(&d, |what, b, a| {
+            let same = b.iter().zip(a).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same && b.len() == a.len(),
+                "{} kernels, {what}: {}",
+                set.name(),
+                rel_err(b, a)
+            );
+        });
+    }
+}
+
+/// Three sequences (a prompt from nothing, one token after a prefix, a middle piece after
+/// another prefix) run in one `forward_batch` step, against each run alone; `check` gets
+/// `(what, batched logits, alone logits)`.
+fn batched_against_alone(d: &Arc<Dispatcher>, check: impl Fn(&str, &[f32], &[f32])) {
     for variant in ["llama3", "mistral", "gemma2", "phi3", "qwen3"] {
         for file in ["hf", "model-q4_0.gguf"] {
-            for d in &chains {
-                let f = cyb_format::open(&fixture_dir(variant).join(file)).unwrap();
-                let model = LlamaModel::load(&f, d.clone()).unwrap();
-                let prompt = reference(variant, "hf").prompt;
-                let n = prompt.len();
-                // (tokens already in the cache, tokens fed in the batched step)
-                let parts: [(&[u32], &[u32]); 3] = [
-                    (&prompt[..0], &prompt[..7]),
-                    (&prompt[..n - 1], &prompt[n - 1..]),
-                    (&prompt[2..6], &prompt[6..9]),
-                ];
-                let mut alone = Vec::new();
-                let mut caches = Vec::new();
-                for (before, now) in parts {
-                    let mut cache = model.new_cache(n).unwrap();
-                    let mut twin = model.new_cache(n).unwrap();
-                    if !before.is_empty() {
-                        model.forward(before, &mut cache).unwrap();
-                        model.forward(before, &mut twin).unwrap();
-                    }
-                    alone.push(model.forward(now, &mut twin).unwrap());
-                    caches.push(cache);
+            let f = cyb_format::open(fixture_dir(variant).join(file)).unwrap();
+            let model = LlamaModel::load(&f, d.clone()).unwrap();
+            let prompt = reference(variant, "hf").prompt;
+            let n = prompt.len();
+            // (tokens already in the cache, tokens fed in the batched step)
+            let parts: [(&[u32], &[u32]); 3] = [
+                (&prompt[..0], &prompt[..7]),
+                (&prompt[..n - 1], &prompt[n - 1..]),
+                (&prompt[2..6], &prompt[6..9]),
+            ];
+            let mut alone = Vec::new();
+            let mut caches = Vec::new();
+            for (before, now) in parts {
+                let mut cache = model.new_cache(n).unwrap();
+                let mut twin = model.new_cache(n).unwrap();
+                if !before.is_empty() {
+                    model.forward(before, &mut cache).unwrap();
+                    model.forward(before, &mut twin).unwrap();
                 }
-                let mut seqs: Vec<cyb_models::BatchSeq> = caches
-                    .iter_mut()
-                    .zip(parts)
-                    .map(|(cache, (_, tokens))| cyb_models::BatchSeq { tokens, cache })
-                    .collect();
-                let batched = model.forward_batch(&mut seqs).unwrap();
-                for (j, (b, a)) in batched.iter().zip(&alone).enumerate() {
-                    let err = rel_err(b, a);
-                    assert!(err <= 1e-5, "{variant} {file} sequence {j}: {err}");
-                }
-                for (cache, (before, now)) in caches.iter().zip(parts) {
-                    assert_eq!(cache.len(), before.len() + now.len());
-                }
+                alone.push(model.forward(now, &mut twin).unwrap());
+                caches.push(cache);
+            }
+            let mut seqs: Vec<cyb_models::BatchSeq> = caches
+                .iter_mut()
+                .zip(parts)
+                .map(|(cache, (_, tokens))| cyb_models::BatchSeq { tokens, cache })
+                .collect();
+            let batched = model.forward_batch(&mut seqs).unwrap();
+            for (j, (b, a)) in batched.iter().zip(&alone).enumerate() {
+                check(&format!("{variant} {file} sequence {j}"), b, a);
+            }
+            for (cache, (before, now)) in caches.iter().zip(parts) {
+                assert_eq!(cache.len(), before.len() + now.len());
             }
         }
     }

@@ -56,6 +56,69 @@ async fn concurrent_streams_equal_solo_runs() {
     s.stop().await;
 }
 
+/// A sampled request with logprobs: its text and logprobs.
+async fn text_and_logprobs(url: &str, prompt: &str, seed: u64) -> (String, Value) {
+    let body = json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0.9,
+        "seed": seed,
+        "max_tokens": 40,
+        "ignore_eos": true,
+        "logprobs": true,
+        "top_logprobs": 3,
+    });
+    let (status, v) = post(url, &body).await;
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    let text = choice["message"]["content"].as_str().unwrap().to_string();
+    (text, choice["logprobs"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_invariant_results_do_not_depend_on_the_load() {
+    let mut cpu = cyb_runtime::CpuOptions::from_env().unwrap();
+    cpu.batch_invariant = true;
+    let options = cyb_runtime::RuntimeOptions {
+        cpu: Some(cpu),
+        ..cyb_runtime::RuntimeOptions::default()
+    };
+    let config = ServerConfig {
+        parallel: 6,
+        queue: 64,
+        ..ServerConfig::default()
+    };
+    let s = start_with(vec![("tiny", fixture("tiny_chat/hf"))], config, options).await;
+    let url = s.url("/v1/chat/completions");
+    let prompts = [
+        ("Hello there", 7u64),
+        ("Write a long poem about the sea and the wind", 11),
+        ("Why?", 3),
+        ("List three colours, then three animals", 42),
+    ];
+    let mut alone = Vec::new();
+    for (p, seed) in prompts {
+        alone.push(text_and_logprobs(&url, p, seed).await);
+    }
+    // Twelve copies, mixed, at once: prompts of different lengths share steps with decodes.
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let url = url.clone();
+            let (p, seed) = prompts[(i * 3) % 4];
+            tokio::spawn(async move { (i, text_and_logprobs(&url, p, seed).await) })
+        })
+        .collect();
+    for t in tasks {
+        let (i, got) = t.await.unwrap();
+        let want = &alone[(i * 3) % 4];
+        assert_eq!(got.0, want.0, "copy {i}: text");
+        assert_eq!(got.1, want.1, "copy {i}: logprobs");
+    }
+    let seqs = metric(&s, "cyb_batch_max_sequences{model=\"tiny\"}").await;
+    assert!(seqs >= 3.0, "at most {seqs} sequences shared a step");
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn full_queue_answers_429() {
     let s = start_tiny(ServerConfig {

@@ -711,7 +711,7 @@ fn decode_rows<const F: bool>(
                                     p,
                                     (q, k, v),
                                     (d, dv),
-                                    (c, kv),
+                                    (c, kv * n, n),
                                     (chunks == 1, avx512),
                                     sc,
                                     acc,
@@ -753,40 +753,133 @@ fn decode_rows<const F: bool>(
             return;
         }
         for row in 0..rows {
-            let top = (0..chunks).fold(f32::NEG_INFINITY, |m, c| {
-                m.max(parts[(row * chunks + c) * width])
-            });
             let dst = &mut y[g.q_at(row) * dv..][..dv];
-            dst.fill(0.0);
-            if top == f32::NEG_INFINITY {
-                continue;
-            }
-            // Each chunk's scale `e^(m_c - M)` (0 for a chunk with no visible key), once.
-            let mut sum = 0f32;
-            for c in 0..chunks {
-                let pc = &mut parts[(row * chunks + c) * width..][..2];
-                pc[0] = match pc[0] {
-                    f32::NEG_INFINITY => 0.0,
-                    m => exp(m - top),
-                };
-                sum += pc[0] * pc[1];
-            }
-            let inv = 1.0 / sum;
-            for c in 0..chunks {
-                let pc = &parts[(row * chunks + c) * width..][..width];
-                if pc[0] == 0.0 {
-                    continue;
-                }
-                let w = pc[0] * inv;
-                for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
-                    *o = madd::<F>(w, a, *o);
-                }
-            }
+            merge_chunks::<F>(&mut parts[row * chunks * width..][..chunks * width], dst);
         }
     })
 }
 
-/// One decode item: the `n` query rows of KV head `kv` against the keys of chunk `c`. Leaves
+/// One row's output from its chunks' `(max, Σ, Σ p·v)` (`parts`: `dst.len() + 2` values a
+/// chunk, chunks in key order): `y = Σ_c e^(m_c - M) acc_c / Σ_c e^(m_c - M) l_c`; zeros when
+/// no key is visible. A chunk with no visible key adds exact zeros.
+#[inline(always)]
+fn merge_chunks<const F: bool>(parts: &mut [f32], dst: &mut [f32]) {
+    let width = dst.len() + 2;
+    let top = parts
+        .chunks_exact(width)
+        .fold(f32::NEG_INFINITY, |m, pc| m.max(pc[0]));
+    dst.fill(0.0);
+    if top == f32::NEG_INFINITY {
+        return;
+    }
+    // Each chunk's scale `e^(m_c - M)` (0 for a chunk with no visible key), once.
+    let mut sum = 0f32;
+    for pc in parts.chunks_exact_mut(width) {
+        pc[0] = match pc[0] {
+            f32::NEG_INFINITY => 0.0,
+            m => exp(m - top),
+        };
+        sum += pc[0] * pc[1];
+    }
+    let inv = 1.0 / sum;
+    for pc in parts.chunks_exact(width) {
+        if pc[0] == 0.0 {
+            continue;
+        }
+        let w = pc[0] * inv;
+        for (o, &a) in dst.iter_mut().zip(&pc[2..]) {
+            *o = madd::<F>(w, a, *o);
+        }
+    }
+}
+
+/// Attention whose every row is computed the same way whatever the other rows
+/// (`CpuOptions::batch_invariant`): a query row's keys are taken in chunks of [`CHUNK`] at fixed
+/// positions, each chunk's unnormalized softmax and weighted values merged in key order
+/// ([`merge_chunks`]), even where there is one chunk, so a row's result depends only on its
+/// query and the keys it sees, not on how many rows came with it (one decode token, a prompt
+/// chunk, a whole prompt). Work items are groups of up to [`TRANSPOSE_MIN_ROWS`] rows of one KV
+/// head, split over the threads.
+#[inline(always)]
+fn invariant_rows<const F: bool>(
+    g: &Geometry,
+    p: &Params<'_>,
+    par: Par<'_>,
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (d, dv): (usize, usize),
+    y: &mut [f32],
+) {
+    const R: usize = TRANSPOSE_MIN_ROWS;
+    let n = g.group * g.lq;
+    let rows = y.len() / dv;
+    let heads = rows / n.max(1);
+    let groups = n.div_ceil(R);
+    let items = heads * groups;
+    let chunks = g.lk.div_ceil(CHUNK).max(1);
+    let width = dv + 2;
+    let threads = par.pool.threads().min(items).max(1);
+    let avx512 =
+        cfg!(target_arch = "x86_64") && par.set == KernelSet::Avx512 && par.set.is_available();
+    let yout = DisjointOut::new(y);
+    let yout = &yout;
+    let job = |t: usize| {
+        if t >= threads {
+            return;
+        }
+        let range = split(items, threads, t);
+        wide(
+            par.set,
+            #[inline(always)]
+            || {
+                let mut parts = vec![0f32; R * chunks * width];
+                scratch(&ITEM_SCRATCH, R * (CHUNK + dv), |buf| {
+                    let (sc, acc) = buf.split_at_mut(R * CHUNK);
+                    for item in range {
+                        let (kv, gi) = (item / groups, item % groups);
+                        let (row0, nr) = (kv * n + gi * R, (n - gi * R).min(R));
+                        for c in 0..chunks {
+                            let stats = decode_chunk::<F>(
+                                g,
+                                p,
+                                (q, k, v),
+                                (d, dv),
+                                (c, row0, nr),
+                                (false, avx512),
+                                sc,
+                                acc,
+                            );
+                            for (r, (a, st)) in acc.chunks_exact(dv).zip(stats).take(nr).enumerate()
+                            {
+                                let at = &mut parts[(r * chunks + c) * width..][..width];
+                                let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
+                                at[0] = m;
+                                at[1] = l;
+                                at[2..].copy_from_slice(a);
+                            }
+                        }
+                        for r in 0..nr {
+                            let at = g.q_at(row0 + r) * dv;
+                            // SAFETY: query row `row0 + r` belongs to this item only.
+                            let dst = unsafe { yout.slice(at..at + dv) };
+                            merge_chunks::<F>(
+                                &mut parts[r * chunks * width..][..chunks * width],
+                                dst,
+                            );
+                        }
+                    }
+                });
+            },
+        );
+    };
+    if threads == 1 {
+        job(0);
+    } else {
+        par.pool.run(&job);
+    }
+}
+
+/// One decode item: the `n` query rows from head-major row `row0` (rows of one KV head) against
+/// the keys of chunk `c`. Leaves
 /// each row's `Σ p·v` in `acc` (rows `dv` apart) and returns its `(max, Σ)` (`None`: no key
 /// visible); with `whole` (the only chunk) the weights are normalized, so `acc` is the output.
 /// With `avx512` the scores come from [`scores16_avx512`].
@@ -797,7 +890,7 @@ fn decode_chunk<const F: bool>(
     p: &Params<'_>,
     (q, k, v): (&[f32], &[f32], &[f32]),
     (d, dv): (usize, usize),
-    (c, kv): (usize, usize),
+    (c, row0, n): (usize, usize, usize),
     (whole, avx512): (bool, bool),
     sc: &mut [f32],
     acc: &mut [f32],
@@ -805,8 +898,7 @@ fn decode_chunk<const F: bool>(
     // Only x86-64 has the AVX-512 kernels.
     #[cfg(not(target_arch = "x86_64"))]
     let _ = avx512;
-    let n = g.group * g.lq;
-    let row0 = kv * n;
+    let kv = row0 / (g.group * g.lq).max(1);
     let (c0, c1) = (c * CHUNK, ((c + 1) * CHUNK).min(g.lk));
     let mut stats = [None; TRANSPOSE_MIN_ROWS];
     // Each row's visible keys in the chunk, and their union.
@@ -913,7 +1005,8 @@ fn decode_chunk<const F: bool>(
     stats
 }
 
-pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
+/// `Op::Sdpa`; with `invariant`, every row through [`invariant_rows`].
+pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor], invariant: bool) -> Result<Tensor> {
     let Op::Sdpa {
         scale,
         causal,
@@ -980,6 +1073,13 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor]) -> Result<Tensor> {
             sliding_window,
             tokens,
         };
+        if invariant {
+            match fma {
+                true => invariant_rows::<true>(g, p, par, (q, k, v), (d, dv), y),
+                false => invariant_rows::<false>(g, p, par, (q, k, v), (d, dv), y),
+            }
+            return f32_tensor(&dims, buf);
+        }
         if !transpose {
             match fma {
                 true => decode_rows::<true>(g, p, par, (q, k, v), (d, dv), y),

@@ -117,6 +117,8 @@ pub(crate) struct Scratch {
     row_blocks: Mutex<Vec<f32>>,
     /// Whether prefill-sized quantized matmuls may use AMX (where the CPU has it).
     pub(crate) amx: bool,
+    /// Whether each row's result must not depend on the row count (`CpuOptions::batch_invariant`).
+    pub(crate) invariant: bool,
 }
 
 /// Activation rows from which a quantized matmul takes the AMX kernels (16-row tiles; below
@@ -133,6 +135,7 @@ impl Default for Scratch {
             last_panels: Mutex::default(),
             row_blocks: Mutex::default(),
             amx: true,
+            invariant: false,
         }
     }
 }
@@ -192,11 +195,15 @@ fn repacked(
         // panels before the one-row kernel existed; not measured since).
         let amd = gemm::float_decode_rows() == 1;
         let row_tile = sgemm::row_tile(w_t.dtype(), set);
-        let panel_rows = if (amd && k >= PANEL_DECODE_K) || (!amd && row_tile.is_some()) {
-            1
-        } else {
-            2
-        };
+        // Batch-invariant: every row count through the panels' tile (`gemm` and `gemm_blocked`
+        // sum each output over `k` in order, as the one-row kernels do not).
+        let row_tile = row_tile.filter(|_| !scratch.invariant);
+        let panel_rows =
+            if scratch.invariant || (amd && k >= PANEL_DECODE_K) || (!amd && row_tile.is_some()) {
+                1
+            } else {
+                2
+            };
         if let Some(tile) = sgemm::tile(w_t.dtype(), set).filter(|_| m >= panel_rows) {
             let dtype = w_t.dtype();
             // Weights outside shared storage (tests, computed operands: the loaders share
@@ -267,7 +274,11 @@ fn repacked(
             };
             return Done::Products;
         }
-        let Some(kern) = gemm::kernel_for(w_t.dtype(), set, act, m) else {
+        let kern = match scratch.invariant {
+            true => gemm::kernel(w_t.dtype(), set),
+            false => gemm::kernel_for(w_t.dtype(), set, act, m),
+        };
+        let Some(kern) = kern else {
             return Done::No;
         };
         let Some((block, _)) = gemm::repack::unit(w_t.dtype()) else {

@@ -27,7 +27,16 @@ pub async fn start_tiny(config: ServerConfig) -> TestServer {
 }
 
 pub async fn start(models: Vec<(&str, PathBuf)>, config: ServerConfig) -> TestServer {
-    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    start_with(models, config, RuntimeOptions::default()).await
+}
+
+/// As [`start`], the models loaded by a runtime with `options`.
+pub async fn start_with(
+    models: Vec<(&str, PathBuf)>,
+    config: ServerConfig,
+    options: RuntimeOptions,
+) -> TestServer {
+    let rt = Runtime::new(options).unwrap();
     let served = models
         .into_iter()
         .map(|(id, path)| ServedModel {
