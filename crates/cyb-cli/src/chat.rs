@@ -2,7 +2,7 @@
 //! turns, so each turn prefills only what is new. `/reset` forgets the conversation,
 //! `/system TEXT` sets the system message, `/exit` (or end of input) quits.
 
-use crate::session_args::{EngineArgs, SamplingArgs};
+use crate::session_args::{DraftArgs, EngineArgs, SamplingArgs};
 use crate::stream::{print_metrics, stream_answer};
 use cyb_runtime::ChatMessage;
 use cyb_tensor::{Error, Result};
@@ -22,10 +22,13 @@ pub struct ChatArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
 }
 
 pub fn run(args: ChatArgs) -> Result<()> {
-    let model = args.engine.load(args.model.as_deref())?;
+    let rt = cyb_runtime::Runtime::new(args.engine.runtime_options()?)?;
+    let model = args.engine.load_in(&rt, args.model.as_deref())?;
     if model.chat_template().is_none() {
         return Err(Error::InvalidConfig {
             field: "chat_template".into(),
@@ -33,6 +36,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         });
     }
     let mut session = args.engine.generator(&model)?;
+    args.draft.apply(&args.engine, &rt, &mut session)?;
     let mut system = args.system.clone();
     let mut turns: Vec<ChatMessage> = Vec::new();
     eprintln!(

@@ -1,6 +1,6 @@
 //! `cyb-llm run [MODEL] "prompt"`: one answer, streamed to stdout; metrics to stderr.
 
-use crate::session_args::{EngineArgs, GrammarArgs, SamplingArgs};
+use crate::session_args::{DraftArgs, EngineArgs, GrammarArgs, SamplingArgs};
 use crate::stream::{print_metrics, stream_constrained};
 use cyb_runtime::ChatMessage;
 use cyb_tensor::{Error, Result};
@@ -23,6 +23,8 @@ pub struct RunArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub structured: GrammarArgs,
+    #[command(flatten)]
+    pub draft: DraftArgs,
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
@@ -31,7 +33,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         [m, p] => (Some(m.as_str()), p.clone()),
         _ => return Err(Error::invalid("run", "expected [MODEL] PROMPT")),
     };
-    let model = args.engine.load(model_path)?;
+    let rt = cyb_runtime::Runtime::new(args.engine.runtime_options()?)?;
+    let model = args.engine.load_in(&rt, model_path)?;
     let constraint = args.structured.constraint(&model)?;
     // Without a template the prompt is raw text either way, and raw text gets the BOS the
     // tokenizer adds.
@@ -55,6 +58,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let add_special = raw && model.tokenizer().add_bos();
     let ids = model.tokenizer().encode(&text, add_special)?;
     let mut session = args.engine.generator(&model)?;
+    args.draft.apply(&args.engine, &rt, &mut session)?;
     let (_, metrics) = stream_constrained(&mut session, &ids, args.sampling.params(), constraint)?;
     println!();
     print_metrics(&metrics);

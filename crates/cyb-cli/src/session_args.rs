@@ -61,7 +61,11 @@ impl EngineArgs {
 
     /// Builds the runtime and loads `model` (or the default model when `None`).
     pub fn load(&self, model: Option<&str>) -> Result<Model> {
-        let rt = Runtime::new(self.runtime_options()?)?;
+        self.load_in(&Runtime::new(self.runtime_options()?)?, model)
+    }
+
+    /// Loads `model` (or the default model when `None`) in `rt`.
+    pub fn load_in(&self, rt: &Runtime, model: Option<&str>) -> Result<Model> {
         let path = match model {
             Some(m) => crate::fetch::model_path(m)?,
             None => ensure_default_model(&mut |msg| eprintln!("{msg}"))?,
@@ -70,6 +74,36 @@ impl EngineArgs {
             cyb_format::open(&path)?.verify()?;
         }
         rt.load(path)
+    }
+}
+
+/// Speculative decoding: a smaller model of the same vocabulary proposes tokens.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DraftArgs {
+    /// A draft model (GGUF or Hugging Face directory, same vocabulary): it proposes tokens
+    /// that the model checks several at a time (speculative decoding; the output follows the
+    /// model's own sampling).
+    #[arg(long, alias = "model-draft")]
+    pub draft: Option<String>,
+    /// Tokens the draft proposes per step.
+    #[arg(long, default_value_t = 8)]
+    pub draft_max: usize,
+}
+
+impl DraftArgs {
+    /// Loads the draft into `session` if one is named, in the model's runtime `rt` (one
+    /// backend and thread pool for both).
+    pub fn apply(
+        &self,
+        engine: &EngineArgs,
+        rt: &Runtime,
+        session: &mut cyb_runtime::Generator,
+    ) -> Result<()> {
+        let Some(draft) = &self.draft else {
+            return Ok(());
+        };
+        let model = engine.load_in(rt, Some(draft))?;
+        session.set_draft(Some(model), self.draft_max)
     }
 }
 

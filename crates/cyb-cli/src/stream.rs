@@ -72,4 +72,12 @@ pub fn print_metrics(m: &GenerationMetrics) {
         m.decode_tps(),
         m.generated_tokens
     );
+    if m.draft_proposed > 0 {
+        eprintln!(
+            "draft: {} of {} proposed tokens accepted ({:.1}%)",
+            m.draft_accepted,
+            m.draft_proposed,
+            100.0 * m.draft_accepted as f64 / m.draft_proposed as f64
+        );
+    }
 }

@@ -146,6 +146,55 @@ fn run_streams_the_answer_to_stdout_and_metrics_to_stderr() {
 }
 
 #[test]
+fn run_with_a_draft_gives_the_same_greedy_answer() {
+    // The GGUF drafts for the HF directory (the same weights): transformers' greedy answer,
+    // every proposal kept; a draft of another vocabulary is refused before generating.
+    let r = reference();
+    let want = answer(&r["chat"]);
+    let prompt = r["chat"]["messages"][0]["content"].as_str().unwrap();
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("hf"),
+            prompt,
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--draft",
+            &fixture_str("model-f32.gguf"),
+            "--draft-max",
+            "3",
+        ],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{want}\n"));
+    let line = out.stderr.lines().find(|l| l.starts_with("draft: "));
+    let line = line.unwrap_or_else(|| panic!("no draft line in {}", out.stderr));
+    let nums: Vec<usize> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert!(
+        nums.len() >= 2 && nums[0] == nums[1] && nums[0] > 0,
+        "{line}"
+    );
+    let bert =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bert_gguf/model.gguf");
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("hf"),
+            prompt,
+            "--draft",
+            bert.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!out.ok);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(out.stderr.contains("draft"), "{}", out.stderr);
+}
+
+#[test]
 fn run_raw_feeds_the_prompt_without_template() {
     let r = reference();
     let raw = &r["raw"];

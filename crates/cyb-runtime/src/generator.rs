@@ -7,6 +7,7 @@ use crate::batch::{Batcher, Member};
 use crate::{Model, Sampler, SamplingParams, StopMatcher, TokenConstraint, TokenLogprobs};
 use cyb_models::KvCache;
 use cyb_tensor::{Error, Result};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,6 +24,10 @@ pub struct GenerationMetrics {
     pub time_to_first_token_ms: f64,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Tokens a draft model proposed (speculative decoding), and how many of them the model
+    /// accepted.
+    pub draft_proposed: usize,
+    pub draft_accepted: usize,
 }
 
 impl GenerationMetrics {
@@ -68,7 +73,22 @@ pub struct Generator {
     state: Session,
     /// Steps go through this shared queue (continuous batching) when set.
     batcher: Option<Arc<Batcher>>,
+    /// A smaller model that proposes tokens for this one to verify, when set.
+    draft: Option<Draft>,
 }
+
+/// The draft of speculative decoding: a model with the same vocabulary, its own cache, and how
+/// many tokens it proposes a step.
+struct Draft {
+    model: Model,
+    cache: KvCache,
+    /// The tokens its cache holds.
+    tokens: Vec<u32>,
+    max: usize,
+}
+
+/// Most tokens a draft may propose in one step.
+pub const MAX_DRAFT_TOKENS: usize = 64;
 
 struct Session {
     cache: KvCache,
@@ -86,7 +106,57 @@ impl Generator {
                 tokens: Vec::new(),
             },
             batcher: None,
+            draft: None,
         })
+    }
+
+    /// Decodes speculatively with `draft` (`None`: off, the default): each step the draft
+    /// proposes up to `max` tokens and this session's model checks them all in one forward,
+    /// keeping those its own sampling would have produced (the speculative sampling rule, so
+    /// the text follows this model's distribution; greedy gives its greedy tokens). The draft
+    /// must share this model's vocabulary token for token. Not used with a batcher or a token
+    /// constraint (those steps go one token at a time).
+    pub fn set_draft(&mut self, draft: Option<Model>, max: usize) -> Result<()> {
+        let Some(model) = draft else {
+            self.draft = None;
+            return Ok(());
+        };
+        if !(1..=MAX_DRAFT_TOKENS).contains(&max) {
+            return Err(Error::invalid(
+                "draft",
+                format!("draft tokens per step must be 1..={MAX_DRAFT_TOKENS}, not {max}"),
+            ));
+        }
+        let (ours, theirs) = (self.model.tokenizer(), model.tokenizer());
+        if ours.vocab_size() != theirs.vocab_size() {
+            return Err(Error::invalid(
+                "draft",
+                format!(
+                    "the draft model's vocabulary has {} tokens, the model's {}",
+                    theirs.vocab_size(),
+                    ours.vocab_size()
+                ),
+            ));
+        }
+        let vocab = u32::try_from(ours.vocab_size()).unwrap_or(u32::MAX);
+        if let Some(id) = (0..vocab).find(|&id| ours.token_text(id) != theirs.token_text(id)) {
+            return Err(Error::invalid(
+                "draft",
+                format!(
+                    "token {id} is {:?} in the model's vocabulary and {:?} in the draft's",
+                    ours.token_text(id).unwrap_or_default(),
+                    theirs.token_text(id).unwrap_or_default()
+                ),
+            ));
+        }
+        let cache = model.net()?.new_cache(self.capacity())?;
+        self.draft = Some(Draft {
+            model,
+            cache,
+            tokens: Vec::new(),
+            max,
+        });
+        Ok(())
     }
 
     /// Runs this session's steps through `batcher`, together with the other sessions that use
@@ -122,6 +192,10 @@ impl Generator {
     pub fn reset(&mut self) {
         self.state.cache.clear();
         self.state.tokens.clear();
+        if let Some(d) = &mut self.draft {
+            d.cache.clear();
+            d.tokens.clear();
+        }
     }
 
     /// Feeds `prompt` (token ids) and returns the stream of generated pieces.
@@ -171,10 +245,13 @@ impl Generator {
             model,
             state,
             batcher,
+            draft,
         } = self;
         Ok(Generation {
             model,
             state,
+            draft: draft.as_mut().filter(|_| batcher.is_none()),
+            pending: VecDeque::new(),
             batcher: batcher.as_deref(),
             member,
             decoder: model.tokenizer().incremental_decoder(false),
@@ -195,6 +272,42 @@ impl Generator {
     }
 }
 
+/// Refuses logits with NaN or +inf (broken weights or settings).
+fn check_finite(logits: &[f32]) -> Result<()> {
+    if logits.iter().any(|x| x.is_nan() || *x == f32::INFINITY) {
+        return Err(Error::InvalidArgument {
+            op: "generate".into(),
+            reason: "the model produced non-finite logits (NaN or +inf): its weights or \
+                     settings are broken"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// The speculative sampling rule for a proposal `d` drawn from the draft's distribution `q`,
+/// where the model's is `p`: kept with probability min(1, p(d)/q(d)) (`None`), else replaced
+/// by a draw from max(0, p − q) (`Some`; `Some` of nothing drawn only when that is all zero,
+/// which rounding alone can cause, and the caller draws from `p`). Kept or replaced, the token
+/// is distributed as `p`.
+fn judge(sampler: &mut Sampler, p: &[f64], q: &[f64], d: u32) -> Option<Option<u32>> {
+    let at = |x: &[f64]| x.get(d as usize).copied().unwrap_or(0.0);
+    let (pd, qd) = (at(p), at(q));
+    if qd > 0.0 && (pd >= qd || (pd > 0.0 && sampler.uniform() < pd / qd)) {
+        return None;
+    }
+    let rest: Vec<f64> = p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect();
+    Some(sampler.draw_from(&rest))
+}
+
+/// A token decided ahead of its turn by a speculative step.
+struct Pending {
+    token: u32,
+    /// Already in the cache (an accepted proposal), or to be fed next (the last of a step).
+    fed: bool,
+    logprobs: Option<TokenLogprobs>,
+}
+
 /// What a decode step produced: logits to sample from, or the token the model already picked.
 enum Next {
     Logits(Vec<f32>),
@@ -206,6 +319,9 @@ enum Next {
 pub struct Generation<'g> {
     model: &'g Model,
     state: &'g mut Session,
+    draft: Option<&'g mut Draft>,
+    /// Tokens a speculative step decided, emitted one a step.
+    pending: VecDeque<Pending>,
     batcher: Option<&'g Batcher>,
     /// Held while generating: leaders of batched steps wait for this session's next one.
     member: Option<Member>,
@@ -262,6 +378,63 @@ impl<'g> Generation<'g> {
             self.finish = Some(FinishReason::Length);
             return Ok(None);
         }
+        if self.pending.is_empty()
+            && self.logits.is_none()
+            && self.draft.is_some()
+            && self.constraint.is_none()
+        {
+            if let Some(t) = self.unfed.take() {
+                if self.state.cache.remaining() == 0 {
+                    self.finish = Some(FinishReason::Length);
+                    return Ok(None);
+                }
+                let t0 = Instant::now();
+                self.speculate(t)?;
+                self.metrics.decode_ms += t0.elapsed().as_secs_f64() * 1e3;
+            }
+        }
+        let (token, fed) = match self.pending.pop_front() {
+            Some(p) => {
+                if p.logprobs.is_some() {
+                    self.last_logprobs = p.logprobs;
+                }
+                (p.token, p.fed)
+            }
+            None => match self.next_token()? {
+                Some(t) => (t, false),
+                None => return Ok(None),
+            },
+        };
+        if let Some(c) = self.constraint.as_mut() {
+            c.accept(token)?;
+        }
+        if self.metrics.generated_tokens == 0 {
+            self.metrics.time_to_first_token_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        }
+        if !self.ignore_eos && self.model.tokenizer().eos_ids().contains(&token) {
+            self.finish = Some(FinishReason::Stop);
+            return Ok(None);
+        }
+        self.metrics.generated_tokens += 1;
+        if !fed {
+            self.unfed = Some(token);
+        }
+        let text = self.decoder.push(token)?;
+        let out = self.stop.push(&text);
+        let grammar_done = self.constraint.as_ref().is_some_and(|c| c.is_finished());
+        if out.stopped || grammar_done {
+            self.finish = Some(FinishReason::Stop);
+        }
+        Ok(Some(Piece {
+            token: Some(token),
+            text: out.text,
+        }))
+    }
+
+    /// The next token one step at a time: sampled from the logits at hand, or from those of
+    /// a forward of the unfed token. `None` when there is nothing to feed or the context is full
+    /// (the finish reason is set).
+    fn next_token(&mut self) -> Result<Option<u32>> {
         let next = match self.logits.take() {
             Some(l) => Next::Logits(l),
             None => {
@@ -294,14 +467,7 @@ impl<'g> Generation<'g> {
         let token = match next {
             Next::Token(t) => t,
             Next::Logits(mut logits) => {
-                if logits.iter().any(|x| x.is_nan() || *x == f32::INFINITY) {
-                    return Err(Error::InvalidArgument {
-                        op: "generate".into(),
-                        reason: "the model produced non-finite logits (NaN or +inf): its \
-                                 weights or settings are broken"
-                            .into(),
-                    });
-                }
+                check_finite(&logits)?;
                 if let Some(c) = self.constraint.as_mut() {
                     c.mask(&mut logits)?;
                 }
@@ -313,28 +479,107 @@ impl<'g> Generation<'g> {
                 token
             }
         };
-        if let Some(c) = self.constraint.as_mut() {
-            c.accept(token)?;
+        Ok(Some(token))
+    }
+
+    /// One speculative step from the unfed token `t`: the draft proposes up to its maximum
+    /// of tokens, the model scores `t` and all of them in one forward, and each proposal `d`
+    /// is kept with probability min(1, p(d)/q(d)) (`p` this model's sampling distribution,
+    /// `q` the draft's); the first one refused is replaced by a draw from max(0, p − q), and
+    /// when all are kept one more token is drawn from the last `p`. The tokens so follow this
+    /// model's own distribution (greedy: exactly its greedy tokens). Queues the kept proposals
+    /// (in the cache) and the token drawn after them (to be fed); the cache is cut back to
+    /// what was kept.
+    fn speculate(&mut self, t: u32) -> Result<()> {
+        let net = self.model.net()?;
+        let Some(draft) = self.draft.as_deref_mut() else {
+            return Err(Error::invalid("speculate", "no draft model"));
+        };
+        let dnet = draft.model.net()?;
+        let before = self.state.cache.len();
+        let mut history = self.state.tokens.clone();
+        history.push(t);
+        // Tokens still to emit, the one drawn after the proposals included, and room in the
+        // cache for `t` and every proposal.
+        let budget = self.max_tokens.map_or(usize::MAX, |m| {
+            m.saturating_sub(self.metrics.generated_tokens)
+        });
+        let k = draft
+            .max
+            .min(budget.saturating_sub(1))
+            .min(self.state.cache.remaining().saturating_sub(1));
+        // The draft's cache catches up with the model's (it holds what it was fed before).
+        let common = draft
+            .tokens
+            .iter()
+            .zip(&history)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(history.len() - 1);
+        draft.cache.truncate(common);
+        draft.tokens.truncate(common);
+        let mut feed = history[common..].to_vec();
+        let mut proposals = Vec::with_capacity(k);
+        let mut drafts = Vec::with_capacity(k);
+        let mut seen = history.clone();
+        for _ in 0..k {
+            if draft.cache.remaining() < feed.len() {
+                break;
+            }
+            let mut logits = dnet.forward(&feed, &mut draft.cache)?;
+            draft.tokens.extend_from_slice(&feed);
+            check_finite(&logits)?;
+            let q = self.sampler.distribution(&mut logits, &seen);
+            let Some(d) = self.sampler.draw_from(&q) else {
+                break;
+            };
+            proposals.push(d);
+            drafts.push(q);
+            seen.push(d);
+            feed = vec![d];
         }
-        if self.metrics.generated_tokens == 0 {
-            self.metrics.time_to_first_token_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        let mut input = Vec::with_capacity(proposals.len() + 1);
+        input.push(t);
+        input.extend_from_slice(&proposals);
+        let rows = net.forward_all(&input, &mut self.state.cache)?;
+        self.state.tokens.extend_from_slice(&input);
+        self.metrics.draft_proposed += proposals.len();
+        let vocab = rows.len() / input.len();
+        let mut seen = history;
+        for (i, row) in rows.chunks_exact(vocab.max(1)).enumerate() {
+            check_finite(row)?;
+            let mut logits = row.to_vec();
+            let p = self.sampler.distribution(&mut logits, &seen);
+            let top = self.logprobs_top;
+            let logprobs = |token| top.map(|n| TokenLogprobs::from_logits(row, token, n));
+            let proposal = proposals.get(i).zip(drafts.get(i));
+            let judged = proposal.map(|(&d, q)| (d, judge(&mut self.sampler, &p, q, d)));
+            if let Some((d, None)) = judged {
+                self.pending.push_back(Pending {
+                    token: d,
+                    fed: true,
+                    logprobs: logprobs(d),
+                });
+                self.metrics.draft_accepted += 1;
+                seen.push(d);
+                continue;
+            }
+            let drawn = judged.and_then(|(_, replacement)| replacement.flatten());
+            let token = match drawn.or_else(|| self.sampler.draw_from(&p)) {
+                Some(token) => token,
+                None => crate::sampling::argmax(row),
+            };
+            self.pending.push_back(Pending {
+                token,
+                fed: false,
+                logprobs: logprobs(token),
+            });
+            let keep = before + 1 + i;
+            self.state.cache.truncate(keep);
+            self.state.tokens.truncate(keep);
+            break;
         }
-        if !self.ignore_eos && self.model.tokenizer().eos_ids().contains(&token) {
-            self.finish = Some(FinishReason::Stop);
-            return Ok(None);
-        }
-        self.metrics.generated_tokens += 1;
-        self.unfed = Some(token);
-        let text = self.decoder.push(token)?;
-        let out = self.stop.push(&text);
-        let grammar_done = self.constraint.as_ref().is_some_and(|c| c.is_finished());
-        if out.stopped || grammar_done {
-            self.finish = Some(FinishReason::Stop);
-        }
-        Ok(Some(Piece {
-            token: Some(token),
-            text: out.text,
-        }))
+        Ok(())
     }
 
     /// Text held back at the end (an incomplete character, a prefix of a stop string that
@@ -374,5 +619,41 @@ impl Iterator for Generation<'_> {
             return None;
         }
         self.flush().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proposals drawn from `q` and judged against `p` come out distributed as `p`, for a
+    /// draft that is too sure, one that misses tokens `p` likes, and one equal to `p`.
+    #[test]
+    fn judged_proposals_follow_the_model() {
+        let p = [0.5, 0.3, 0.15, 0.05, 0.0];
+        for q in [
+            [0.05, 0.05, 0.05, 0.05, 0.8],
+            [0.9, 0.0, 0.0, 0.1, 0.0],
+            [0.5, 0.3, 0.15, 0.05, 0.0],
+        ] {
+            let mut sampler = Sampler::new(SamplingParams {
+                seed: Some(7),
+                ..SamplingParams::default()
+            });
+            let n = 200_000;
+            let mut counts = [0usize; 5];
+            for _ in 0..n {
+                let d = sampler.draw_from(&q).unwrap();
+                let t = match judge(&mut sampler, &p, &q, d) {
+                    None => d,
+                    Some(r) => r.unwrap(),
+                };
+                counts[t as usize] += 1;
+            }
+            for (c, want) in counts.iter().zip(p) {
+                let got = *c as f64 / n as f64;
+                assert!((got - want).abs() < 0.005, "q {q:?}: {counts:?}");
+            }
+        }
     }
 }

@@ -154,11 +154,47 @@ impl Sampler {
         min_p(logits, p.min_p);
     }
 
+    /// The distribution [`sample`](Sampler::sample) draws from for these logits: stages 1–7,
+    /// then the softmax; greedy gives all of it to the largest logit. (`logits` is modified.)
+    pub fn distribution(&self, logits: &mut [f32], history: &[u32]) -> Vec<f64> {
+        self.process(logits, history);
+        if self.params.temperature > 0.0 {
+            let probs = softmax(logits);
+            if probs.iter().any(|&p| p > 0.0) {
+                return probs;
+            }
+        }
+        let mut one = vec![0.0; logits.len()];
+        if let Some(p) = one.get_mut(argmax(logits) as usize) {
+            *p = 1.0;
+        }
+        one
+    }
+
+    /// One draw from `probs` (non-negative, not necessarily summing to 1); `None` when every
+    /// probability is 0.
+    pub fn draw_from(&mut self, probs: &[f64]) -> Option<u32> {
+        let total: f64 = probs.iter().sum();
+        if total <= 0.0 || !total.is_finite() {
+            return None;
+        }
+        if (total - 1.0).abs() < 1e-12 {
+            return self.draw(probs);
+        }
+        let scaled: Vec<f64> = probs.iter().map(|p| p / total).collect();
+        self.draw(&scaled)
+    }
+
+    /// A uniform number in [0, 1) from this sampler's generator.
+    pub fn uniform(&mut self) -> f64 {
+        // 53 random bits give every representable f64 in [0, 1) spaced 2^-53 apart.
+        (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
     /// One draw from `probs` (summing to 1): the first token whose cumulative probability
     /// exceeds a uniform number in [0, 1). `None` when every probability is 0.
     fn draw(&mut self, probs: &[f64]) -> Option<u32> {
-        // 53 random bits give every representable f64 in [0, 1) spaced 2^-53 apart.
-        let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        let u = self.uniform();
         let mut cum = 0.0;
         let mut last_nonzero = None;
         for (i, &p) in probs.iter().enumerate() {
