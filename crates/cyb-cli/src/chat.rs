@@ -18,6 +18,10 @@ pub struct ChatArgs {
     /// Print metrics after each answer.
     #[arg(long)]
     pub metrics: bool,
+    /// Keep the conversation in FILE: restored at start when it exists (its messages and the
+    /// model's cache, so the next turn prefills only what is new), saved after every turn.
+    #[arg(long, value_name = "FILE")]
+    pub session: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -39,6 +43,35 @@ pub fn run(args: ChatArgs) -> Result<()> {
     args.draft.apply(&args.engine, &rt, &mut session)?;
     let mut system = args.system.clone();
     let mut turns: Vec<ChatMessage> = Vec::new();
+    if let Some(path) = args.session.as_deref().filter(|p| p.exists()) {
+        let note = session.load_session(path)?;
+        // Besides the cache the file keeps the system message and the turns.
+        let parsed = serde_json::from_slice::<serde_json::Value>(&note).and_then(|mut v| {
+            let system = serde_json::from_value(v["system"].take())?;
+            let turns = serde_json::from_value(v["turns"].take())?;
+            Ok((system, turns))
+        });
+        (system, turns) = parsed.map_err(|e| Error::InvalidConfig {
+            field: format!("session file {}", path.display()),
+            reason: format!("its conversation does not parse: {e}"),
+        })?;
+        eprintln!(
+            "[restored {} messages ({} tokens) from {}]",
+            turns.len(),
+            session.tokens().len(),
+            path.display()
+        );
+    }
+    let save =
+        |session: &cyb_runtime::Generator, system: &Option<String>, turns: &[ChatMessage]| {
+            let Some(path) = &args.session else {
+                return Ok(());
+            };
+            let saved = serde_json::json!({ "system": system, "turns": turns });
+            let note =
+                serde_json::to_vec(&saved).map_err(|e| Error::invalid("session", e.to_string()))?;
+            session.save_session(path, &note)
+        };
     eprintln!(
         "chat with {} — /reset, /system TEXT, /exit",
         model.path().display()
@@ -60,6 +93,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             "/reset" => {
                 turns.clear();
                 session.reset();
+                save(&session, &system, &turns)?;
                 eprintln!("[conversation cleared]");
                 continue;
             }
@@ -74,6 +108,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             system = (!s.is_empty()).then(|| s.to_string());
             turns.clear();
             session.reset();
+            save(&session, &system, &turns)?;
             eprintln!("[system message set; conversation cleared]");
             continue;
         }
@@ -92,6 +127,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
                     print_metrics(&metrics);
                 }
                 turns.push(ChatMessage::assistant(answer));
+                save(&session, &system, &turns)?;
             }
             Err(e) => {
                 // The turn failed (a full context, say): report it and keep the chat going.

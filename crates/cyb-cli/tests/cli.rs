@@ -320,6 +320,59 @@ fn errors_exit_nonzero_and_say_why() {
 }
 
 #[test]
+fn chat_session_file_carries_the_conversation_to_the_next_run() {
+    // Turn one in one process, turn two in another: the second answer equals transformers'
+    // on the whole conversation, with only the new text prefilled.
+    let r = reference();
+    let (first, second) = (answer(&r["chat"]), answer(&r["chat_next_turn"]));
+    let hi = r["chat"]["messages"][0]["content"].as_str().unwrap();
+    let next = r["chat_next_turn"]["messages"][2]["content"]
+        .as_str()
+        .unwrap();
+    let file = scratch("chat.session");
+    let _ = std::fs::remove_file(&file);
+    let hf = fixture_str("hf");
+    let args = [
+        "chat",
+        &hf,
+        "--temp",
+        "0",
+        "-n",
+        "24",
+        "--metrics",
+        "--session",
+        file.to_str().unwrap(),
+    ];
+    let one = cyb(&args, Some(&format!("{hi}\n")));
+    assert!(one.ok, "{}", one.stderr);
+    assert_eq!(
+        one.stdout.trim_start_matches("> ").trim_end_matches("> "),
+        format!("{first}\n")
+    );
+    let two = cyb(&args, Some(&format!("{next}\n")));
+    assert!(two.ok, "{}", two.stderr);
+    assert!(
+        two.stderr.contains("[restored 2 messages"),
+        "{}",
+        two.stderr
+    );
+    assert_eq!(
+        two.stdout.trim_start_matches("> ").trim_end_matches("> "),
+        format!("{second}\n")
+    );
+    let len = |case: &str| r[case]["prompt_ids"].as_array().unwrap().len();
+    let held = len("chat") + answer_tokens(&r["chat"]);
+    let m = metrics(&two.stderr);
+    assert_eq!(m.len(), 1, "{}", two.stderr);
+    assert_eq!(m[0].1, len("chat_next_turn") - held, "{}", two.stderr);
+    // A damaged file is a clear error, not a panic.
+    std::fs::write(&file, b"CYBSESS1 but nothing else").unwrap();
+    let bad = cyb(&args, Some("hi\n"));
+    assert!(!bad.ok);
+    assert!(bad.stderr.contains("session file"), "{}", bad.stderr);
+}
+
+#[test]
 fn chat_keeps_the_cache_across_turns_and_obeys_commands() {
     let r = reference();
     let first = answer(&r["chat"]);

@@ -8,6 +8,8 @@ use crate::{Model, Sampler, SamplingParams, StopMatcher, TokenConstraint, TokenL
 use cyb_models::KvCache;
 use cyb_tensor::{Error, Result};
 use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,6 +88,11 @@ struct Draft {
     tokens: Vec<u32>,
     max: usize,
 }
+
+/// The first bytes of a saved session.
+const SESSION_MAGIC: &[u8; 8] = b"CYBSESS1";
+/// Bytes of a saved session's header: the magic, four u32, two u64.
+const SESSION_HEADER: usize = 8 + 16 + 16;
 
 /// Most tokens a draft may propose in one step.
 pub const MAX_DRAFT_TOKENS: usize = 64;
@@ -186,6 +193,131 @@ impl Generator {
     /// The session's context size in tokens.
     pub fn capacity(&self) -> usize {
         self.state.cache.capacity()
+    }
+
+    /// Saves the session (the tokens its cache holds, their keys and values, and `note`, any
+    /// bytes the caller wants back, such as a chat's messages) to `path`, through a temporary
+    /// file renamed into place. A session on a device backend is not saved (an error).
+    ///
+    /// Layout (little-endian): the 8 bytes `CYBSESS1`; u32 layers, KV heads, head size and
+    /// vocabulary size; u64 token count and note length; the token ids (u32); the note; then
+    /// per layer the keys and the values, f32 `[tokens, kv_heads, head_dim]`.
+    pub fn save_session(&self, path: &Path, note: &[u8]) -> Result<()> {
+        let io = |e| Error::Io {
+            path: path.into(),
+            source: e,
+        };
+        let tmp = path.with_extension("tmp-session");
+        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let mut out = std::io::BufWriter::new(file);
+        let mut head = Vec::with_capacity(SESSION_HEADER);
+        head.extend_from_slice(SESSION_MAGIC);
+        for v in self.session_shape() {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&(self.state.tokens.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(note.len() as u64).to_le_bytes());
+        let written = (|| {
+            out.write_all(&head).map_err(io)?;
+            for t in &self.state.tokens {
+                out.write_all(&t.to_le_bytes()).map_err(io)?;
+            }
+            out.write_all(note).map_err(io)?;
+            self.state.cache.write_rows(&mut out, path)?;
+            out.flush().map_err(io)
+        })();
+        drop(out);
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Restores a session [`save_session`](Generator::save_session) wrote, for this model (the
+    /// same layers, KV heads, head size and vocabulary; a file for another shape, one that is
+    /// cut short or longer than its header says, or more tokens than this session's context
+    /// are refused naming the field) and returns its note. On an error the session is empty.
+    pub fn load_session(&mut self, path: &Path) -> Result<Vec<u8>> {
+        self.reset();
+        let loaded = self.read_session(path);
+        if loaded.is_err() {
+            self.reset();
+        }
+        loaded
+    }
+
+    fn session_shape(&self) -> [u32; 4] {
+        let c = &self.state.cache;
+        let vocab = self.model.tokenizer().vocab_size();
+        [c.num_layers(), c.kv_heads(), c.head_dim(), vocab]
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+    }
+
+    fn read_session(&mut self, path: &Path) -> Result<Vec<u8>> {
+        let io = |e| Error::Io {
+            path: path.into(),
+            source: e,
+        };
+        let bad = |reason: String| Error::InvalidConfig {
+            field: format!("session file {}", path.display()),
+            reason,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        let mut input = std::io::BufReader::new(file);
+        let mut head = [0u8; SESSION_HEADER];
+        input
+            .read_exact(&mut head)
+            .map_err(|_| bad(format!("{size} bytes is shorter than its header")))?;
+        if &head[..8] != SESSION_MAGIC {
+            return Err(bad("it does not start with CYBSESS1".into()));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap_or([0; 8]));
+        let names = ["layers", "KV heads", "head size", "vocabulary size"];
+        for (k, (want, name)) in self.session_shape().into_iter().zip(names).enumerate() {
+            let got = u32_at(8 + 4 * k);
+            if got != want {
+                return Err(bad(format!(
+                    "it was saved for a model with {got} {name}, this one has {want}"
+                )));
+            }
+        }
+        let (tokens, note_len) = (u64_at(24), u64_at(32));
+        let cap = self.state.cache.capacity() as u64;
+        if tokens > cap {
+            return Err(bad(format!(
+                "it holds {tokens} tokens, more than this session's context of {cap}"
+            )));
+        }
+        let c = &self.state.cache;
+        let rows = 2 * (c.num_layers() * c.kv_heads() * c.head_dim()) as u64 * 4 * tokens;
+        let want = (SESSION_HEADER as u64)
+            .checked_add(4 * tokens)
+            .and_then(|n| n.checked_add(note_len))
+            .and_then(|n| n.checked_add(rows));
+        if want != Some(size) {
+            return Err(bad(format!(
+                "it is {size} bytes, its header describes {}",
+                want.map_or("more than 2^64".to_string(), |w| w.to_string())
+            )));
+        }
+        let mut ids = vec![0u8; 4 * tokens as usize];
+        input.read_exact(&mut ids).map_err(io)?;
+        let ids: Vec<u32> = ids
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        self.model
+            .tokenizer()
+            .check_ids(&ids)
+            .map_err(|e| bad(e.to_string()))?;
+        let mut note = vec![0u8; note_len as usize];
+        input.read_exact(&mut note).map_err(io)?;
+        self.state.cache.read_rows(ids.len(), &mut input, path)?;
+        self.state.tokens = ids;
+        Ok(note)
     }
 
     /// Forgets the conversation.

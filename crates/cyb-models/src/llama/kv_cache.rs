@@ -433,6 +433,69 @@ impl KvCache {
         Ok((one(&slot.k)?, one(&slot.v)?))
     }
 
+    /// Writes the committed keys and values of every layer to `out` as little-endian f32,
+    /// layer by layer, keys then values, each token-major `[len, kv_heads, head_dim]` (a host
+    /// cache): what [`read_rows`](KvCache::read_rows) takes back.
+    /// `path` names the file in errors.
+    pub fn write_rows(&self, out: &mut dyn std::io::Write, path: &std::path::Path) -> Result<()> {
+        let Layers::Host(layers) = &self.layers else {
+            return Err(host_only());
+        };
+        let bytes = self.len * self.kv_heads * self.head_dim * 4;
+        for slot in layers {
+            for buf in [&slot.k, &slot.v] {
+                let src = buf.as_bytes().get(..bytes).ok_or_else(|| {
+                    Error::invalid("kv_cache", "internal: a layer was not written")
+                })?;
+                out.write_all(src).map_err(|e| Error::Io {
+                    path: path.into(),
+                    source: e,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the cache's contents with `len` tokens' keys and values read from `input` in
+    /// [`write_rows`](KvCache::write_rows)' layout. On an error the cache is left empty.
+    pub fn read_rows(
+        &mut self,
+        len: usize,
+        input: &mut dyn std::io::Read,
+        path: &std::path::Path,
+    ) -> Result<()> {
+        self.clear();
+        if len > self.capacity {
+            return Err(Error::invalid(
+                "kv_cache",
+                format!("{len} tokens do not fit a context of {}", self.capacity),
+            ));
+        }
+        let bytes = len * self.kv_heads * self.head_dim * 4;
+        let Layers::Host(layers) = &mut self.layers else {
+            return Err(host_only());
+        };
+        for slot in layers.iter_mut() {
+            for buf in [&mut slot.k, &mut slot.v] {
+                let buf = Arc::make_mut(buf);
+                if !buf.set_len(bytes) {
+                    return Err(Error::invalid(
+                        "kv_cache",
+                        "internal: buffer below capacity",
+                    ));
+                }
+                input
+                    .read_exact(&mut buf.as_bytes_mut()[..bytes])
+                    .map_err(|e| Error::Io {
+                        path: path.into(),
+                        source: e,
+                    })?;
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+
     /// Copies the new rows into place and makes the buffers' length cover them; returns how
     /// many tokens they hold.
     fn store(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<usize> {
