@@ -3,23 +3,11 @@
 //! tiles, with 1 and 3 threads. (Both are also checked against the reference by matmul.rs.)
 
 mod common;
-use common::Rng;
+use common::{shared, Rng};
 use cyb_backend::{Backend, ExecContext};
 use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
 use cyb_ops::Op;
-use cyb_tensor::{DType, Shape, Storage, Tensor};
-use std::sync::Arc;
-
-fn shared(w: &Tensor) -> Tensor {
-    let bytes = w.host_bytes().unwrap().to_vec();
-    let len = bytes.len();
-    let storage = Storage::Shared {
-        owner: Arc::new(bytes),
-        offset: 0,
-        len,
-    };
-    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
-}
+use cyb_tensor::{DType, Tensor};
 
 fn run(b: &CpuBackend, inputs: &[Tensor]) -> Vec<f32> {
     let op = Op::MatMul {

@@ -5,11 +5,10 @@
 //! usual tolerance of the reference.
 
 mod common;
-use common::{reference, rel_err, run, Rng};
+use common::{reference, rel_err, run, shared, Rng};
 use cyb_cpu::{ActPrecision, CpuBackend, CpuOptions, KernelSet};
 use cyb_ops::{Op, SdpaLayout};
-use cyb_tensor::{DType, Shape, Storage, Tensor};
-use std::sync::Arc;
+use cyb_tensor::{DType, Tensor};
 
 fn invariant(set: KernelSet, threads: usize, act: ActPrecision) -> CpuBackend {
     CpuBackend::from_options(&CpuOptions {
@@ -20,17 +19,6 @@ fn invariant(set: KernelSet, threads: usize, act: ActPrecision) -> CpuBackend {
         ..CpuOptions::default()
     })
     .unwrap()
-}
-
-fn shared(w: &Tensor) -> Tensor {
-    let bytes = w.host_bytes().unwrap().to_vec();
-    let len = bytes.len();
-    let storage = Storage::Shared {
-        owner: Arc::new(bytes),
-        offset: 0,
-        len,
-    };
-    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {

@@ -4,11 +4,10 @@
 //! memory, which is what the repacked kernels take.
 
 mod common;
-use common::{check_act, Rng};
+use common::{check_act, shared, Rng};
 use cyb_cpu::ActPrecision;
 use cyb_ops::Op;
-use cyb_tensor::{DType, Shape, Storage, Tensor};
-use std::sync::Arc;
+use cyb_tensor::{DType, Tensor};
 
 const OP: Op = Op::MatMul {
     rhs_transposed: true,
@@ -44,18 +43,6 @@ fn exact_activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
         }
     }
     a
-}
-
-/// The same weight in shared storage, as a GGUF mapping hands it out.
-fn shared(w: &Tensor) -> Tensor {
-    let bytes = w.host_bytes().unwrap().to_vec();
-    let len = bytes.len();
-    let storage = Storage::Shared {
-        owner: Arc::new(bytes),
-        offset: 0,
-        len,
-    };
-    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
 }
 
 /// The 16-bit activations' largest level (`quant_act::Q16_MAX`).

@@ -732,11 +732,7 @@ fn decode_rows<const F: bool>(
                                     }
                                     let at = (row * chunks + c) * width;
                                     // SAFETY: row `row` of chunk `c` belongs to this item only.
-                                    let dst = unsafe { pout.slice(at..at + width) };
-                                    let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
-                                    dst[0] = m;
-                                    dst[1] = l;
-                                    dst[2..].copy_from_slice(a);
+                                    put_partial(unsafe { pout.slice(at..at + width) }, st, a);
                                 }
                             }
                         });
@@ -757,6 +753,16 @@ fn decode_rows<const F: bool>(
             merge_chunks::<F>(&mut parts[row * chunks * width..][..chunks * width], dst);
         }
     })
+}
+
+/// One row's partial result of one chunk into `dst`: its max, Σ, then `acc` (`Σ p·v`); a
+/// chunk with no visible key leaves `(-inf, 0, 0…)`.
+#[inline(always)]
+fn put_partial(dst: &mut [f32], stats: Option<(f32, f32)>, acc: &[f32]) {
+    let (m, l) = stats.unwrap_or((f32::NEG_INFINITY, 0.0));
+    dst[0] = m;
+    dst[1] = l;
+    dst[2..].copy_from_slice(acc);
 }
 
 /// One row's output from its chunks' `(max, Σ, Σ p·v)` (`parts`: `dst.len() + 2` values a
@@ -850,11 +856,7 @@ fn invariant_rows<const F: bool>(
                             );
                             for (r, (a, st)) in acc.chunks_exact(dv).zip(stats).take(nr).enumerate()
                             {
-                                let at = &mut parts[(r * chunks + c) * width..][..width];
-                                let (m, l) = st.unwrap_or((f32::NEG_INFINITY, 0.0));
-                                at[0] = m;
-                                at[1] = l;
-                                at[2..].copy_from_slice(a);
+                                put_partial(&mut parts[(r * chunks + c) * width..][..width], st, a);
                             }
                         }
                         for r in 0..nr {

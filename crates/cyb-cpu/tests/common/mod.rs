@@ -4,7 +4,8 @@
 use cyb_backend::{Backend, ExecContext};
 use cyb_cpu::{ActPrecision, CpuBackend, KernelSet};
 use cyb_ops::Op;
-use cyb_tensor::Tensor;
+use cyb_tensor::{Shape, Storage, Tensor};
+use std::sync::Arc;
 
 /// xorshift64*: reproducible inputs without a dependency.
 pub struct Rng(u64);
@@ -114,4 +115,17 @@ pub fn check_act(op: &Op, inputs: &[Tensor], tol: f32, what: &str, act: ActPreci
             act.name()
         );
     }
+}
+
+/// The same weight in shared storage, as a GGUF mapping hands it out (where the backend caches
+/// repacked and panel copies).
+pub fn shared(w: &Tensor) -> Tensor {
+    let bytes = w.host_bytes().unwrap().to_vec();
+    let len = bytes.len();
+    let storage = Storage::Shared {
+        owner: Arc::new(bytes),
+        offset: 0,
+        len,
+    };
+    Tensor::new(Shape::new(w.dims()).unwrap(), w.dtype(), storage).unwrap()
 }
