@@ -118,8 +118,26 @@ pub fn run(args: ChatArgs) -> Result<()> {
             messages.push(ChatMessage::system(s.clone()));
         }
         messages.extend(turns.iter().cloned());
-        let prompt = model.render_chat(&messages, true)?;
-        let ids = model.tokenizer().encode(&prompt, false)?;
+        // Context shift: when the conversation outgrows the context (with room for the
+        // answer), its oldest turns go; the system message and this turn stay.
+        let ctx = session.capacity();
+        let reserve = args
+            .sampling
+            .params()
+            .max_tokens
+            .unwrap_or(ctx / 4)
+            .min(ctx / 2);
+        let mut ids = Vec::new();
+        let dropped = cyb_runtime::drop_oldest_turns(&mut messages, |m| {
+            ids = model
+                .tokenizer()
+                .encode(&model.render_chat(m, true)?, false)?;
+            Ok(ids.len() + reserve <= ctx)
+        })?;
+        if dropped > 0 {
+            turns.drain(..dropped);
+            eprintln!("[the {dropped} oldest messages were dropped to fit the context]");
+        }
         match stream_answer(&mut session, &ids, args.sampling.params()) {
             Ok((answer, metrics)) => {
                 println!();

@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// request with a seed gets the same text and logprobs under any load.
     #[arg(long)]
     pub batch_invariant: bool,
+    /// A chat that outgrows the context drops its oldest turns (keeping the system messages
+    /// and the last turn) until it fits with room for the answer, instead of a 400.
+    #[arg(long)]
+    pub context_shift: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -93,6 +97,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let config = ServerConfig {
         parallel: args.parallel.max(1),
         batch_tokens: args.batch_tokens,
+        context_shift: args.context_shift,
         queue: args.queue,
         ctx: args.engine.ctx,
         allow_ctx_overflow: args.engine.ctx_overflow == "allow",

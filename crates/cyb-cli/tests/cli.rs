@@ -373,6 +373,39 @@ fn chat_session_file_carries_the_conversation_to_the_next_run() {
 }
 
 #[test]
+fn chat_drops_the_oldest_turns_when_the_context_fills() {
+    // Eight long turns in a 160-token context with room for 24-token answers: the oldest
+    // turns go and every question is answered.
+    let question = "Please tell me a long story about the sea and the wind";
+    let script = format!("{}/exit\n", format!("{question}\n").repeat(8));
+    let out = cyb(
+        &[
+            "chat",
+            &fixture_str("hf"),
+            "--temp",
+            "0",
+            "-n",
+            "24",
+            "--ctx",
+            "160",
+            "--metrics",
+        ],
+        Some(&script),
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("oldest messages were dropped to fit the context"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("error"), "{}", out.stderr);
+    let m = metrics(&out.stderr);
+    assert_eq!(m.len(), 8, "{}", out.stderr);
+    assert!(m.iter().all(|&(prompt, _, _)| prompt + 24 <= 160), "{m:?}");
+}
+
+#[test]
 fn chat_keeps_the_cache_across_turns_and_obeys_commands() {
     let r = reference();
     let first = answer(&r["chat"]);
@@ -433,14 +466,22 @@ fn chat_keeps_the_cache_across_turns_and_obeys_commands() {
 
 #[test]
 fn chat_survives_a_full_context() {
+    // A second turn that does not fit drops the first; a question longer than the whole
+    // context is an error, and the chat goes on.
     let r = reference();
     let hi = r["chat"]["messages"][0]["content"].as_str().unwrap();
-    let script = format!("{hi}\nHow are you?\n/reset\n{hi}\n");
+    let long = "word ".repeat(60);
+    let script = format!("{hi}\nHow are you?\n{long}\n/reset\n{hi}\n");
     let out = cyb(
         &["chat", &fixture_str("hf"), "--temp", "0", "--ctx", "30"],
         Some(&script),
     );
     assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("oldest messages were dropped"),
+        "{}",
+        out.stderr
+    );
     assert!(out.stderr.contains("error:"), "{}", out.stderr);
     let answers: Vec<&str> = out
         .stdout
@@ -448,7 +489,9 @@ fn chat_survives_a_full_context() {
         .map(|s| s.trim_end_matches('\n'))
         .filter(|s| !s.is_empty())
         .collect();
-    assert_eq!(answers, [answer(&r["chat"]), answer(&r["chat"])]);
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0], answer(&r["chat"]));
+    assert_eq!(answers[2], answer(&r["chat"]));
 }
 
 #[test]

@@ -44,20 +44,35 @@ pub async fn handle(
     // Rendering and tokenizing are CPU work bounded by the template's fuel and output limits,
     // run off the async executor so other requests are served meanwhile.
     let model = slot.model.clone();
+    let (ctx, shift) = (slot.ctx, state.config.context_shift);
+    let reserve = params.max_tokens.unwrap_or(ctx / 4).min(ctx / 2);
     let prompt = tokio::task::spawn_blocking(move || -> Result<Vec<u32>, ApiError> {
-        let text = match model.chat_template() {
-            Some(t) => t.render(
-                &messages,
-                &RenderOptions {
-                    add_generation_prompt: true,
-                    tools: tools_json,
-                    ..RenderOptions::default()
-                },
-            )?,
-            None => model.render_chat(&messages, true)?,
+        let encode = |messages: &[ChatMessage]| -> cyb_tensor::Result<Vec<u32>> {
+            let text = match model.chat_template() {
+                Some(t) => t.render(
+                    messages,
+                    &RenderOptions {
+                        add_generation_prompt: true,
+                        tools: tools_json.clone(),
+                        ..RenderOptions::default()
+                    },
+                )?,
+                None => model.render_chat(messages, true)?,
+            };
+            let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
+            model.tokenizer().encode(&text, add_special)
         };
-        let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
-        Ok(model.tokenizer().encode(&text, add_special)?)
+        if !shift {
+            return Ok(encode(&messages)?);
+        }
+        // Context shift: the oldest turns go until the prompt fits with room for the answer.
+        let mut messages = messages;
+        let mut last = Vec::new();
+        cyb_runtime::drop_oldest_turns(&mut messages, |m| {
+            last = encode(m)?;
+            Ok(last.len() + reserve <= ctx)
+        })?;
+        Ok(last)
     })
     .await
     .map_err(|e| ApiError::server(format!("the prompt task failed: {e}")))??;

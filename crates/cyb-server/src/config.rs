@@ -22,6 +22,10 @@ pub struct ServerConfig {
     /// Concurrent generations of one model advance in shared forward steps (continuous
     /// batching) of at most this many tokens; 0 turns batching off (each runs on its own).
     pub batch_tokens: usize,
+    /// A chat whose messages do not fit the context (with room for the answer: `max_tokens`,
+    /// at most half the context, a quarter when not given) drops its oldest turns until they
+    /// do, keeping the system messages and the last turn; off, it is a 400.
+    pub context_shift: bool,
 }
 
 impl Default for ServerConfig {
@@ -35,6 +39,7 @@ impl Default for ServerConfig {
             max_audio_bytes: 100 << 20,
             max_tokens_limit: 4096,
             batch_tokens: 512,
+            context_shift: false,
         }
     }
 }

@@ -491,3 +491,42 @@ async fn tool_conversations_render_and_answer() {
     }
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_shift_drops_the_oldest_turns() {
+    // A conversation longer than the 256-token context: a 400 by default; with
+    // `context_shift` the oldest turns go, the system message and the last question stay, and
+    // the prompt leaves room for the answer.
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    for i in 0..12 {
+        messages.push(json!({"role": "user", "content": format!("Question {i}: {}", "tell me more ".repeat(4))}));
+        messages.push(
+            json!({"role": "assistant", "content": format!("Answer {i}: {}", "fine ".repeat(4))}),
+        );
+    }
+    messages.push(json!({"role": "user", "content": "The last question"}));
+    let body = json!({
+        "model": "tiny",
+        "messages": messages,
+        "max_tokens": 16,
+        "temperature": 0,
+    });
+    for shift in [false, true] {
+        let s = start_tiny(ServerConfig {
+            ctx: Some(256),
+            context_shift: shift,
+            ..ServerConfig::default()
+        })
+        .await;
+        let (status, v) = post(&s.url("/v1/chat/completions"), &body).await;
+        if shift {
+            assert_eq!(status, 200, "{v}");
+            let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+            assert!(prompt + 16 <= 256, "{prompt} prompt tokens");
+            assert!(prompt > 50, "more was dropped than needed: {prompt}");
+        } else {
+            assert_eq!(status, 400, "{v}");
+        }
+        s.stop().await;
+    }
+}

@@ -381,6 +381,71 @@ fn split_control(s: &str, leading: bool) -> (&str, &str) {
     }
 }
 
+/// Context shift for a conversation that outgrows the context: drops the oldest turns of
+/// `messages` until `fits` accepts what is left. A turn is a message after the leading
+/// system/developer messages and everything up to the next user message, so the roles keep
+/// alternating; the leading system messages and the last turn are never dropped. Returns how
+/// many messages were dropped (`fits` may still refuse what is left).
+pub fn drop_oldest_turns(
+    messages: &mut Vec<ChatMessage>,
+    mut fits: impl FnMut(&[ChatMessage]) -> Result<bool>,
+) -> Result<usize> {
+    let mut dropped = 0;
+    while !fits(messages)? {
+        let Some(first) = messages
+            .iter()
+            .position(|m| m.role != "system" && m.role != "developer")
+        else {
+            break;
+        };
+        let Some(next) = messages[first + 1..].iter().position(|m| m.role == "user") else {
+            break;
+        };
+        let end = first + 1 + next;
+        messages.drain(first..end);
+        dropped += end - first;
+    }
+    Ok(dropped)
+}
+
+#[cfg(test)]
+mod shift_tests {
+    use super::*;
+
+    fn conversation() -> Vec<ChatMessage> {
+        let mut m = vec![ChatMessage::system("sys".to_string())];
+        for i in 0..3 {
+            m.push(ChatMessage::user(format!("q{i}")));
+            m.push(ChatMessage::assistant(format!("a{i}")));
+        }
+        m.push(ChatMessage::user("last".to_string()));
+        m
+    }
+
+    fn texts(m: &[ChatMessage]) -> Vec<String> {
+        m.iter()
+            .map(|m| m.content.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn oldest_turns_go_first_and_the_system_and_last_turn_stay() {
+        let mut m = conversation();
+        let n = drop_oldest_turns(&mut m, |m| Ok(m.len() <= 6)).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(texts(&m), ["sys", "q1", "a1", "q2", "a2", "last"]);
+        // Nothing fits: everything but the system message and the last turn goes.
+        let mut m = conversation();
+        let n = drop_oldest_turns(&mut m, |_| Ok(false)).unwrap();
+        assert_eq!(n, 6);
+        assert_eq!(texts(&m), ["sys", "last"]);
+        // Already fits: nothing is dropped.
+        let mut m = conversation();
+        assert_eq!(drop_oldest_turns(&mut m, |_| Ok(true)).unwrap(), 0);
+        assert_eq!(m.len(), 8);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
