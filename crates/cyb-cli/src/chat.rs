@@ -120,20 +120,13 @@ pub fn run(args: ChatArgs) -> Result<()> {
         messages.extend(turns.iter().cloned());
         // Context shift: when the conversation outgrows the context (with room for the
         // answer), its oldest turns go; the system message and this turn stay.
-        let ctx = session.capacity();
-        let reserve = args
-            .sampling
-            .params()
-            .max_tokens
-            .unwrap_or(ctx / 4)
-            .min(ctx / 2);
-        let mut ids = Vec::new();
-        let dropped = cyb_runtime::drop_oldest_turns(&mut messages, |m| {
-            ids = model
-                .tokenizer()
-                .encode(&model.render_chat(m, true)?, false)?;
-            Ok(ids.len() + reserve <= ctx)
-        })?;
+        let max_tokens = args.sampling.params().max_tokens;
+        let (ids, dropped) =
+            cyb_runtime::fit_chat(&mut messages, session.capacity(), max_tokens, |m| {
+                model
+                    .tokenizer()
+                    .encode(&model.render_chat(m, true)?, false)
+            })?;
         if dropped > 0 {
             turns.drain(..dropped);
             eprintln!("[the {dropped} oldest messages were dropped to fit the context]");

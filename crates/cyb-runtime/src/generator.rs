@@ -418,18 +418,23 @@ fn check_finite(logits: &[f32]) -> Result<()> {
 }
 
 /// The speculative sampling rule for a proposal `d` drawn from the draft's distribution `q`,
-/// where the model's is `p`: kept with probability min(1, p(d)/q(d)) (`None`), else replaced
-/// by a draw from max(0, p − q) (`Some`; `Some` of nothing drawn only when that is all zero,
-/// which rounding alone can cause, and the caller draws from `p`). Kept or replaced, the token
+/// where the model's is `p` ([`Sampler::distribution`], never all zero): kept with
+/// probability min(1, p(d)/q(d)) (`None`), else replaced (`Some`) by a draw from
+/// max(0, p − q), or from `p` where rounding left that all zero. Kept or replaced, the token
 /// is distributed as `p`.
-fn judge(sampler: &mut Sampler, p: &[f64], q: &[f64], d: u32) -> Option<Option<u32>> {
+fn judge(sampler: &mut Sampler, p: &[f64], q: &[f64], d: u32) -> Option<u32> {
     let at = |x: &[f64]| x.get(d as usize).copied().unwrap_or(0.0);
     let (pd, qd) = (at(p), at(q));
     if qd > 0.0 && (pd >= qd || (pd > 0.0 && sampler.uniform() < pd / qd)) {
         return None;
     }
     let rest: Vec<f64> = p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect();
-    Some(sampler.draw_from(&rest))
+    Some(
+        sampler
+            .draw_from(&rest)
+            .or_else(|| sampler.draw_from(p))
+            .unwrap_or(d),
+    )
 }
 
 /// A token decided ahead of its turn by a speculative step.
@@ -686,21 +691,24 @@ impl<'g> Generation<'g> {
             let logprobs = |token| top.map(|n| TokenLogprobs::from_logits(row, token, n));
             let proposal = proposals.get(i).zip(drafts.get(i));
             let judged = proposal.map(|(&d, q)| (d, judge(&mut self.sampler, &p, q, d)));
-            if let Some((d, None)) = judged {
-                self.pending.push_back(Pending {
-                    token: d,
-                    fed: true,
-                    logprobs: logprobs(d),
-                });
-                self.metrics.draft_accepted += 1;
-                seen.push(d);
-                continue;
-            }
-            let drawn = judged.and_then(|(_, replacement)| replacement.flatten());
-            let token = match drawn.or_else(|| self.sampler.draw_from(&p)) {
-                Some(token) => token,
-                None => crate::sampling::argmax(row),
+            let replacement = match judged {
+                Some((d, None)) => {
+                    self.pending.push_back(Pending {
+                        token: d,
+                        fed: true,
+                        logprobs: logprobs(d),
+                    });
+                    self.metrics.draft_accepted += 1;
+                    seen.push(d);
+                    continue;
+                }
+                Some((_, Some(t))) => Some(t),
+                None => None,
             };
+            // Refused, or every proposal kept: one token more, from the model.
+            let token = replacement
+                .or_else(|| self.sampler.draw_from(&p))
+                .unwrap_or_else(|| crate::sampling::argmax(row));
             self.pending.push_back(Pending {
                 token,
                 fed: false,
@@ -776,10 +784,7 @@ mod tests {
             let mut counts = [0usize; 5];
             for _ in 0..n {
                 let d = sampler.draw_from(&q).unwrap();
-                let t = match judge(&mut sampler, &p, &q, d) {
-                    None => d,
-                    Some(r) => r.unwrap(),
-                };
+                let t = judge(&mut sampler, &p, &q, d).unwrap_or(d);
                 counts[t as usize] += 1;
             }
             for (c, want) in counts.iter().zip(p) {

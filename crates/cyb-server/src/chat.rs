@@ -45,7 +45,7 @@ pub async fn handle(
     // run off the async executor so other requests are served meanwhile.
     let model = slot.model.clone();
     let (ctx, shift) = (slot.ctx, state.config.context_shift);
-    let reserve = params.max_tokens.unwrap_or(ctx / 4).min(ctx / 2);
+    let max_tokens = params.max_tokens;
     let prompt = tokio::task::spawn_blocking(move || -> Result<Vec<u32>, ApiError> {
         let encode = |messages: &[ChatMessage]| -> cyb_tensor::Result<Vec<u32>> {
             let text = match model.chat_template() {
@@ -67,12 +67,7 @@ pub async fn handle(
         }
         // Context shift: the oldest turns go until the prompt fits with room for the answer.
         let mut messages = messages;
-        let mut last = Vec::new();
-        cyb_runtime::drop_oldest_turns(&mut messages, |m| {
-            last = encode(m)?;
-            Ok(last.len() + reserve <= ctx)
-        })?;
-        Ok(last)
+        Ok(cyb_runtime::fit_chat(&mut messages, ctx, max_tokens, encode)?.0)
     })
     .await
     .map_err(|e| ApiError::server(format!("the prompt task failed: {e}")))??;

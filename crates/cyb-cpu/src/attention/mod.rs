@@ -837,9 +837,11 @@ fn invariant_rows<const F: bool>(
             par.set,
             #[inline(always)]
             || {
-                let mut parts = vec![0f32; R * chunks * width];
-                scratch(&ITEM_SCRATCH, R * (CHUNK + dv), |buf| {
-                    let (sc, acc) = buf.split_at_mut(R * CHUNK);
+                // Scores, weighted values, then every chunk's partial result of the rows.
+                let len = R * (CHUNK + dv) + R * chunks * width;
+                scratch(&ITEM_SCRATCH, len, |buf| {
+                    let (sc, rest) = buf.split_at_mut(R * CHUNK);
+                    let (acc, parts) = rest.split_at_mut(R * dv);
                     for item in range {
                         let (kv, gi) = (item / groups, item % groups);
                         let (row0, nr) = (kv * n + gi * R, (n - gi * R).min(R));

@@ -408,6 +408,25 @@ pub fn drop_oldest_turns(
     Ok(dropped)
 }
 
+/// [`drop_oldest_turns`] until the prompt `encode` makes of the messages leaves room for the
+/// answer in a context of `ctx` tokens: `max_tokens`, at most half the context (a quarter of
+/// it when not given). Returns the last prompt encoded and how many messages were dropped (the
+/// prompt may still not fit when one turn is longer than that).
+pub fn fit_chat(
+    messages: &mut Vec<ChatMessage>,
+    ctx: usize,
+    max_tokens: Option<usize>,
+    mut encode: impl FnMut(&[ChatMessage]) -> Result<Vec<u32>>,
+) -> Result<(Vec<u32>, usize)> {
+    let room = max_tokens.unwrap_or(ctx / 4).min(ctx / 2);
+    let mut prompt = Vec::new();
+    let dropped = drop_oldest_turns(messages, |m| {
+        prompt = encode(m)?;
+        Ok(prompt.len() + room <= ctx)
+    })?;
+    Ok((prompt, dropped))
+}
+
 #[cfg(test)]
 mod shift_tests {
     use super::*;
