@@ -2,9 +2,10 @@
 
 use crate::session_args::EngineArgs;
 use cyb_runtime::{ensure_default_model, Runtime};
-use cyb_server::{ServedModel, ServerConfig};
+use cyb_server::{ModelLoader, ServedModel, ServerConfig};
 use cyb_tensor::{Error, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -51,6 +52,21 @@ pub struct ServeArgs {
     /// and the last turn) until it fits with room for the answer, instead of a 400.
     #[arg(long)]
     pub context_shift: bool,
+    /// Unload a model nobody used for this many seconds (it stays listed; the next request
+    /// that names it loads it again).
+    #[arg(long, value_name = "SECS")]
+    pub idle_unload: Option<f64>,
+    /// Model files loaded at once may take at most this much (bytes, or with a K, M, G or T
+    /// suffix): loading one more unloads the least recently used idle models first.
+    #[arg(long, value_name = "SIZE")]
+    pub memory_budget: Option<String>,
+    /// Answer POST /v1/models/load and /v1/models/unload: clients may load any model file
+    /// this server can read (or fetch from the hub), so only for trusted clients.
+    #[arg(long)]
+    pub model_admin: bool,
+    /// Folder for POST /slots/{id}?action=save|restore session files (off without it).
+    #[arg(long, value_name = "DIR")]
+    pub slot_save_path: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -71,7 +87,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             cpu.batch_invariant = true;
         }
     }
-    let rt = Runtime::new(options)?;
+    let rt = Arc::new(Runtime::new(options)?);
     let paths: Vec<PathBuf> = if args.models.is_empty() {
         vec![ensure_default_model(&mut |msg| eprintln!("{msg}"))?]
     } else {
@@ -92,8 +108,56 @@ pub fn run(args: ServeArgs) -> Result<()> {
             path.display(),
             model.load_ms()
         );
-        served.push(ServedModel { id, model });
+        let source = Some(path.display().to_string());
+        served.push(ServedModel { id, model, source });
     }
+    if let Some(dir) = &args.slot_save_path {
+        if !dir.is_dir() {
+            return Err(Error::invalid(
+                "--slot-save-path",
+                format!("{} is not a folder", dir.display()),
+            ));
+        }
+    }
+    let idle_unload = match args.idle_unload {
+        Some(s) if !(s.is_finite() && s > 0.0 && s < 1e9) => {
+            return Err(Error::invalid(
+                "--idle-unload",
+                format!("{s} is not a number of seconds above 0"),
+            ))
+        }
+        s => s.map(std::time::Duration::from_secs_f64),
+    };
+    let memory_budget = args
+        .memory_budget
+        .as_deref()
+        .map(|s| {
+            parse_size(s).ok_or_else(|| {
+                Error::invalid(
+                    "--memory-budget",
+                    format!("{s:?} is not a size such as 8G or 512M"),
+                )
+            })
+        })
+        .transpose()?;
+    let verify = args.engine.verify;
+    let loader_rt = rt.clone();
+    let loader: ModelLoader = Arc::new(move |source: &str| {
+        let load = || -> Result<ServedModel> {
+            let path = crate::fetch::model_path(source)?;
+            if verify {
+                cyb_format::open(&path)?.verify()?;
+            }
+            let model = loader_rt.load(&path)?;
+            eprintln!("loaded {} in {:.0} ms", path.display(), model.load_ms());
+            Ok(ServedModel {
+                id: cyb_hub::cached_repo_of(&path).unwrap_or_else(|| model_id(&path)),
+                model,
+                source: Some(path.display().to_string()),
+            })
+        };
+        load().map_err(|e| e.to_string())
+    });
     let config = ServerConfig {
         parallel: args.parallel.max(1),
         batch_tokens: args.batch_tokens,
@@ -104,10 +168,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_audio_bytes: args.max_audio_bytes,
         max_tokens_limit: args.max_tokens_limit.max(1),
+        idle_unload,
+        memory_budget,
+        model_admin: args.model_admin,
+        slot_save_path: args.slot_save_path.clone(),
     };
-    cyb_server::run_blocking(served, config, &args.host, args.port, |addr| {
-        eprintln!("listening on http://{addr}");
-    })
+    cyb_server::run_blocking(
+        served,
+        config,
+        Some(loader),
+        &args.host,
+        args.port,
+        |addr| {
+            eprintln!("listening on http://{addr}");
+        },
+    )
     .map_err(|reason| Error::invalid("serve", reason))
 }
 
@@ -121,4 +196,41 @@ fn model_id(path: &Path) -> String {
     };
     name.map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
+}
+
+/// A size in bytes: digits with an optional K, M, G or T suffix (powers of 1024; a trailing
+/// `B` or `iB` is allowed).
+fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.chars().last()? {
+        'k' | 'K' => (&t[..t.len() - 1], 10),
+        'm' | 'M' => (&t[..t.len() - 1], 20),
+        'g' | 'G' => (&t[..t.len() - 1], 30),
+        't' | 'T' => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: f64 = digits.trim().parse().ok()?;
+    let bytes = n * (1u64 << shift) as f64;
+    (n.is_finite() && n > 0.0 && bytes < 1.8e19).then_some(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
+        assert_eq!(parse_size("300m"), Some(300 << 20));
+        assert_eq!(parse_size("2TB"), Some(2 << 40));
+        for bad in ["", "G", "-1G", "0", "nanM", "1e30T", "12X"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
 }

@@ -67,7 +67,7 @@ async fn handle(
     task: Task,
 ) -> Result<Response, ApiError> {
     let form = AudioForm::read(body, state.config.max_audio_bytes).await?;
-    let slot = state.find_speech(form.model.as_deref())?;
+    let slot = state.find_speech(form.model.as_deref()).await?;
     let multilingual = slot.model.speech()?.is_multilingual();
     let req = request(&form, task, multilingual)?;
     let upload = form.file.ok_or_else(|| {

@@ -31,7 +31,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
     let req: ChatRequest = parse_body(&body)?;
-    let slot = state.find_generator(req.common.model.as_deref())?;
+    let slot = state.find_generator(req.common.model.as_deref()).await?;
     let (max, param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
         None => (req.common.max_tokens, "max_tokens"),

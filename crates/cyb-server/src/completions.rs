@@ -24,7 +24,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
     let mut req: CompletionRequest = parse_body(&body)?;
-    let slot = state.find_generator(req.common.model.as_deref())?;
+    let slot = state.find_generator(req.common.model.as_deref()).await?;
     let limit = state.config.max_tokens_limit;
     let params = req.common.sampling(
         req.common.max_tokens,

@@ -1,6 +1,14 @@
 //! Server settings and the models it serves.
 
 use cyb_runtime::Model;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Loads a model at run time from what a client or an earlier start named it by (a file,
+/// a directory or a hub name): `POST /v1/models/load`, and a model unloaded for being idle
+/// or for room loading again. The id it gives is the default one; the source it sets is what
+/// loads the model again.
+pub type ModelLoader = Arc<dyn Fn(&str) -> Result<ServedModel, String> + Send + Sync>;
 
 /// Limits and sizes; `cyb-llm serve` flags map one to one.
 #[derive(Clone, Debug)]
@@ -26,6 +34,19 @@ pub struct ServerConfig {
     /// at most half the context, a quarter when not given) drops its oldest turns until they
     /// do, keeping the system messages and the last turn; off, it is a 400.
     pub context_shift: bool,
+    /// A model nobody used for this long leaves memory (it stays listed and the next request
+    /// that names it loads it again); only models the loader can load again.
+    pub idle_unload: Option<Duration>,
+    /// The bytes of model files loaded at once: loading one more first unloads the least
+    /// recently used idle models, and is refused (503) when the models in use leave no room.
+    pub memory_budget: Option<u64>,
+    /// `POST /v1/models/load` and `/v1/models/unload` are answered (403 otherwise): loading
+    /// reads any model file the server can read, so it is for servers whose clients are
+    /// trusted.
+    pub model_admin: bool,
+    /// The folder `POST /slots/{id}?action=save|restore` write and read session files in
+    /// (`None`: those actions answer 501).
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -40,6 +61,10 @@ impl Default for ServerConfig {
             max_tokens_limit: 4096,
             batch_tokens: 512,
             context_shift: false,
+            idle_unload: None,
+            memory_budget: None,
+            model_admin: false,
+            slot_save_path: None,
         }
     }
 }
@@ -49,4 +74,7 @@ impl Default for ServerConfig {
 pub struct ServedModel {
     pub id: String,
     pub model: Model,
+    /// What the server's [`ModelLoader`] takes to load this model again (`None`: it cannot,
+    /// so it is never unloaded for being idle or for room).
+    pub source: Option<String>,
 }

@@ -39,7 +39,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
     let req: EmbeddingRequest = parse_body(&body)?;
-    let slot = state.find_encoder(req.model.as_deref())?;
+    let slot = state.find_encoder(req.model.as_deref()).await?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -4,7 +4,9 @@
 //! `POST /v1/embeddings` and `POST /v1/rerank` (encoder models; the generation endpoints need a
 //! text generator and answer 400 for an encoder, and the other way round),
 //! `POST /v1/audio/transcriptions` and `POST /v1/audio/translations` (speech recognition
-//! models, multipart uploads), `GET /v1/models`,
+//! models, multipart uploads), `GET /v1/models`, `POST /v1/models/load` and
+//! `POST /v1/models/unload` (models loaded and unloaded at run time), `GET /slots` and
+//! `POST /slots/{id}?action=save|restore|erase` (idle sessions' KV state on disk),
 //! `GET /health`, `GET /metrics` (Prometheus text). Each request generates in its own session
 //! over the model's shared weights, on a blocking thread; at most `parallel` run at once and
 //! `queue` more wait, the rest get 429. Idle sessions keep their KV cache and are reused by
@@ -12,6 +14,7 @@
 //!
 //! This crate must not know how models compute: it speaks HTTP and the runtime's public API.
 
+mod admin;
 mod admission;
 mod audio;
 mod audio_form;
@@ -22,6 +25,7 @@ mod embeddings;
 mod error;
 mod metrics;
 mod pool;
+mod registry;
 mod reply;
 mod request;
 mod rerank;
@@ -32,19 +36,20 @@ mod tool_calls;
 mod worker;
 
 pub use audio_form::{read_audio_form, AudioForm, Upload};
-pub use config::{ServedModel, ServerConfig};
+pub use config::{ModelLoader, ServedModel, ServerConfig};
 pub use error::ApiError;
-pub use routes::{router, run_blocking, serve, shutdown_signal};
+pub use routes::{router, router_with_loader, run_blocking, serve, shutdown_signal};
 pub use tool_calls::{parse_tool_calls, ParsedToolCall};
 
 use admission::Admission;
 use metrics::Metrics;
 use pool::ModelSlot;
+use registry::{Kind, Registry};
 use std::sync::Arc;
 
 /// What every handler shares.
 pub(crate) struct AppState {
-    pub models: Vec<Arc<ModelSlot>>,
+    pub models: Registry,
     pub config: ServerConfig,
     pub admission: Admission,
     pub metrics: Metrics,
@@ -52,28 +57,22 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    /// The model a request names; no name picks the first served model.
-    pub fn find_model(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
-        match id {
+    /// The model a request names (loading it again if it was unloaded); no name picks the
+    /// first known model.
+    pub async fn find_model(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let id = match id {
+            Some(id) => id.to_string(),
             None => self
                 .models
-                .first()
-                .cloned()
-                .ok_or_else(|| ApiError::server("no model is loaded")),
-            Some(id) => self
-                .models
-                .iter()
-                .find(|m| m.id == id)
-                .cloned()
-                .ok_or_else(|| ApiError::model_not_found(id)),
-        }
+                .first_of(None)
+                .ok_or_else(|| ApiError::server("no model is loaded"))?,
+        };
+        self.models.get(&id, &self.metrics).await
     }
-}
 
-impl AppState {
     /// The named model, which must generate text (chat and text completions).
-    pub fn find_generator(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
-        let slot = self.find_model(id)?;
+    pub async fn find_generator(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let slot = self.find_model(id).await?;
         if slot.model.is_speech() {
             return Err(not_speech_endpoint(&slot.id));
         }
@@ -92,8 +91,8 @@ impl AppState {
     }
 
     /// The named model, which must be an encoder (embeddings).
-    pub fn find_encoder(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
-        let slot = self.find_model(id)?;
+    pub async fn find_encoder(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let slot = self.find_model(id).await?;
         if slot.model.is_speech() {
             return Err(not_speech_endpoint(&slot.id));
         }
@@ -112,24 +111,20 @@ impl AppState {
     }
 
     /// The named model, which must recognize speech (the audio endpoints); no name picks the
-    /// first speech model served.
-    pub fn find_speech(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
-        let slot = match id.map(str::trim).filter(|id| !id.is_empty()) {
-            Some(id) => self.find_model(Some(id))?,
-            None => self
-                .models
-                .iter()
-                .find(|m| m.model.is_speech())
-                .cloned()
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "model",
-                        "no speech recognition model is served; start cyb-llm serve with a \
-                         Whisper model",
-                    )
-                    .with_code("model_not_supported")
-                })?,
+    /// first speech model known.
+    pub async fn find_speech(&self, id: Option<&str>) -> Result<Arc<ModelSlot>, ApiError> {
+        let id = match id.map(str::trim).filter(|id| !id.is_empty()) {
+            Some(id) => id.to_string(),
+            None => self.models.first_of(Some(Kind::Speech)).ok_or_else(|| {
+                ApiError::invalid(
+                    "model",
+                    "no speech recognition model is served; start cyb-llm serve with a \
+                     Whisper model",
+                )
+                .with_code("model_not_supported")
+            })?,
         };
+        let slot = self.find_model(Some(&id)).await?;
         if !slot.model.is_speech() {
             let what = if slot.model.is_encoder() {
                 "an embedding (encoder) model"

@@ -15,6 +15,16 @@ pub struct Metrics {
     /// Decode tokens/s of the last finished generation, as f64 bits.
     last_tps_bits: AtomicU64,
     active_sessions: AtomicU64,
+    model_loads: AtomicU64,
+    /// Unloads by reason: request, idle, budget.
+    model_unloads: [AtomicU64; 3],
+}
+
+/// One known model's gauges: its id, whether it is in memory, the size of its files.
+pub struct ModelGauge {
+    pub id: String,
+    pub loaded: bool,
+    pub bytes: u64,
 }
 
 /// Counts a running generation until dropped (on the worker thread, so a cancelled
@@ -45,6 +55,14 @@ impl Metrics {
         }
     }
 
+    pub fn record_model_load(&self) {
+        self.model_loads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_model_unload(&self, reason: crate::registry::UnloadReason) {
+        self.model_unloads[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn active(&self) -> ActiveSession<'_> {
         self.active_sessions.fetch_add(1, Ordering::SeqCst);
         ActiveSession(self)
@@ -61,6 +79,7 @@ impl Metrics {
         queue_depth: usize,
         idle_sessions: usize,
         batches: &[(String, cyb_runtime::BatchStats)],
+        models: &[ModelGauge],
     ) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, String)>| {
@@ -131,6 +150,46 @@ impl Metrics {
             "gauge",
             "Sessions kept idle with their KV cache for reuse.",
             one(idle_sessions.to_string()),
+        );
+        let gauge = |f: &dyn Fn(&ModelGauge) -> String| {
+            models
+                .iter()
+                .map(|m| (format!("{{model=\"{}\"}}", m.id), f(m)))
+                .collect()
+        };
+        metric(
+            "cyb_model_loaded",
+            "gauge",
+            "Whether a known model is in memory (1) or unloaded until a request names it (0).",
+            gauge(&|m| u8::from(m.loaded).to_string()),
+        );
+        metric(
+            "cyb_model_memory_bytes",
+            "gauge",
+            "The size of a loaded model's files (what it counts against --memory-budget).",
+            gauge(&|m| if m.loaded { m.bytes } else { 0 }.to_string()),
+        );
+        metric(
+            "cyb_model_loads_total",
+            "counter",
+            "Models loaded while serving (by POST /v1/models/load or by a request naming an \
+             unloaded model).",
+            one(load(&self.model_loads)),
+        );
+        use crate::registry::UnloadReason as R;
+        metric(
+            "cyb_model_unloads_total",
+            "counter",
+            "Models unloaded, by reason: request, idle (--idle-unload), budget (--memory-budget).",
+            [R::Request, R::Idle, R::Budget]
+                .iter()
+                .map(|&r| {
+                    (
+                        format!("{{reason=\"{}\"}}", r.label()),
+                        load(&self.model_unloads[r as usize]),
+                    )
+                })
+                .collect(),
         );
         let per_model = |f: &dyn Fn(&cyb_runtime::BatchStats) -> String| {
             batches

@@ -1,7 +1,9 @@
 //! Sessions per model. Each request generates in its own session (its own KV cache over the
 //! shared weights); finished sessions wait idle with their cache, and a new request takes the
 //! idle session whose cached tokens share the longest prefix with its prompt, so a repeated
-//! system prompt or the earlier turns of a chat are not computed again.
+//! system prompt or the earlier turns of a chat are not computed again. An idle session has
+//! an id (unique over the server) until a request takes it; `/slots` saves it to disk and
+//! restores it from there.
 
 use crate::config::{ServedModel, ServerConfig};
 use crate::error::ApiError;
@@ -16,8 +18,8 @@ pub struct ModelSlot {
     pub model: Model,
     /// Context size of every session of this model.
     pub ctx: usize,
-    /// Idle sessions, least recently used first.
-    idle: Mutex<Vec<Generator>>,
+    /// Idle sessions with their ids, least recently used first.
+    idle: Mutex<Vec<(u64, Generator)>>,
     max_idle: usize,
     /// Sessions may run past the trained context (`ServerConfig::allow_ctx_overflow`).
     allow_overflow: bool,
@@ -77,19 +79,18 @@ impl ModelSlot {
             let best = idle
                 .iter()
                 .enumerate()
-                .map(|(i, g)| (common_prefix(g.tokens(), prompt), i))
+                .map(|(i, (_, g))| (common_prefix(g.tokens(), prompt), i))
                 .max_by_key(|&(common, i)| (common, i));
             match best {
                 Some((common, i)) if common > 0 || idle.len() >= self.max_idle => {
-                    Some(idle.remove(i))
+                    Some(idle.remove(i).1)
                 }
                 _ => None,
             }
         };
         let mut session = match taken {
             Some(g) => g,
-            None if self.allow_overflow => self.model.generator_beyond_context(self.ctx)?,
-            None => self.model.generator(Some(self.ctx))?,
+            None => self.new_session()?,
         };
         session.set_batcher(self.batcher.clone())?;
         Ok(session)
@@ -100,13 +101,48 @@ impl ModelSlot {
         self.batcher.as_ref().map(|b| b.stats())
     }
 
-    /// Returns a session to the pool; beyond `max_idle` the least recently used is freed.
+    /// An empty session of this model's context.
+    pub fn new_session(&self) -> Result<Generator> {
+        if self.allow_overflow {
+            self.model.generator_beyond_context(self.ctx)
+        } else {
+            self.model.generator(Some(self.ctx))
+        }
+    }
+
+    /// Returns a session to the pool under a new id; beyond `max_idle` the least recently
+    /// used is freed.
     pub fn checkin(&self, session: Generator) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.push(session);
+        self.checkin_as(next_session_id(), session);
+    }
+
+    /// Returns a session to the pool as `id` (replacing an idle session of that id).
+    pub fn checkin_as(&self, id: u64, session: Generator) {
+        let mut idle = self.lock_idle();
+        idle.retain(|(i, _)| *i != id);
+        idle.push((id, session));
         while idle.len() > self.max_idle {
             idle.remove(0);
         }
+    }
+
+    /// Takes the idle session `id` out of the pool (to save or erase it).
+    pub fn take_idle(&self, id: u64) -> Option<Generator> {
+        let mut idle = self.lock_idle();
+        let i = idle.iter().position(|(i, _)| *i == id)?;
+        Some(idle.remove(i).1)
+    }
+
+    /// The idle sessions' ids and token counts, least recently used first.
+    pub fn idle_list(&self) -> Vec<(u64, usize)> {
+        self.lock_idle()
+            .iter()
+            .map(|(id, g)| (*id, g.tokens().len()))
+            .collect()
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Generator)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The model's grammar compiler (blocking: indexes the vocabulary on first use).
@@ -122,8 +158,15 @@ impl ModelSlot {
     }
 
     pub fn idle_sessions(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.lock_idle().len()
     }
+}
+
+/// Session ids, unique over the server's models (`GET /slots`).
+pub fn next_session_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {

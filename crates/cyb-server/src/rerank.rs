@@ -40,7 +40,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
     let req: RerankRequest = parse_body(&body)?;
-    let slot = state.find_encoder(req.model.as_deref())?;
+    let slot = state.find_encoder(req.model.as_deref()).await?;
     let labels = slot.model.class_labels();
     if labels.len() != 1 || slot.model.has_token_classifier() {
         return Err(ApiError::invalid(

@@ -1,11 +1,11 @@
 //! The router, the small endpoints, request accounting and graceful shutdown.
 
 use crate::admission::Admission;
-use crate::config::{ServedModel, ServerConfig};
+use crate::config::{ModelLoader, ServedModel, ServerConfig};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
-use crate::pool::ModelSlot;
-use crate::{audio, chat, completions, embeddings, rerank, unix_now, AppState};
+use crate::metrics::{Metrics, ModelGauge};
+use crate::registry::Registry;
+use crate::{admin, audio, chat, completions, embeddings, rerank, unix_now, AppState};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
@@ -15,31 +15,32 @@ use axum::{Json, Router};
 use serde_json::json;
 use std::sync::Arc;
 
-/// The application: every endpoint over `models`. Errors when there is no model or two share
-/// an id.
+/// The application: every endpoint over `models`, none loaded at run time. Errors when there
+/// is no model or two share an id.
 pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, String> {
+    router_with_loader(models, config, None)
+}
+
+/// The application over `models`, loading more (and loading unloaded ones again) with
+/// `loader`; starts the idle-unload sweep when `config.idle_unload` is set.
+pub fn router_with_loader(
+    models: Vec<ServedModel>,
+    config: ServerConfig,
+    loader: Option<ModelLoader>,
+) -> Result<Router, String> {
     if models.is_empty() {
         return Err("no model to serve".into());
     }
-    for (i, m) in models.iter().enumerate() {
-        if models.iter().skip(i + 1).any(|o| o.id == m.id) {
-            return Err(format!(
-                "two models have the id {:?}; give one another with --alias",
-                m.id
-            ));
-        }
-    }
-    let slots = models
-        .into_iter()
-        .map(|m| ModelSlot::new(m, &config).map(Arc::new))
-        .collect::<std::result::Result<Vec<_>, String>>()?;
     let state = Arc::new(AppState {
-        models: slots,
+        models: Registry::new(models, &config, loader)?,
         admission: Admission::new(config.parallel, config.queue),
         metrics: Metrics::default(),
         started: unix_now(),
         config: config.clone(),
     });
+    if let Some(idle) = config.idle_unload {
+        sweep_idle_models(Arc::downgrade(&state), idle);
+    }
     Ok(Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
@@ -55,6 +56,10 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
             post(audio::translations).layer(DefaultBodyLimit::max(config.max_audio_bytes)),
         )
         .route("/v1/models", get(models_list))
+        .route("/v1/models/load", post(admin::load))
+        .route("/v1/models/unload", post(admin::unload))
+        .route("/slots", get(admin::slots))
+        .route("/slots/{id}", post(admin::slot_action))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -62,6 +67,26 @@ pub fn router(models: Vec<ServedModel>, config: ServerConfig) -> Result<Router, 
         .layer(axum::middleware::from_fn_with_state(state.clone(), account))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state))
+}
+
+/// Unloads idle models every so often on a thread of its own, until the server is gone.
+fn sweep_idle_models(state: std::sync::Weak<AppState>, idle: std::time::Duration) {
+    let period = (idle / 4).clamp(
+        std::time::Duration::from_millis(50),
+        std::time::Duration::from_secs(10),
+    );
+    let spawned = std::thread::Builder::new()
+        .name("cyb-idle-unload".into())
+        .spawn(move || loop {
+            std::thread::sleep(period);
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            state.models.sweep_idle(idle, &state.metrics);
+        });
+    if let Err(e) = spawned {
+        eprintln!("warning: no idle-unload thread ({e}); idle models stay loaded");
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets in-flight requests
@@ -103,7 +128,7 @@ pub async fn shutdown_signal() {
 /// Counts every request by endpoint and status; unknown paths count as `other` so a
 /// scanner cannot grow the label set.
 async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    const KNOWN: [&str; 9] = [
+    const KNOWN: [&str; 12] = [
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/embeddings",
@@ -111,6 +136,9 @@ async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         "/v1/audio/transcriptions",
         "/v1/audio/translations",
         "/v1/models",
+        "/v1/models/load",
+        "/v1/models/unload",
+        "/slots",
         "/health",
         "/metrics",
     ];
@@ -130,7 +158,8 @@ async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let data: Vec<_> = state
         .models
-        .iter()
+        .list()
+        .into_iter()
         .map(|m| {
             json!({
                 "id": m.id,
@@ -138,6 +167,8 @@ async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
                 "created": state.started,
                 "owned_by": "cyb-llm",
                 "context_length": m.ctx,
+                "status": if m.loaded { "loaded" } else { "unloaded" },
+                "size_bytes": m.bytes,
             })
         })
         .collect();
@@ -149,15 +180,25 @@ async fn health() -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let idle: usize = state.models.iter().map(|m| m.idle_sessions()).sum();
-    let batches: Vec<(String, cyb_runtime::BatchStats)> = state
-        .models
+    let known = state.models.list();
+    let loaded: Vec<_> = known.iter().filter_map(|m| m.slot.clone()).collect();
+    let idle: usize = loaded.iter().map(|m| m.idle_sessions()).sum();
+    let batches: Vec<(String, cyb_runtime::BatchStats)> = loaded
         .iter()
         .filter_map(|m| Some((m.id.clone(), m.batch_stats()?)))
         .collect();
+    let gauges: Vec<ModelGauge> = known
+        .into_iter()
+        .map(|m| ModelGauge {
+            id: m.id,
+            loaded: m.loaded,
+            bytes: m.bytes,
+        })
+        .collect();
+    drop(loaded);
     let text = state
         .metrics
-        .render(state.admission.queue_depth(), idle, &batches);
+        .render(state.admission.queue_depth(), idle, &batches, &gauges);
     (
         [(
             header::CONTENT_TYPE,
@@ -184,11 +225,12 @@ async fn method_not_allowed(uri: Uri) -> ApiError {
 pub fn run_blocking(
     models: Vec<ServedModel>,
     config: ServerConfig,
+    loader: Option<ModelLoader>,
     host: &str,
     port: u16,
     on_listen: impl FnOnce(std::net::SocketAddr),
 ) -> Result<(), String> {
-    let app = router(models, config)?;
+    let app = router_with_loader(models, config, loader)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

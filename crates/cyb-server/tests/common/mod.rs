@@ -30,6 +30,31 @@ pub async fn start(models: Vec<(&str, PathBuf)>, config: ServerConfig) -> TestSe
     start_with(models, config, RuntimeOptions::default()).await
 }
 
+/// As [`start`], with a loader, so models can be loaded at run time and loaded again after
+/// an unload (each served model's source is its path).
+pub async fn start_managed(models: Vec<(&str, PathBuf)>, config: ServerConfig) -> TestServer {
+    let rt = std::sync::Arc::new(Runtime::new(RuntimeOptions::default()).unwrap());
+    let served = models
+        .into_iter()
+        .map(|(id, path)| ServedModel {
+            id: id.to_string(),
+            model: rt.load(&path).unwrap(),
+            source: Some(path.display().to_string()),
+        })
+        .collect();
+    let loader: cyb_server::ModelLoader = std::sync::Arc::new(move |source: &str| {
+        let path = PathBuf::from(source);
+        let model = rt.load(&path).map_err(|e| e.to_string())?;
+        Ok(ServedModel {
+            id: path.file_name().unwrap().to_string_lossy().into_owned(),
+            model,
+            source: Some(source.to_string()),
+        })
+    });
+    let app = cyb_server::router_with_loader(served, config, Some(loader)).unwrap();
+    listen(app).await
+}
+
 /// As [`start`], the models loaded by a runtime with `options`.
 pub async fn start_with(
     models: Vec<(&str, PathBuf)>,
@@ -42,9 +67,13 @@ pub async fn start_with(
         .map(|(id, path)| ServedModel {
             id: id.to_string(),
             model: rt.load(path).unwrap(),
+            source: None,
         })
         .collect();
-    let app = cyb_server::router(served, config).unwrap();
+    listen(cyb_server::router(served, config).unwrap()).await
+}
+
+async fn listen(app: axum::Router) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = oneshot::channel::<()>();
