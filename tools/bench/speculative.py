@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Speculative decoding, measured: `cyb-llm run` of one model alone and with a draft model at
-several draft lengths, repeats alternated, greedy (--temp 0), the same prompt and token count.
-Prints one markdown table: median decode tokens/s over the repeats, the ratio to the model
-alone, and the share of proposed tokens the model accepted.
+"""Speculative decoding, measured: `cyb-llm run` of one model alone and with a draft model
+(or, with DRAFT `lookup`, prompt lookup: `--draft-lookup`) at several draft lengths, repeats
+alternated, greedy (--temp 0), the same prompt and token count. Prints one markdown table:
+median decode tokens/s over the repeats, the ratio to the model alone, and the share of
+proposed tokens the model accepted.
 
-    python3 tools/bench/speculative.py MODEL DRAFT [--draft-max 2,4,8] [--tokens 128]
-        [--reps 3] [--threads 2] [--bin target/release/cyb-llm] [--raw]
+    python3 tools/bench/speculative.py MODEL DRAFT|lookup [--draft-max 2,4,8] [--tokens 128]
+        [--reps 3] [--threads 2] [--bin target/release/cyb-llm] [--raw] [--task story|edit]
+
+`--task edit` asks the model to repeat a short program with one change (an answer that copies
+its input, where prompt lookup helps); `story` (default) asks for new text.
 
 Standard library only.
 """
@@ -17,16 +21,29 @@ import statistics
 import subprocess
 import sys
 
-PROMPT = "Write a short story about a robot who learns to paint."
+PROMPTS = {
+    "story": "Write a short story about a robot who learns to paint.",
+    "edit": (
+        "Rewrite this Python function so that it is called total_price instead of f, and "
+        "change nothing else. Answer with the code only.\n\n"
+        "def f(items, tax):\n"
+        "    subtotal = 0\n"
+        "    for item in items:\n"
+        "        subtotal += item.price * item.quantity\n"
+        "    discount = 0.1 * subtotal if subtotal > 100 else 0\n"
+        "    return (subtotal - discount) * (1 + tax)\n"
+    ),
+}
 
 
 def one(args, draft_max: int | None) -> tuple[float, float | None]:
-    cmd = [args.bin, "run", args.model, PROMPT, "--temp", "0", "-n", str(args.tokens),
+    cmd = [args.bin, "run", args.model, PROMPTS[args.task], "--temp", "0", "-n", str(args.tokens),
            "-t", str(args.threads), "--ignore-eos"]
     if args.raw:
         cmd.append("--raw")
     if draft_max is not None:
-        cmd += ["--draft", args.draft, "--draft-max", str(draft_max)]
+        drafter = ["--draft-lookup"] if args.draft == "lookup" else ["--draft", args.draft]
+        cmd += drafter + ["--draft-max", str(draft_max)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
@@ -51,6 +68,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bin", default="target/release/cyb-llm")
     ap.add_argument("--raw", action="store_true", help="feed the prompt without a chat template")
+    ap.add_argument("--task", choices=sorted(PROMPTS), default="story")
     args = ap.parse_args()
     configs: list[int | None] = [None] + [int(k) for k in args.draft_max.split(",")]
     one(args, None)  # warm the page cache

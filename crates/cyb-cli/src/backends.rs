@@ -12,6 +12,7 @@ pub struct BackendsArgs {
 pub fn run(args: BackendsArgs) -> Result<()> {
     let list = cyb_runtime::Runtime::available_backends();
     let adapters = cyb_runtime::Runtime::wgpu_adapters();
+    let auto = cyb_runtime::auto_backend();
     if args.json {
         let v: Vec<serde_json::Value> = list
             .iter()
@@ -23,6 +24,13 @@ pub fn run(args: BackendsArgs) -> Result<()> {
                 j
             })
             .collect();
+        let mut v = v;
+        v.push(serde_json::json!({
+            "name": "auto",
+            "available": true,
+            "detail": format!("picks {}: {}", auto.name, auto.reason),
+            "picks": auto.name,
+        }));
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
     }
@@ -41,5 +49,9 @@ pub fn run(args: BackendsArgs) -> Result<()> {
             }
         }
     }
+    println!(
+        "{:<12} {:<4} picks {}: {} (the default)",
+        "auto", "yes", auto.name, auto.reason
+    );
     Ok(())
 }

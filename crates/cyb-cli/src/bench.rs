@@ -70,9 +70,10 @@ pub struct BenchArgs {
     /// then TG single-token forwards, timed together (`pp512+tg128`; repeatable).
     #[arg(long = "pg", value_name = "PP,TG", value_parser = parse_pg)]
     pub pg: Vec<(usize, usize)>,
-    /// Backend to prefer (`cyb-llm backends` lists them).
-    #[arg(long)]
-    pub backend: Option<String>,
+    /// Backend: auto (a discrete or integrated GPU when there is one, else cpu), cpu, wgpu or
+    /// reference (`cyb-llm backends` lists them and says what auto picks).
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
     /// Print a JSON array, one object per test, with llama-bench's field names (`-o json`).
     #[arg(long)]
     pub json: bool,
@@ -206,7 +207,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             size_rayon_pool(threads);
         }
         let rt = Runtime::new(RuntimeOptions {
-            backend: args.backend.clone(),
+            backend: Some(args.backend.clone()),
             path: ExecPath::Auto,
             cpu: Some(cyb_runtime::CpuOptions {
                 threads: Some(threads),

@@ -19,9 +19,10 @@ pub struct InferArgs {
     /// Directory for the outputs (created if missing).
     #[arg(long)]
     pub output: PathBuf,
-    /// Preferred backend (`cyb-llm backends` lists them); the CPU reference is the fallback.
-    #[arg(long)]
-    pub backend: Option<String>,
+    /// Backend: auto (a discrete or integrated GPU when there is one, else cpu), cpu, wgpu or
+    /// reference (`cyb-llm backends` lists them and says what auto picks).
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
     /// Run the graph as imported, without the fusion pass (matmul+bias+activation and
     /// residual add+norm become one op where the backend has a kernel for it).
     #[arg(long)]
@@ -37,7 +38,7 @@ pub fn run(args: InferArgs) -> Result<()> {
         inputs.insert(name.to_string(), read_npy(Path::new(file))?);
     }
     let rt = Runtime::new(RuntimeOptions {
-        backend: args.backend.clone(),
+        backend: Some(args.backend.clone()),
         ..Default::default()
     })?;
     let model = rt.load_graph(&args.model, !args.no_fuse)?;

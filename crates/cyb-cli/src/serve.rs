@@ -1,6 +1,6 @@
 //! `cyb-llm serve [MODEL...]`: the OpenAI-compatible HTTP server (see the cyb-server crate).
 
-use crate::session_args::EngineArgs;
+use crate::session_args::{DraftArgs, EngineArgs};
 use cyb_runtime::{ensure_default_model, Runtime};
 use cyb_server::{ModelLoader, ServedModel, ServerConfig};
 use cyb_tensor::{Error, Result};
@@ -68,6 +68,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub slot_save_path: Option<PathBuf>,
     #[command(flatten)]
+    pub draft: DraftArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
 }
 
@@ -77,6 +79,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let mut options = args.engine.runtime_options()?;
     if args.batch_invariant {
+        // The mode is the cpu backend's: auto means cpu here.
+        if options.backend.as_deref() == Some("auto") {
+            options.backend = Some("cpu".into());
+        }
         if let Some(b) = options.backend.as_deref().filter(|b| *b != "cpu") {
             return Err(Error::invalid(
                 "--batch-invariant",
@@ -158,7 +164,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         };
         load().map_err(|e| e.to_string())
     });
+    let draft = args
+        .draft
+        .load(&args.engine, &rt)?
+        .map(|d| (d, args.draft.draft_max));
     let config = ServerConfig {
+        draft,
         parallel: args.parallel.max(1),
         batch_tokens: args.batch_tokens,
         context_shift: args.context_shift,

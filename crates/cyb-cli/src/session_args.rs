@@ -2,7 +2,8 @@
 
 use cyb_runtime::sampling::grammar::{Grammar, GrammarCompiler};
 use cyb_runtime::{
-    ensure_default_model, ExecPath, Model, Runtime, RuntimeOptions, SamplingParams, TokenConstraint,
+    ensure_default_model, Drafter, ExecPath, Model, Runtime, RuntimeOptions, SamplingParams,
+    TokenConstraint,
 };
 use cyb_tensor::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -10,9 +11,11 @@ use std::path::{Path, PathBuf};
 /// Which backend and execution path, and the session size.
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// Backend to prefer (`cyb-llm backends` lists them); ops it lacks fall back to the CPU reference.
-    #[arg(long)]
-    pub backend: Option<String>,
+    /// Backend: auto (a discrete or integrated GPU when there is one, else cpu; `cyb-llm
+    /// backends` says what it picks here), cpu, wgpu or reference; ops a backend lacks fall
+    /// back to the cpu kernels, then the CPU reference.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
     /// Execution path: auto, curated or graph.
     #[arg(long, default_value = "auto")]
     pub path: String,
@@ -52,7 +55,7 @@ impl EngineArgs {
             cpu.threads = Some(t);
         }
         Ok(RuntimeOptions {
-            backend: self.backend.clone(),
+            backend: Some(self.backend.clone()),
             path: ExecPath::parse(&self.path)?,
             cpu: Some(cpu),
             ..RuntimeOptions::default()
@@ -83,8 +86,13 @@ pub struct DraftArgs {
     /// A draft model (GGUF or Hugging Face directory, same vocabulary): it proposes tokens
     /// that the model checks several at a time (speculative decoding; the output follows the
     /// model's own sampling).
-    #[arg(long, alias = "model-draft")]
+    #[arg(long, alias = "model-draft", conflicts_with = "draft_lookup")]
     pub draft: Option<String>,
+    /// Propose tokens by prompt lookup instead of a draft model: the tokens that followed the
+    /// last few tokens where they occurred before in the prompt or the answer (gains where
+    /// the answer repeats its input: edits, quotes, extraction).
+    #[arg(long)]
+    pub draft_lookup: bool,
     /// Tokens the draft proposes per step.
     #[arg(long, default_value_t = 8)]
     pub draft_max: usize,
@@ -92,18 +100,28 @@ pub struct DraftArgs {
 
 impl DraftArgs {
     /// Loads the draft into `session` if one is named, in the model's runtime `rt` (one
-    /// backend and thread pool for both).
+    /// backend and thread pool for both), or turns prompt lookup on.
     pub fn apply(
         &self,
         engine: &EngineArgs,
         rt: &Runtime,
         session: &mut cyb_runtime::Generator,
     ) -> Result<()> {
-        let Some(draft) = &self.draft else {
-            return Ok(());
-        };
-        let model = engine.load_in(rt, Some(draft))?;
-        session.set_draft(Some(model), self.draft_max)
+        match self.load(engine, rt)? {
+            Some(drafter) => drafter.apply(session, self.draft_max),
+            None => Ok(()),
+        }
+    }
+
+    /// What proposes tokens: the draft model (loaded in `rt`), prompt lookup, or nothing.
+    pub fn load(&self, engine: &EngineArgs, rt: &Runtime) -> Result<Option<Drafter>> {
+        if self.draft_lookup {
+            return Ok(Some(Drafter::Lookup));
+        }
+        match &self.draft {
+            Some(draft) => Ok(Some(Drafter::Model(engine.load_in(rt, Some(draft))?))),
+            None => Ok(None),
+        }
     }
 }
 

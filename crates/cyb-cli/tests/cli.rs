@@ -192,6 +192,24 @@ fn run_with_a_draft_gives_the_same_greedy_answer() {
     assert!(!out.ok);
     assert!(out.stdout.is_empty(), "{}", out.stdout);
     assert!(out.stderr.contains("draft"), "{}", out.stderr);
+    // Prompt lookup: the same answer, whatever it copies.
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("hf"),
+            prompt,
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--draft-lookup",
+            "--draft-max",
+            "4",
+        ],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{want}\n"));
 }
 
 #[test]
@@ -656,6 +674,7 @@ fn backends_lists_reference_and_unavailable_ones() {
     };
     assert_eq!(row("reference").as_deref(), Some("yes"), "{}", out.stdout);
     assert_eq!(row("honeycrisp").as_deref(), Some("no"), "{}", out.stdout);
+    assert_eq!(row("auto").as_deref(), Some("yes"), "{}", out.stdout);
     let out = cyb(&["backends", "--json"], None);
     assert!(out.ok, "{}", out.stderr);
     let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
@@ -663,6 +682,40 @@ fn backends_lists_reference_and_unavailable_ones() {
     assert!(list
         .iter()
         .any(|b| b["name"] == "reference" && b["available"] == true));
+    // Software adapters (this machine's lavapipe, if any) are never picked.
+    let auto = list.iter().find(|b| b["name"] == "auto").unwrap();
+    let picks = auto["picks"].as_str().unwrap();
+    assert!(picks == "cpu" || picks == "wgpu", "{auto}");
+    if picks == "wgpu" {
+        let detail = auto["detail"].as_str().unwrap();
+        assert!(!detail.contains("llvmpipe"), "{detail}");
+    }
+}
+
+#[test]
+fn the_backend_choice_is_logged() {
+    let out = cyb(
+        &[
+            "run",
+            &fixture_str("hf"),
+            "hi",
+            "-n",
+            "2",
+            "--verbose",
+            "--backend",
+            "cpu",
+        ],
+        None,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("backend chosen") && out.stderr.contains("asked for"),
+        "{}",
+        out.stderr
+    );
+    let out = cyb(&["run", &fixture_str("hf"), "hi", "-n", "2", "-v"], None);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stderr.contains("backend chosen"), "{}", out.stderr);
 }
 
 /// A copy of the tiny model without a chat template whose tokenizer adds BOS (a base model).

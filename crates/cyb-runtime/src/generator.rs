@@ -79,15 +79,30 @@ pub struct Generator {
     draft: Option<Draft>,
 }
 
-/// The draft of speculative decoding: a model with the same vocabulary, its own cache, and how
-/// many tokens it proposes a step.
+/// The draft of speculative decoding: what proposes tokens, and how many it proposes a step.
 struct Draft {
-    model: Model,
-    cache: KvCache,
-    /// The tokens its cache holds.
-    tokens: Vec<u32>,
+    source: DraftSource,
     max: usize,
 }
+
+enum DraftSource {
+    /// A model with the same vocabulary and its own cache.
+    Model {
+        model: Model,
+        cache: KvCache,
+        /// The tokens its cache holds.
+        tokens: Vec<u32>,
+    },
+    /// Prompt lookup: the tokens that followed the latest earlier occurrence of the last
+    /// n-gram (n = [`LOOKUP_NGRAM`] down to [`LOOKUP_NGRAM_MIN`]) of the prompt and the text
+    /// so far.
+    Lookup,
+}
+
+/// The longest n-gram prompt lookup matches.
+pub const LOOKUP_NGRAM: usize = 3;
+/// The shortest: a single repeated token predicts too little to pay for scoring proposals.
+pub const LOOKUP_NGRAM_MIN: usize = 2;
 
 /// The first bytes of a saved session.
 const SESSION_MAGIC: &[u8; 8] = b"CYBSESS1";
@@ -128,12 +143,7 @@ impl Generator {
             self.draft = None;
             return Ok(());
         };
-        if !(1..=MAX_DRAFT_TOKENS).contains(&max) {
-            return Err(Error::invalid(
-                "draft",
-                format!("draft tokens per step must be 1..={MAX_DRAFT_TOKENS}, not {max}"),
-            ));
-        }
+        check_draft_max(max)?;
         let (ours, theirs) = (self.model.tokenizer(), model.tokenizer());
         if ours.vocab_size() != theirs.vocab_size() {
             return Err(Error::invalid(
@@ -158,9 +168,29 @@ impl Generator {
         }
         let cache = model.net()?.new_cache(self.capacity())?;
         self.draft = Some(Draft {
-            model,
-            cache,
-            tokens: Vec::new(),
+            source: DraftSource::Model {
+                model,
+                cache,
+                tokens: Vec::new(),
+            },
+            max,
+        });
+        Ok(())
+    }
+
+    /// Decodes speculatively with prompt lookup (`None`: off): each step proposes up to `max`
+    /// tokens copied from where the last few tokens occurred before in the prompt or the text
+    /// so far, checked as a draft model's proposals are. No second model: it gains where the
+    /// answer repeats its input (code edits, summaries that quote, extraction). Replaces a
+    /// draft model.
+    pub fn set_prompt_lookup(&mut self, max: Option<usize>) -> Result<()> {
+        let Some(max) = max else {
+            self.draft = None;
+            return Ok(());
+        };
+        check_draft_max(max)?;
+        self.draft = Some(Draft {
+            source: DraftSource::Lookup,
             max,
         });
         Ok(())
@@ -324,9 +354,13 @@ impl Generator {
     pub fn reset(&mut self) {
         self.state.cache.clear();
         self.state.tokens.clear();
-        if let Some(d) = &mut self.draft {
-            d.cache.clear();
-            d.tokens.clear();
+        if let Some(Draft {
+            source: DraftSource::Model { cache, tokens, .. },
+            ..
+        }) = &mut self.draft
+        {
+            cache.clear();
+            tokens.clear();
         }
     }
 
@@ -404,6 +438,60 @@ impl Generator {
     }
 }
 
+fn check_draft_max(max: usize) -> Result<()> {
+    if (1..=MAX_DRAFT_TOKENS).contains(&max) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "draft",
+        format!("draft tokens per step must be 1..={MAX_DRAFT_TOKENS}, not {max}"),
+    ))
+}
+
+/// What proposes tokens in speculative decoding: a draft model or prompt lookup.
+#[derive(Clone)]
+pub enum Drafter {
+    Model(Model),
+    Lookup,
+}
+
+impl std::fmt::Debug for Drafter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Drafter::Model(m) => write!(f, "Drafter::Model({})", m.path().display()),
+            Drafter::Lookup => f.write_str("Drafter::Lookup"),
+        }
+    }
+}
+
+impl Drafter {
+    /// Sets this drafter on `session`, proposing up to `max` tokens a step
+    /// ([`Generator::set_draft`], [`Generator::set_prompt_lookup`]).
+    pub fn apply(&self, session: &mut Generator, max: usize) -> Result<()> {
+        match self {
+            Drafter::Model(m) => session.set_draft(Some(m.clone()), max),
+            Drafter::Lookup => session.set_prompt_lookup(Some(max)),
+        }
+    }
+}
+
+/// Prompt lookup: up to `k` tokens that followed the latest earlier occurrence of the last
+/// n tokens of `history` (the longest n in [`LOOKUP_NGRAM_MIN`]..=[`LOOKUP_NGRAM`] that occurs
+/// before).
+fn lookup(history: &[u32], k: usize) -> Vec<u32> {
+    let len = history.len();
+    for n in (LOOKUP_NGRAM_MIN..=LOOKUP_NGRAM.min(len.saturating_sub(1))).rev() {
+        let tail = &history[len - n..];
+        // Latest first; the match must end before the tail starts.
+        let found = (0..len - n).rev().find(|&i| &history[i..i + n] == tail);
+        if let Some(i) = found {
+            let from = i + n;
+            return history[from..(from + k).min(len)].to_vec();
+        }
+    }
+    Vec::new()
+}
+
 /// Refuses logits with NaN or +inf (broken weights or settings).
 fn check_finite(logits: &[f32]) -> Result<()> {
     if logits.iter().any(|x| x.is_nan() || *x == f32::INFINITY) {
@@ -417,18 +505,68 @@ fn check_finite(logits: &[f32]) -> Result<()> {
     Ok(())
 }
 
-/// The speculative sampling rule for a proposal `d` drawn from the draft's distribution `q`,
-/// where the model's is `p` ([`Sampler::distribution`], never all zero): kept with
-/// probability min(1, p(d)/q(d)) (`None`), else replaced (`Some`) by a draw from
-/// max(0, p − q), or from `p` where rounding left that all zero. Kept or replaced, the token
-/// is distributed as `p`.
+/// Up to `k` proposals of a draft model after `history`, each drawn from the draft's
+/// sampling distribution (returned with it). The draft's cache first catches up with
+/// `history` (it keeps what it was fed before).
+fn draft_with_model(
+    model: &Model,
+    cache: &mut KvCache,
+    tokens: &mut Vec<u32>,
+    sampler: &mut Sampler,
+    history: &[u32],
+    k: usize,
+) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
+    let dnet = model.net()?;
+    let common = tokens
+        .iter()
+        .zip(history)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(history.len() - 1);
+    cache.truncate(common);
+    tokens.truncate(common);
+    let mut feed = history[common..].to_vec();
+    let mut proposals = Vec::with_capacity(k);
+    let mut drafts = Vec::with_capacity(k);
+    let mut seen = history.to_vec();
+    for _ in 0..k {
+        if cache.remaining() < feed.len() {
+            break;
+        }
+        let mut logits = dnet.forward(&feed, cache)?;
+        tokens.extend_from_slice(&feed);
+        check_finite(&logits)?;
+        let q = sampler.distribution(&mut logits, &seen);
+        let Some(d) = sampler.draw_from(&q) else {
+            break;
+        };
+        proposals.push(d);
+        drafts.push(q);
+        seen.push(d);
+        feed = vec![d];
+    }
+    Ok((proposals, drafts))
+}
+
+/// The speculative sampling rule for a proposal `d` drawn from the draft's distribution `q`
+/// (empty: all on `d`, a proposal copied rather than drawn), where the model's is `p`
+/// ([`Sampler::distribution`], never all zero): kept with probability min(1, p(d)/q(d))
+/// (`None`), else replaced (`Some`) by a draw from max(0, p − q), or from `p` where rounding
+/// left that all zero. Kept or replaced, the token is distributed as `p`.
 fn judge(sampler: &mut Sampler, p: &[f64], q: &[f64], d: u32) -> Option<u32> {
-    let at = |x: &[f64]| x.get(d as usize).copied().unwrap_or(0.0);
-    let (pd, qd) = (at(p), at(q));
+    let q_at = |i: usize| match q.is_empty() {
+        true => f64::from(u8::from(i == d as usize)),
+        false => q.get(i).copied().unwrap_or(0.0),
+    };
+    let (pd, qd) = (p.get(d as usize).copied().unwrap_or(0.0), q_at(d as usize));
     if qd > 0.0 && (pd >= qd || (pd > 0.0 && sampler.uniform() < pd / qd)) {
         return None;
     }
-    let rest: Vec<f64> = p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect();
+    let rest: Vec<f64> = p
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a - q_at(i)).max(0.0))
+        .collect();
     Some(
         sampler
             .draw_from(&rest)
@@ -632,7 +770,6 @@ impl<'g> Generation<'g> {
         let Some(draft) = self.draft.as_deref_mut() else {
             return Err(Error::invalid("speculate", "no draft model"));
         };
-        let dnet = draft.model.net()?;
         let before = self.state.cache.len();
         let mut history = self.state.tokens.clone();
         history.push(t);
@@ -645,36 +782,19 @@ impl<'g> Generation<'g> {
             .max
             .min(budget.saturating_sub(1))
             .min(self.state.cache.remaining().saturating_sub(1));
-        // The draft's cache catches up with the model's (it holds what it was fed before).
-        let common = draft
-            .tokens
-            .iter()
-            .zip(&history)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(history.len() - 1);
-        draft.cache.truncate(common);
-        draft.tokens.truncate(common);
-        let mut feed = history[common..].to_vec();
-        let mut proposals = Vec::with_capacity(k);
-        let mut drafts = Vec::with_capacity(k);
-        let mut seen = history.clone();
-        for _ in 0..k {
-            if draft.cache.remaining() < feed.len() {
-                break;
+        let (proposals, drafts) = match &mut draft.source {
+            DraftSource::Model {
+                model,
+                cache,
+                tokens,
+            } => draft_with_model(model, cache, tokens, &mut self.sampler, &history, k)?,
+            DraftSource::Lookup => {
+                // A copied token is certain: its `q` (empty) is all on it.
+                let proposals = lookup(&history, k);
+                let drafts = vec![Vec::new(); proposals.len()];
+                (proposals, drafts)
             }
-            let mut logits = dnet.forward(&feed, &mut draft.cache)?;
-            draft.tokens.extend_from_slice(&feed);
-            check_finite(&logits)?;
-            let q = self.sampler.distribution(&mut logits, &seen);
-            let Some(d) = self.sampler.draw_from(&q) else {
-                break;
-            };
-            proposals.push(d);
-            drafts.push(q);
-            seen.push(d);
-            feed = vec![d];
-        }
+        };
         let mut input = Vec::with_capacity(proposals.len() + 1);
         input.push(t);
         input.extend_from_slice(&proposals);
@@ -792,5 +912,43 @@ mod tests {
                 assert!((got - want).abs() < 0.005, "q {q:?}: {counts:?}");
             }
         }
+    }
+
+    /// A copied proposal (`q` all on it) is kept with probability p(d), and the tokens still
+    /// come out distributed as `p`, whichever token was copied.
+    #[test]
+    fn copied_proposals_follow_the_model() {
+        let p = [0.5, 0.3, 0.15, 0.05, 0.0];
+        for d in [0u32, 2, 4] {
+            let mut sampler = Sampler::new(SamplingParams {
+                seed: Some(11),
+                ..SamplingParams::default()
+            });
+            let n = 200_000;
+            let mut counts = [0usize; 5];
+            for _ in 0..n {
+                let t = judge(&mut sampler, &p, &[], d).unwrap_or(d);
+                counts[t as usize] += 1;
+            }
+            for (c, want) in counts.iter().zip(p) {
+                let got = *c as f64 / n as f64;
+                assert!((got - want).abs() < 0.005, "d {d}: {counts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_copies_what_followed_the_latest_longest_match() {
+        // No earlier "4 6 7"; "6 7" occurred before, latest at 6..8, followed by 9 1.
+        let h = [5, 6, 7, 8, 2, 5, 6, 7, 9, 1, 4, 6, 7];
+        assert_eq!(lookup(&h, 2), vec![9, 1]);
+        assert_eq!(lookup(&h, 10), vec![9, 1, 4, 6, 7]);
+        // A 2-gram match, and no match of 2 or more (a lone repeated token is not enough).
+        assert_eq!(lookup(&[1, 2, 3, 9, 4, 2, 3], 3), vec![9, 4, 2]);
+        assert_eq!(lookup(&[1, 2, 3, 9, 4, 3], 3), Vec::<u32>::new());
+        assert_eq!(lookup(&[1, 2, 3], 4), Vec::<u32>::new());
+        assert_eq!(lookup(&[7], 4), Vec::<u32>::new());
+        assert_eq!(lookup(&[], 4), Vec::<u32>::new());
+        assert_eq!(lookup(&[3, 3, 3, 3], 4), vec![3]);
     }
 }

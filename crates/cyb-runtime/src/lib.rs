@@ -39,13 +39,13 @@ pub use embed::{
 };
 pub use embed_pairs::ZeroShotOptions;
 pub use fill_mask::MaskFill;
-pub use generator::{FinishReason, Generation, GenerationMetrics, Generator, Piece};
+pub use generator::{Drafter, FinishReason, Generation, GenerationMetrics, Generator, Piece};
 pub use graph_model::{read_graph, GraphModel};
 pub use kl_divergence::{KldBaseWriter, KldComparison, KldReport};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;
 pub use perplexity::PerplexityReport;
-pub use runtime::{ExecPath, Runtime, RuntimeOptions};
+pub use runtime::{auto_backend, BackendChoice, ExecPath, Runtime, RuntimeOptions};
 pub use sampling::{Sampler, SamplingParams, StopMatcher, TokenConstraint};
 pub use tokenizer::{IncrementalDecoder, PairEncoding, Tokenizer};
 pub use transcribe::{Segment, Task, TranscribeOptions, Transcriber, Transcript, TranscriptFormat};

@@ -36,7 +36,8 @@ impl ExecPath {
 /// Options of a [`Runtime`].
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeOptions {
-    /// The preferred backend by name (`cyb-llm backends` lists them); `None` picks the default.
+    /// The preferred backend by name (`cyb-llm backends` lists them); `auto` picks a GPU when
+    /// there is a discrete or integrated one, else cpu ([`auto_backend`]); `None` is cpu.
     pub backend: Option<String>,
     pub path: ExecPath,
     /// The cpu backend's options (`None`: `CpuOptions::from_env`, the defaults unless its
@@ -74,10 +75,51 @@ impl RuntimeOptions {
     }
 }
 
+/// Which backend a runtime runs on, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendChoice {
+    pub name: String,
+    pub reason: String,
+}
+
+/// What `--backend auto` picks here: wgpu on the first discrete GPU (else integrated GPU)
+/// adapter of a native API (Vulkan, Metal, DX12), else cpu. Software adapters (lavapipe,
+/// llvmpipe) and GL are never picked.
+pub fn auto_backend() -> BackendChoice {
+    #[cfg(feature = "wgpu")]
+    if let Some(a) = cyb_wgpu::auto_adapter() {
+        return BackendChoice {
+            name: "wgpu".into(),
+            reason: format!(
+                "{} is a {} GPU adapter ({})",
+                a.name,
+                gpu_kind(&a),
+                a.backend
+            ),
+        };
+    }
+    BackendChoice {
+        name: "cpu".into(),
+        reason: "no discrete or integrated GPU adapter (Vulkan, Metal or DX12) was found; \
+                 software adapters are not picked"
+            .into(),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn gpu_kind(a: &cyb_wgpu::AdapterReport) -> &'static str {
+    match a.device_type.as_str() {
+        "DiscreteGpu" => "discrete",
+        "IntegratedGpu" => "integrated",
+        _ => "hardware",
+    }
+}
+
 /// Loads models and owns the dispatcher their ops run through.
 pub struct Runtime {
     dispatcher: Arc<Dispatcher>,
     options: RuntimeOptions,
+    choice: BackendChoice,
 }
 
 impl Runtime {
@@ -87,8 +129,26 @@ impl Runtime {
         let mut chain: Vec<Arc<dyn Backend>> = Vec::new();
         register_builtin();
         // The fast CPU backend is the default; `--backend reference` runs the reference alone.
-        let name = options.backend.as_deref().unwrap_or("cpu");
-        let b = options.backend(name)?;
+        let mut choice = match options.backend.as_deref().unwrap_or("cpu") {
+            "auto" => auto_backend(),
+            name => BackendChoice {
+                name: name.to_string(),
+                reason: "asked for".into(),
+            },
+        };
+        let auto = options.backend.as_deref() == Some("auto");
+        let b = match options.backend(&choice.name) {
+            // A GPU auto picked that does not open leaves the cpu backend, saying why.
+            Err(e) if auto && choice.name != "cpu" => {
+                choice = BackendChoice {
+                    name: "cpu".into(),
+                    reason: format!("{} was picked but did not open: {e}", choice.name),
+                };
+                options.backend("cpu")?
+            }
+            other => other?,
+        };
+        tracing::info!(backend = %choice.name, reason = %choice.reason, "backend chosen");
         // Ops a device backend lacks fall back to the fast CPU kernels before the reference.
         let device = !b.host_memory();
         if b.name() != "reference" {
@@ -100,16 +160,29 @@ impl Runtime {
         Ok(Runtime {
             dispatcher: Arc::new(Dispatcher::new(chain)),
             options,
+            choice,
         })
+    }
+
+    /// The backend this runtime runs on and why (for `auto`, what it found).
+    pub fn backend_choice(&self) -> &BackendChoice {
+        &self.choice
     }
 
     /// A runtime whose ops go to `backends` in order of preference (the CPU reference is
     /// always the last fallback): for a chain other than what `Runtime::new` builds, e.g. two
     /// cpu backends of different activation widths compared side by side.
     pub fn with_backends(backends: Vec<Arc<dyn Backend>>, options: RuntimeOptions) -> Runtime {
+        let choice = BackendChoice {
+            name: backends
+                .first()
+                .map_or_else(|| "reference".to_string(), |b| b.name().to_string()),
+            reason: "the chain given".into(),
+        };
         Runtime {
             dispatcher: Arc::new(Dispatcher::new(backends)),
             options,
+            choice,
         }
     }
 

@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// The folder `POST /slots/{id}?action=save|restore` write and read session files in
     /// (`None`: those actions answer 501).
     pub slot_save_path: Option<std::path::PathBuf>,
+    /// Speculative decoding for every text generator served: what proposes tokens and how
+    /// many a step. Generations run one at a time then (no batching: `batch_tokens` 0 or
+    /// `parallel` 1).
+    pub draft: Option<(cyb_runtime::Drafter, usize)>,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +69,7 @@ impl Default for ServerConfig {
             memory_budget: None,
             model_admin: false,
             slot_save_path: None,
+            draft: None,
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct Metrics {
     last_tps_bits: AtomicU64,
     active_sessions: AtomicU64,
     model_loads: AtomicU64,
+    draft_proposed: AtomicU64,
+    draft_accepted: AtomicU64,
     /// Unloads by reason: request, idle, budget.
     model_unloads: [AtomicU64; 3],
 }
@@ -53,6 +55,14 @@ impl Metrics {
         if tps > 0.0 {
             self.last_tps_bits.store(tps.to_bits(), Ordering::Relaxed);
         }
+    }
+
+    /// Tokens a draft (model or prompt lookup) proposed, and how many the model kept.
+    pub fn record_draft(&self, proposed: usize, accepted: usize) {
+        self.draft_proposed
+            .fetch_add(proposed as u64, Ordering::Relaxed);
+        self.draft_accepted
+            .fetch_add(accepted as u64, Ordering::Relaxed);
     }
 
     pub fn record_model_load(&self) {
@@ -125,6 +135,15 @@ impl Metrics {
             "counter",
             "Generated tokens.",
             one(load(&self.completion_tokens)),
+        );
+        metric(
+            "cyb_draft_tokens_total",
+            "counter",
+            "Speculative decoding: tokens the draft proposed, and those the model kept.",
+            vec![
+                ("{result=\"proposed\"}".into(), load(&self.draft_proposed)),
+                ("{result=\"accepted\"}".into(), load(&self.draft_accepted)),
+            ],
         );
         let tps = f64::from_bits(self.last_tps_bits.load(Ordering::Relaxed));
         metric(

@@ -8,7 +8,7 @@
 use crate::config::{ServedModel, ServerConfig};
 use crate::error::ApiError;
 use cyb_runtime::sampling::grammar::GrammarCompiler;
-use cyb_runtime::{BatchLimits, BatchStats, Batcher, Generator, Model};
+use cyb_runtime::{BatchLimits, BatchStats, Batcher, Drafter, Generator, Model};
 use cyb_tensor::Result;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -28,6 +28,8 @@ pub struct ModelSlot {
     grammar: OnceLock<std::result::Result<Arc<GrammarCompiler>, String>>,
     /// The shared forward steps of this model's generations (continuous batching).
     batcher: Option<Arc<Batcher>>,
+    /// Speculative decoding: what proposes tokens, and how many a step.
+    draft: Option<(Drafter, usize)>,
 }
 
 impl ModelSlot {
@@ -45,12 +47,27 @@ impl ModelSlot {
         let generative = !served.model.is_encoder() && !served.model.is_speech();
         let err = |e: cyb_tensor::Error| format!("model {:?}: {e}", served.id);
         let mut batcher = None;
+        let draft = config.draft.clone().filter(|_| generative);
         if generative {
             served
                 .model
                 .check_context(ctx, allow_overflow)
                 .map_err(err)?;
-            if config.batch_tokens > 0 && config.parallel > 1 {
+            let batching = config.batch_tokens > 0 && config.parallel > 1;
+            if let Some((drafter, max)) = &draft {
+                if batching {
+                    return Err(format!(
+                        "model {:?}: speculative decoding runs generations one at a time; \
+                         turn batching off (--batch-tokens 0) or serve one at a time \
+                         (--parallel 1)",
+                        served.id
+                    ));
+                }
+                // The draft must fit this model (same vocabulary, a valid count).
+                let mut probe = served.model.generator(Some(ctx.min(16))).map_err(err)?;
+                drafter.apply(&mut probe, *max).map_err(err)?;
+            }
+            if batching {
                 let limits = BatchLimits {
                     step_tokens: config.batch_tokens,
                     max_seqs: config.parallel,
@@ -68,6 +85,7 @@ impl ModelSlot {
             allow_overflow,
             grammar: OnceLock::new(),
             batcher,
+            draft,
         })
     }
 
@@ -101,13 +119,17 @@ impl ModelSlot {
         self.batcher.as_ref().map(|b| b.stats())
     }
 
-    /// An empty session of this model's context.
+    /// An empty session of this model's context (with the server's draft, if any).
     pub fn new_session(&self) -> Result<Generator> {
-        if self.allow_overflow {
-            self.model.generator_beyond_context(self.ctx)
+        let mut session = if self.allow_overflow {
+            self.model.generator_beyond_context(self.ctx)?
         } else {
-            self.model.generator(Some(self.ctx))
+            self.model.generator(Some(self.ctx))?
+        };
+        if let Some((drafter, max)) = &self.draft {
+            drafter.apply(&mut session, *max)?;
         }
+        Ok(session)
     }
 
     /// Returns a session to the pool under a new id; beyond `max_idle` the least recently

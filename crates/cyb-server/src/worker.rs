@@ -64,10 +64,11 @@ fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<Summary, 
     let result = generate(&mut session, job, tx);
     // The session stays consistent when generation stopped early or failed: reuse it.
     slot.checkin(session);
-    let (s, tps) = result?;
+    let (s, tps, drafted) = result?;
     state
         .metrics
         .record_generation(s.prompt_tokens, s.cached_tokens, s.completion_tokens, tps);
+    state.metrics.record_draft(drafted.0, drafted.1);
     Ok(s)
 }
 
@@ -75,7 +76,7 @@ fn generate(
     session: &mut cyb_runtime::Generator,
     job: Job,
     tx: &mpsc::Sender<Event>,
-) -> Result<(Summary, f64), ApiError> {
+) -> Result<(Summary, f64, (usize, usize)), ApiError> {
     let mut generation = session.generate(&job.prompt, job.params)?;
     if let Some(n) = job.top_logprobs {
         generation = generation.with_logprobs(n);
@@ -109,5 +110,9 @@ fn generate(
         cached_tokens: m.prompt_tokens.saturating_sub(m.prefilled_tokens),
         completion_tokens: m.generated_tokens,
     };
-    Ok((summary, m.decode_tps()))
+    Ok((
+        summary,
+        m.decode_tps(),
+        (m.draft_proposed, m.draft_accepted),
+    ))
 }

@@ -245,3 +245,62 @@ async fn shutdown_drains_streams_in_flight() {
     assert_eq!(events[events.len() - 2]["usage"]["completion_tokens"], 200);
     s.join().await.unwrap();
 }
+
+/// Speculative decoding in the server (prompt lookup): greedy answers equal the plain
+/// server's, the draft counters move, and a draft with batching on is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drafting_server_answers_as_a_plain_one() {
+    let body = json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "red green blue red green blue red green"}],
+        "temperature": 0,
+        "max_tokens": 40,
+        "ignore_eos": true,
+    });
+    let plain = start_tiny(ServerConfig::default()).await;
+    let (code, want) = post(&plain.url("/v1/chat/completions"), &body).await;
+    assert_eq!(code, 200, "{want}");
+    plain.stop().await;
+    let s = start_tiny(ServerConfig {
+        batch_tokens: 0,
+        draft: Some((cyb_runtime::Drafter::Lookup, 6)),
+        ..ServerConfig::default()
+    })
+    .await;
+    for _ in 0..2 {
+        let (code, got) = post(&s.url("/v1/chat/completions"), &body).await;
+        assert_eq!(code, 200, "{got}");
+        assert_eq!(
+            got["choices"][0]["message"]["content"],
+            want["choices"][0]["message"]["content"]
+        );
+    }
+    let proposed = metric(&s, "cyb_draft_tokens_total{result=\"proposed\"}").await;
+    let accepted = metric(&s, "cyb_draft_tokens_total{result=\"accepted\"}").await;
+    assert!(
+        proposed > 0.0 && accepted <= proposed,
+        "{proposed} {accepted}"
+    );
+    s.stop().await;
+
+    let rt = cyb_runtime::Runtime::new(Default::default()).unwrap();
+    let served = || {
+        vec![cyb_server::ServedModel {
+            id: "tiny".into(),
+            model: rt.load(fixture("tiny_chat/hf")).unwrap(),
+            source: None,
+        }]
+    };
+    let batched = ServerConfig {
+        draft: Some((cyb_runtime::Drafter::Lookup, 6)),
+        ..ServerConfig::default()
+    };
+    let err = cyb_server::router(served(), batched).err().unwrap();
+    assert!(err.contains("--batch-tokens 0"), "{err}");
+    let too_many = ServerConfig {
+        batch_tokens: 0,
+        draft: Some((cyb_runtime::Drafter::Lookup, 1000)),
+        ..ServerConfig::default()
+    };
+    assert!(cyb_server::router(served(), too_many).is_err());
+}

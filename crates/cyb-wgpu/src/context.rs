@@ -98,6 +98,27 @@ pub fn adapters() -> Vec<AdapterReport> {
         .collect()
 }
 
+/// The adapter `--backend auto` would run on: the first discrete GPU, else the first
+/// integrated one, among the native APIs (Vulkan, Metal, DX12; GL and software rasterizers such
+/// as lavapipe are never chosen); `None` when there is no such adapter.
+pub fn auto_adapter() -> Option<AdapterReport> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let native = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    desc.backends = native;
+    let inst = wgpu::Instance::new(desc);
+    let found = pollster::block_on(inst.enumerate_adapters(native));
+    let rank = |t: wgpu::DeviceType| match t {
+        wgpu::DeviceType::DiscreteGpu => Some(0),
+        wgpu::DeviceType::IntegratedGpu => Some(1),
+        _ => None,
+    };
+    found
+        .iter()
+        .filter_map(|a| Some((rank(a.get_info().device_type)?, a)))
+        .min_by_key(|(r, _)| *r)
+        .map(|(_, a)| AdapterReport::of(a))
+}
+
 /// An open device, its queue, and the first validation error the device reported, if any.
 pub struct GpuContext {
     pub device: wgpu::Device,

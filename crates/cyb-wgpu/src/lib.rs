@@ -18,7 +18,7 @@ mod replay;
 mod submit;
 
 pub use backend::WgpuBackend;
-pub use context::{adapters, AdapterReport};
+pub use context::{adapters, auto_adapter, AdapterReport};
 pub use kernels::WEIGHT_DTYPES;
 pub use options::{WgpuOptions, ENV_VARS};
 
