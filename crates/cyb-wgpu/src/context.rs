@@ -102,6 +102,9 @@ pub fn adapters() -> Vec<AdapterReport> {
 /// integrated one, among the native APIs (Vulkan, Metal, DX12; GL and software rasterizers such
 /// as lavapipe are never chosen); `None` when there is no such adapter.
 pub fn auto_adapter() -> Option<AdapterReport> {
+    if !gpu_device_nodes() {
+        return None;
+    }
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     let native = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
     desc.backends = native;
@@ -117,6 +120,23 @@ pub fn auto_adapter() -> Option<AdapterReport> {
         .filter_map(|a| Some((rank(a.get_info().device_type)?, a)))
         .min_by_key(|(r, _)| *r)
         .map(|(_, a)| AdapterReport::of(a))
+}
+
+/// Whether this machine may have a hardware GPU: on Linux, a DRM render node, an NVIDIA device
+/// or WSL's GPU device; elsewhere always. Without one, `auto` does not start a graphics API
+/// at all (no start-up cost, no driver messages on machines with only a software rasterizer).
+fn gpu_device_nodes() -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    let render_node = std::fs::read_dir("/dev/dri").is_ok_and(|dir| {
+        dir.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("renderD"))
+    });
+    render_node
+        || std::path::Path::new("/dev/nvidiactl").exists()
+        || std::path::Path::new("/dev/nvidia0").exists()
+        || std::path::Path::new("/dev/dxg").exists()
 }
 
 /// An open device, its queue, and the first validation error the device reported, if any.
