@@ -71,6 +71,12 @@ pub trait Backend: Send + Sync {
     /// Copies a tensor of this backend to host memory as a host tensor of the same dtype.
     fn download(&self, t: &Tensor) -> Result<Tensor>;
 
+    /// Device memory this backend holds now and at most so far (`None` for backends in host
+    /// memory): weights, KV caches, activations and scratch.
+    fn device_memory(&self) -> Option<DeviceMemory> {
+        None
+    }
+
     /// Called when a forward step begins; a GPU backend may start recording a batch here.
     fn begin_step(&self, _ctx: &mut ExecContext) -> Result<()> {
         Ok(())
@@ -122,3 +128,12 @@ pub trait Backend: Send + Sync {
 /// What a backend recorded of a step, or a plan made of such recordings: opaque to the caller,
 /// given back to the backend that made it.
 pub type Recording = Box<dyn std::any::Any + Send + Sync>;
+
+/// Bytes of device memory a backend holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Held now.
+    pub current: u64,
+    /// The most held at once since the backend was made .
+    pub peak: u64,
+}

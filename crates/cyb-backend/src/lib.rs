@@ -10,7 +10,7 @@ mod frame;
 mod reference;
 mod registry;
 
-pub use backend::{Backend, ExecContext, Recording};
+pub use backend::{Backend, DeviceMemory, ExecContext, Recording};
 pub use dispatcher::{DispatchLog, DispatchRecord, Dispatcher};
 pub use frame::{BufferUsage, FrameAllocator, FrameStats};
 pub use reference::ReferenceBackend;

@@ -13,7 +13,8 @@
 //! repeats, each from an empty cache (or the D-token context). Tokenization and sampling are
 //! never timed. The human table shows the median ± the sample standard deviation; `--json`
 //! prints llama-bench's field names (`avg_ts` is the mean, as there) plus `median_ts`,
-//! `load_ms` and `peak_rss_bytes`.
+//! `load_ms`, `peak_rss_bytes` and, on a GPU backend, `gpu_mem_bytes` (the most device
+//! memory held so far).
 //!
 //! As in llama-bench, `-p`, `-n`, `-d` and `-t` take lists (`-p 128,512`, or the flag
 //! repeated) and every combination runs: for each thread count the model is loaded once, then
@@ -102,6 +103,8 @@ struct TestResult {
     samples_ns: Vec<u64>,
     test_time: String,
     peak_rss_bytes: Option<u64>,
+    /// The most device memory the backend held by the end of the test (GPU backends).
+    gpu_mem_bytes: Option<u64>,
 }
 
 impl TestResult {
@@ -225,8 +228,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let mut session = model.bench_session(ctx)?;
         for &depth in &args.n_depth {
             let tests = run_depth(&model, &mut session, depth, &args)?;
+            let gpu_mem_bytes = rt.dispatcher().primary().device_memory().map(|m| m.peak);
             results.extend(tests.into_iter().map(|t| TestResult {
                 run: run_index,
+                gpu_mem_bytes,
                 ..t
             }));
         }
@@ -414,6 +419,7 @@ fn finish(n_depth: usize, n_prompt: usize, n_gen: usize, samples_ns: Vec<u64>) -
         samples_ns,
         test_time: utc_now(),
         peak_rss_bytes: peak_rss_bytes(),
+        gpu_mem_bytes: None,
     }
 }
 
@@ -510,6 +516,7 @@ fn to_json(info: &RunInfo, r: &TestResult) -> Value {
         "median_ts": median(&ts),
         "load_ms": info.load_ms,
         "peak_rss_bytes": r.peak_rss_bytes,
+        "gpu_mem_bytes": r.gpu_mem_bytes,
         "samples_ns": r.samples_ns,
         "samples_ts": ts,
     })
@@ -554,9 +561,21 @@ fn print_table(infos: &[RunInfo], results: &[TestResult], reps: usize) {
         .map(|i| format!("{:.0}", i.load_ms))
         .collect::<Vec<_>>()
         .join(", ");
+    let gpu = results
+        .iter()
+        .filter_map(|r| r.gpu_mem_bytes)
+        .max()
+        .map(|b| {
+            format!(
+                "; peak GPU memory {:.1} MiB",
+                b as f64 / (1u64 << 20) as f64
+            )
+        })
+        .unwrap_or_default();
     println!();
     println!(
-        "t/s: median of {reps} runs ± sample standard deviation; load {load} ms; peak RSS {rss}"
+        "t/s: median of {reps} runs ± sample standard deviation; load {load} ms; peak RSS \
+         {rss}{gpu}"
     );
 }
 

@@ -62,5 +62,13 @@ pub fn run(args: RunArgs) -> Result<()> {
     let (_, metrics) = stream_constrained(&mut session, &ids, args.sampling.params(), constraint)?;
     println!();
     print_metrics(&metrics);
+    if let Some(m) = rt.dispatcher().primary().device_memory() {
+        tracing::info!(
+            current_mib = m.current >> 20,
+            peak_mib = m.peak >> 20,
+            "GPU memory of the {} backend",
+            rt.backend_choice().name
+        );
+    }
     Ok(())
 }

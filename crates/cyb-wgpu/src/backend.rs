@@ -50,6 +50,8 @@ pub struct WgpuBackend {
     /// Prefill matmuls of non-F32 weights run on cooperative matrices (matmul_coop.wgsl),
     /// where the device has them (`AdapterReport::coop` and `WgpuOptions::cooperative_matrices`).
     pub(crate) coop: std::sync::atomic::AtomicBool,
+    /// Bytes of the buffers this backend made that are alive, and the most at once.
+    memory: Arc<crate::memory::MemoryCounter>,
 }
 
 /// Launches after which the recorded work is submitted mid-step, so the GPU runs the first part
@@ -221,6 +223,7 @@ impl WgpuBackend {
             replay: std::sync::atomic::AtomicBool::new(options.replay),
             replayed: std::sync::atomic::AtomicU64::new(0),
             mvq_min_rows: std::sync::atomic::AtomicUsize::new(crate::ops::matmul::MVQ_MIN_ROWS),
+            memory: Arc::default(),
         })
     }
 
@@ -357,19 +360,46 @@ impl WgpuBackend {
             usage,
             mapped_at_creation: false,
         });
-        Ok(Arc::new(GpuBuf::new(buffer)))
+        Ok(Arc::new(GpuBuf::counted(buffer, &self.memory)))
     }
 
-    /// A frame buffer of at least `bytes` (rounded to 4) that no live tensor holds.
+    /// A frame buffer of at least `bytes` (rounded to 4) that no live tensor holds, for the host
+    /// to write (uploads, tables, parameters) or to read back: never one used earlier in this
+    /// step, since a host write would land before the step's recorded work that reads it.
     pub(crate) fn frame_buf(
         &self,
         st: &mut State,
         bytes: usize,
         usage: BufferUsage,
     ) -> Result<Arc<GpuBuf>> {
+        self.frame_take(st, bytes, usage, false)
+    }
+
+    /// A storage frame buffer of at least `bytes` for kernels (and copies) to write: it may be
+    /// one that an earlier op of this step used and nothing holds any more, as the device runs
+    /// the step's work in recorded order.
+    pub(crate) fn frame_out(&self, st: &mut State, bytes: usize) -> Result<Arc<GpuBuf>> {
+        self.frame_take(st, bytes, BufferUsage::Storage, true)
+    }
+
+    fn frame_take(
+        &self,
+        st: &mut State,
+        bytes: usize,
+        usage: BufferUsage,
+        reuse: bool,
+    ) -> Result<Arc<GpuBuf>> {
         let size = padded(bytes);
+        // Held by the allocator alone, and bound by no launch held back for merging.
+        let held = match (&st.pending, reuse) {
+            (Some(p), true) => p.buffer_ids(),
+            _ => Vec::new(),
+        };
+        let idle = |b: &Arc<GpuBuf>| reuse && Arc::strong_count(b) == 1 && !held.contains(&b.id);
         loop {
-            let b = st.frame.alloc(size, usage, |s| self.create(s, usage))?;
+            let b = st
+                .frame
+                .alloc_reusing(size, usage, idle, |s| self.create(s, usage))?;
             // The allocator and this handle hold two references; more means a tensor from an
             // earlier step still uses it (it stays checked out until the next reset).
             if Arc::strong_count(&b) <= 2 {
@@ -389,7 +419,7 @@ impl WgpuBackend {
         let len = dtype
             .bytes_for(shape.numel())
             .ok_or_else(|| Error::invalid("wgpu output", format!("{dtype} {shape}")))?;
-        let buf = self.frame_buf(st, len, BufferUsage::Storage)?;
+        let buf = self.frame_out(st, len)?;
         let view = DeviceView {
             buf: buf.clone(),
             len,
@@ -659,6 +689,10 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn device_memory(&self) -> Option<cyb_backend::DeviceMemory> {
+        Some(self.memory.get())
+    }
+
     fn supports(&self, op: &Op, inputs: &[TensorInfo]) -> bool {
         cyb_ops::output_infos(op, inputs).is_ok() && ops::supports(self, op, inputs)
     }
@@ -804,7 +838,13 @@ impl Backend for WgpuBackend {
         let _timed = self.host_span();
         self.flush(&mut st);
         st.rope_table = None;
-        st.frame.reset();
+        let released = st.frame.reset();
+        if !released.is_empty() {
+            // Bind groups naming a released buffer would keep it alive.
+            let gone: rustc_hash::FxHashSet<u64> = released.iter().map(|b| b.id).collect();
+            st.bind_groups
+                .retain(|k, _| !gone.contains(&k.1) && !k.3.iter().any(|id| gone.contains(id)));
+        }
         st.small_uploads.clear();
         st.capture = None;
         st.submitted_in_step = false;

@@ -92,6 +92,10 @@ pub enum Family {
     RopeAppend,
     /// Decode attention with the rope of q and k and the KV appends before it.
     SdpaRope,
+    /// Attention over one chunk of keys (sdpa_part.wgsl) and the merge of the chunks
+    /// (sdpa_merge.wgsl).
+    SdpaPart,
+    SdpaMerge,
     BinaryPair,
     NormPair,
     /// Prefill matmuls on cooperative matrices (matmul_coop.wgsl; needs the device's f16 and
@@ -121,6 +125,8 @@ impl Family {
             Family::NormPair => include_str!("shaders/norm_pair.wgsl"),
             Family::Sdpa => include_str!("shaders/sdpa.wgsl"),
             Family::SdpaRope => include_str!("shaders/sdpa_rope.wgsl"),
+            Family::SdpaPart => include_str!("shaders/sdpa_part.wgsl"),
+            Family::SdpaMerge => include_str!("shaders/sdpa_merge.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
             Family::AddNorm => include_str!("shaders/add_norm.wgsl"),
@@ -137,7 +143,8 @@ impl Family {
             | Family::Norm
             | Family::Rope => (2, 1),
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
-            Family::Sdpa => (3, 2),
+            Family::Sdpa | Family::SdpaPart => (3, 2),
+            Family::SdpaMerge => (1, 1),
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
             Family::MatVecMulti => (4, 4),
@@ -332,7 +339,7 @@ impl Kernels {
             Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
             // `rows`: values per load of q and k (sdpa.wgsl), plus 8 when v is read four
             // values at a time (sdpa_rope.wgsl: always both).
-            Family::Sdpa | Family::SdpaRope => {
+            Family::Sdpa | Family::SdpaRope | Family::SdpaPart => {
                 src.push_str(if key.rows & 4 != 0 {
                     "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
                      fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
@@ -348,14 +355,25 @@ impl Kernels {
                     "alias VV = f32;\nconst VW: u32 = 1u;\n\
                      fn store_o(at: u32, o: VV) { O[at] = o; }\n"
                 });
-                if key.family == Family::SdpaRope {
-                    src.push_str("const SP: u32 = 16u;\n");
-                    src.push_str(include_str!("shaders/rope.wgsl"));
+                if key.family == Family::SdpaPart {
+                    src.push_str(if key.rows & 8 != 0 {
+                        "fn store_p(at: u32, o: VV) {\n\
+                         PART[at] = o.x; PART[at + 1u] = o.y; PART[at + 2u] = o.z; \
+                         PART[at + 3u] = o.w;\n}\n"
+                    } else {
+                        "fn store_p(at: u32, o: VV) { PART[at] = o; }\n"
+                    });
+                    src.push_str(include_str!("shaders/reduce.wgsl"));
                 } else {
-                    src.push_str("const SP: u32 = 0u;\n");
+                    if key.family == Family::SdpaRope {
+                        src.push_str("const SP: u32 = 16u;\n");
+                        src.push_str(include_str!("shaders/rope.wgsl"));
+                    } else {
+                        src.push_str("const SP: u32 = 0u;\n");
+                    }
+                    src.push_str(include_str!("shaders/reduce.wgsl"));
+                    src.push_str(include_str!("shaders/sdpa_body.wgsl"));
                 }
-                src.push_str(include_str!("shaders/reduce.wgsl"));
-                src.push_str(include_str!("shaders/sdpa_body.wgsl"));
             }
             Family::Rope | Family::RopePair => src.push_str(include_str!("shaders/rope.wgsl")),
             Family::Copy | Family::CopyPair => src.push_str(include_str!("shaders/copy.wgsl")),

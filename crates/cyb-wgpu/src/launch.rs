@@ -265,6 +265,25 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
+    /// The ids of every buffer the held launches bind (a frame buffer is not handed out again
+    /// while a held launch names it: the launches it would be written by could then not join).
+    pub(crate) fn buffer_ids(&self) -> Vec<u64> {
+        let (rn, held): (Option<&ResNorm>, &[Launch]) = match self {
+            Pending::Matvec(rn, v) | Pending::Glu(rn, v) => (rn.as_ref(), v),
+            Pending::ResNorm(rn) => (Some(rn), &[]),
+            Pending::Rope(v)
+            | Pending::Copy(v)
+            | Pending::RopeAppend(v)
+            | Pending::Attend(v)
+            | Pending::Pair(v) => (None, v),
+        };
+        rn.into_iter()
+            .flat_map(|r| [&r.prod, &r.norm])
+            .chain(held)
+            .flat_map(|l| l.bufs.iter().map(|b| b.0))
+            .collect()
+    }
+
     /// Whether a later launch could join `l` (then it is held: [`Pending::start`]).
     fn holds(l: &Launch) -> bool {
         matvec(l) || l.is(Family::Rope, "rope") || l.is(Family::Copy, "copy") || pairable(l)

@@ -9,6 +9,7 @@
 
 use cyb_tensor::{DType, DeviceBuffer, Result, Shape, Storage, Tensor};
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Uploads up to this size keep a host copy (ids, positions, rope frequency factors).
@@ -22,6 +23,27 @@ pub fn shadow(data: &[u8]) -> HostShadow {
     (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data))
 }
 
+/// Bytes of the buffers a backend made that are still alive, and the most at once.
+#[derive(Debug, Default)]
+pub struct MemoryCounter {
+    current: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemoryCounter {
+    fn add(&self, bytes: u64) {
+        let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> cyb_backend::DeviceMemory {
+        cyb_backend::DeviceMemory {
+            current: self.current.load(Ordering::Relaxed),
+            peak: self.peak.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// One wgpu buffer; its size is the tensor's byte length rounded up to 4.
 #[derive(Debug)]
 pub struct GpuBuf {
@@ -29,13 +51,29 @@ pub struct GpuBuf {
     /// Unique for the life of the process (never reused, unlike an address): the key of the
     /// bind groups that use this buffer.
     pub id: u64,
+    /// Where its bytes are counted while it lives.
+    counter: Arc<MemoryCounter>,
 }
 
 impl GpuBuf {
-    pub fn new(buffer: wgpu::Buffer) -> GpuBuf {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        GpuBuf { buffer, id }
+    /// A buffer whose size `counter` holds until it is dropped.
+    pub fn counted(buffer: wgpu::Buffer, counter: &Arc<MemoryCounter>) -> GpuBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        counter.add(buffer.size());
+        GpuBuf {
+            buffer,
+            id,
+            counter: counter.clone(),
+        }
+    }
+}
+
+impl Drop for GpuBuf {
+    fn drop(&mut self) {
+        self.counter
+            .current
+            .fetch_sub(self.buffer.size(), Ordering::Relaxed);
     }
 }
 

@@ -425,3 +425,31 @@ fn argmax_rows_with_ties_and_nan() {
         check(&Op::ArgMax { axis: -1 }, &[row(&v)], 0.0);
     }
 }
+
+/// Rows of more than 256 keys are split over chunks of 256 and merged (sdpa_part.wgsl,
+/// sdpa_merge.wgsl): chunks past the keys, chunks a sliding window hides entirely, a softcap,
+/// grouped heads, several query rows, and value widths with and without four-value loads.
+#[test]
+fn attention_split_over_many_keys() {
+    for (lq, lk, d, dv, window, softcap) in [
+        (1, 1100, 64, 64, None, None),
+        (3, 1100, 16, 12, Some(200), Some(20.0)),
+        (2, 700, 8, 6, None, Some(5.0)),
+        (1, 4097, 64, 64, Some(1000), None),
+    ] {
+        let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
+            scale: 0.2,
+            causal: true,
+            sliding_window: window,
+            softcap,
+            alibi_max_bias: None,
+        };
+        let inputs = [
+            f32t(&[4, lq, d], 41),
+            f32t(&[2, lk, d], 42),
+            f32t(&[2, lk, dv], 43),
+        ];
+        check(&sdpa, &inputs, 1e-4);
+    }
+}

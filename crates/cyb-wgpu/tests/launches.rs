@@ -643,3 +643,43 @@ fn two_norms_or_two_binary_ops_are_one_launch() {
         assert_eq!(l, 2);
     }
 }
+
+/// Within a step, a buffer whose tensor is gone is handed out again to a later op: a chain of
+/// 24 ops, each consuming the last one's output, takes a few buffers, not 24, and gives the
+/// reference's result; the device memory held comes back down when the step's tensors go.
+#[test]
+fn a_step_reuses_the_buffers_of_dropped_tensors() {
+    let _turn = serial();
+    let Some(gpu) = gpu() else {
+        return;
+    };
+    let dims = [64, 1024];
+    let (x, y) = (f32t(&dims, 5), f32t(&dims, 6));
+    let up = |t: &Tensor| {
+        gpu.upload(t.host_bytes().unwrap(), t.dims(), t.dtype())
+            .unwrap()
+    };
+    let mut ctx = ExecContext::default();
+    gpu.begin_step(&mut ctx).unwrap();
+    let (dx, dy) = (up(&x), up(&y));
+    let made = gpu.frame_stats().created;
+    let (mut g, mut r) = (dx, x);
+    for _ in 0..24 {
+        g = gpu
+            .execute(&Op::SwiGlu, &[g, dy.clone()], &mut ctx)
+            .unwrap()
+            .remove(0);
+        r = cyb_ops::reference::execute(&Op::SwiGlu, &[r, y.clone()])
+            .unwrap()
+            .remove(0);
+    }
+    // (Parameter blocks and the launch held back for merging take a few too.)
+    let new = gpu.frame_stats().created - made;
+    let got = gpu.download_f32(&g).unwrap();
+    gpu.end_step(&mut ctx).unwrap();
+    assert!(new <= 8, "24 chained outputs took {new} new buffers");
+    let e = rel_err(&got, &r.to_f32_vec().unwrap());
+    assert!(e <= 1e-5, "relative error {e:e}");
+    let mem = gpu.device_memory().unwrap();
+    assert!(mem.peak >= mem.current && mem.current > 0, "{mem:?}");
+}

@@ -136,3 +136,28 @@ fn a_cache_used_with_another_model_drops_its_plans() {
     assert!(a.0 == b.0, "logits of the second model differ");
     assert_eq!(a.1, b.1);
 }
+
+/// Past 256 keys attention is split over chunks of keys and merged: replayed steps there
+/// (KV lengths 281..=360, in the range up to 512) equal the steps run through the model.
+#[test]
+fn replayed_steps_over_split_attention_equal_steps_through_the_model() {
+    let (Some(on), Some(off)) = (backend(true), backend(false)) else {
+        return;
+    };
+    let (m_on, m_off) = (
+        model(&on, "model-q8_0.gguf"),
+        model(&off, "model-q8_0.gguf"),
+    );
+    let mut c_on = m_on.new_cache(400).unwrap();
+    let mut c_off = m_off.new_cache(400).unwrap();
+    let prompt: Vec<u32> = (0..280).map(|i| (i * 37 % 120 + 1) as u32).collect();
+    let before = on.replayed_steps();
+    let a = decode(&m_on, &mut c_on, &prompt, 40);
+    let b = decode(&m_off, &mut c_off, &prompt, 40);
+    assert!(
+        on.replayed_steps() - before >= 60,
+        "split steps not replayed"
+    );
+    assert!(a.0 == b.0, "replayed logits differ");
+    assert_eq!(a.1, b.1, "replayed argmax tokens differ");
+}

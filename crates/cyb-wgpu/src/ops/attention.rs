@@ -4,7 +4,6 @@
 use crate::backend::{device_view, gpu_buf, State, WgpuBackend};
 use crate::kernels::{Family, KernelKey};
 use crate::memory::GpuBuf;
-use cyb_backend::BufferUsage;
 use cyb_ops::{Op, RopeLayout, SdpaLayout};
 use cyb_tensor::{DType, Result, Tensor, TensorInfo};
 use std::sync::Arc;
@@ -149,6 +148,9 @@ pub(crate) fn rope(
     Ok(Some(y))
 }
 
+/// Keys one attention workgroup takes: rows of more keys are split (sdpa_part.wgsl).
+const SPLIT_KEYS: usize = 256;
+
 pub(crate) fn supports_sdpa(op: &Op, inputs: &[TensorInfo]) -> bool {
     let Op::Sdpa {
         alibi_max_bias,
@@ -211,9 +213,6 @@ pub(crate) fn sdpa(
     let (hq, lq, d) = (qd[r - 3], qd[r - 2], qd[r - 1]);
     let (hkv, lk, dv) = (kd[r - 3], kd[r - 2], vd[r - 1]);
     let rows = inputs[0].numel() / d;
-    // The scratch is sized for a power of two of keys: the frame allocator pools buffers by
-    // exact size, and a size growing by one key per decode step would make a buffer per step.
-    let scores = gpu.frame_buf(st, rows * lk.next_power_of_two() * 4, BufferUsage::Storage)?;
     let (y, ybuf) = gpu.output(st, out.shape.dims(), DType::F32)?;
     let (q, (k, kcap), (v, vcap)) = (
         gpu_buf(&inputs[0])?,
@@ -221,7 +220,7 @@ pub(crate) fn sdpa(
         in_place(&inputs[2], lk)?,
     );
     let window = sliding_window.map_or(0, |w| w.min(u32::MAX as usize) as u32);
-    let params = [
+    let mut params = vec![
         rows as u32,
         hq as u32,
         lq as u32,
@@ -238,15 +237,45 @@ pub(crate) fn sdpa(
     ];
     // Four values of q and k per load where every row starts at a multiple of four (`rows` 4),
     // of v likewise (plus 8).
+    let rows_key = if d % 4 == 0 { 4 } else { 1 } + if dv % 4 == 0 { 8 } else { 0 };
+    // Sizes follow the power of two above the key count, so that consecutive decode steps
+    // keep one buffer and one grid (the frame allocator pools buffers by exact size, and a
+    // replay plan holds for one power of two).
+    let keys = lk.next_power_of_two();
+    if keys <= SPLIT_KEYS {
+        // One workgroup per query row, its scores in a scratch buffer.
+        let scores = gpu.frame_out(st, rows * keys * 4)?;
+        let key = KernelKey {
+            rows: rows_key,
+            ..KernelKey::plain(Family::Sdpa, "sdpa")
+        };
+        gpu.dispatch(
+            st,
+            &key,
+            &params,
+            &[&q, &k, &v, &ybuf, &scores],
+            rows as u32,
+        )?;
+        return Ok(y);
+    }
+    // Longer rows are split over chunks of SPLIT_KEYS keys, one workgroup each (many more
+    // workgroups for a decode step, no score matrix for a long prefill), then merged.
+    let chunks = keys / SPLIT_KEYS;
+    let groups = u32::try_from(rows * chunks)
+        .map_err(|_| cyb_tensor::Error::invalid("sdpa", "too many query rows for one launch"))?;
+    params.push(chunks as u32);
+    let parts = gpu.frame_out(st, rows * chunks * (dv + 2) * 4)?;
     let key = KernelKey {
-        rows: if d % 4 == 0 { 4 } else { 1 } + if dv % 4 == 0 { 8 } else { 0 },
-        ..KernelKey::plain(Family::Sdpa, "sdpa")
+        rows: rows_key,
+        ..KernelKey::plain(Family::SdpaPart, "sdpa_part")
     };
+    gpu.dispatch(st, &key, &params, &[&q, &k, &v, &ybuf, &parts], groups)?;
+    let merge = KernelKey::plain(Family::SdpaMerge, "sdpa_merge");
     gpu.dispatch(
         st,
-        &key,
-        &params,
-        &[&q, &k, &v, &ybuf, &scores],
+        &merge,
+        &[rows as u32, dv as u32, chunks as u32],
+        &[&parts, &ybuf],
         rows as u32,
     )?;
     Ok(y)

@@ -182,7 +182,7 @@ fn materialize(gpu: &WgpuBackend, st: &mut State, l: &LazySlice) -> Result<()> {
     if l.dst.get().is_some() {
         return Ok(());
     }
-    let dst = gpu.frame_buf(st, l.bytes, cyb_backend::BufferUsage::Storage)?;
+    let dst = gpu.frame_out(st, l.bytes)?;
     let (d, s, t) = (&l.dims, &l.src_strides, &l.dst_strides);
     copy(gpu, st, &l.src, &dst, d, s, t, 0, 0)?;
     // Only this step's lock holder gets here, so the cell is still empty.

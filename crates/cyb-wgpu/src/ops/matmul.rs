@@ -168,7 +168,7 @@ fn mvq(
     // rounded up to even: the scales are read as pairs, and a pair half past the buffer
     // would be an out-of-bounds read.
     let scales = (k / block).next_multiple_of(2);
-    let qbuf = gpu.frame_buf(st, 2 * k + 4 * scales, cyb_backend::BufferUsage::Storage)?;
+    let qbuf = gpu.frame_out(st, 2 * k + 4 * scales)?;
     let qgroups = k.div_ceil(2048);
     let key = |entry, rows| KernelKey {
         family: Family::MatMul,
