@@ -34,7 +34,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// GGUF files or Hugging Face directories (several: each runs every test in turn, as
-    /// llama-bench's repeated `-m`).
+    /// llama-bench's repeated `-m`); or graph models (ONNX files, or `.model` files of a graph
+    /// with --input/--shape), timed per run on one set of inputs.
     #[arg(required = true, num_args = 1..)]
     pub models: Vec<PathBuf>,
     /// Prompt tokens of the pp tests (a list: `-p 128,512`; 0 skips the pp tests).
@@ -82,6 +83,14 @@ pub struct BenchArgs {
     /// object per line) or csv (a header, then one quoted row per test; no sample arrays).
     #[arg(short = 'o', long = "output", value_enum, default_value = "md")]
     pub output: OutputFormat,
+    /// A graph model's input from a file: `NAME=FILE.npy` (repeatable; graph models: ONNX
+    /// files, or any model given --input or --shape).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// A graph model's input made at this shape: `NAME=1x3x640x640` (random values in
+    /// [-1, 1) for float inputs, zeros for integer ones; default: the graph's fixed shape).
+    #[arg(long = "shape", value_name = "NAME=DIMS")]
+    pub shapes: Vec<String>,
 }
 
 /// `cyb-llm bench -o`.
@@ -187,6 +196,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         true => vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
         false => args.threads.clone(),
     };
+    if args
+        .models
+        .iter()
+        .any(|m| crate::bench_graph::is_graph(m, &args))
+    {
+        return crate::bench_graph::run(&args, format, &thread_counts);
+    }
     let max_test = args
         .n_prompt
         .iter()
@@ -398,7 +414,7 @@ fn parse_pg(s: &str) -> std::result::Result<(usize, usize), String> {
 
 /// Gives rayon's global pool (the reference backend's) `threads` workers. It can be built only
 /// once, so later thread counts of a `-t` list apply to the cpu backend alone.
-fn size_rayon_pool(threads: usize) {
+pub(crate) fn size_rayon_pool(threads: usize) {
     if let Err(e) = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
@@ -579,7 +595,7 @@ fn print_table(infos: &[RunInfo], results: &[TestResult], reps: usize) {
     );
 }
 
-fn mean(v: &[f64]) -> f64 {
+pub(crate) fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -587,7 +603,7 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 /// Sample standard deviation (n - 1), 0 for fewer than two samples, as llama-bench.
-fn stddev(v: &[f64]) -> f64 {
+pub(crate) fn stddev(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }
@@ -596,7 +612,7 @@ fn stddev(v: &[f64]) -> f64 {
     (ss / (v.len() - 1) as f64).sqrt()
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {
@@ -607,14 +623,14 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// The process's peak resident set (Linux `VmHWM`); `None` where /proc is absent.
-fn peak_rss_bytes() -> Option<u64> {
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
 
-fn cpu_info() -> String {
+pub(crate) fn cpu_info() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -627,7 +643,7 @@ fn cpu_info() -> String {
 }
 
 /// The current UTC time as ISO 8601 (`2024-05-01T12:00:00Z`), like llama-bench's `test_time`.
-fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -7,6 +7,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod backends;
 mod bench;
+mod bench_graph;
 mod chat;
 mod classify;
 mod embed;

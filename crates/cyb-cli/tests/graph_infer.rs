@@ -134,3 +134,56 @@ fn graph_prints_the_text_form() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+#[test]
+fn bench_times_a_graph_on_given_and_made_inputs() {
+    let Some(dir) = node_dir("test_conv_with_strides_padding") else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("cyb-bench-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let set = dir.join("test_data_set_0");
+    pb_to_npy(&set.join("input_1.pb"), &tmp.join("w.npy"));
+    let model = dir.join("model.onnx");
+    // The weight from a file, the image made at the graph's own shape; three timed runs.
+    let st = cli()
+        .arg("bench")
+        .arg(&model)
+        .args(["--input", &format!("W={}", tmp.join("w.npy").display())])
+        .args(["-r", "3", "-t", "1", "--json", "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let row = &v[0];
+    assert_eq!(row["samples_ns"].as_array().unwrap().len(), 3, "{row}");
+    for key in ["first_ns", "avg_ns", "median_ns"] {
+        assert!(row[key].as_u64().unwrap() > 0, "{key}: {row}");
+    }
+    assert_eq!(row["n_threads"], 1);
+    assert!(row["peak_rss_bytes"].as_u64().unwrap() > 0);
+    // A made shape, and an input the graph does not have.
+    let st = cli()
+        .arg("bench")
+        .arg(&model)
+        .args(["--shape", "x=1x1x7x5", "--shape", "W=1x1x3x3", "-r", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    assert!(String::from_utf8_lossy(&st.stdout).contains("ms per run"));
+    let st = cli()
+        .arg("bench")
+        .arg(&model)
+        .args(["--shape", "nope=1x2"])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(err.contains("no input \"nope\"") && err.contains('x'), "{err}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
