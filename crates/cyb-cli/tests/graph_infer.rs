@@ -184,6 +184,9 @@ fn bench_times_a_graph_on_given_and_made_inputs() {
         .unwrap();
     assert!(!st.status.success());
     let err = String::from_utf8_lossy(&st.stderr);
-    assert!(err.contains("no input \"nope\"") && err.contains('x'), "{err}");
+    assert!(
+        err.contains("no input \"nope\"") && err.contains('x'),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }
