@@ -3,6 +3,12 @@
 //! `[out_channels, in_channels · kernel]` weight matrix on the float GEMM, the bias added in its
 //! epilogue. Each output is one dot product in a fixed order, so the thread count does not
 //! change results.
+//!
+//! Grouped convolutions of few input channels per group (depthwise ones: one) over one or two
+//! spatial dims run directly (`grouped`): each output plane is the bias plus, per input channel
+//! of its group and per kernel tap, the weight times the input plane shifted under that tap,
+//! added row by row over the output positions whose input lies inside the image. The planes are
+//! shared among the threads; each plane's sums run in one fixed order.
 
 use crate::features::KernelSet;
 use crate::matmul;
@@ -39,11 +45,46 @@ fn cols_dims(op: &Op, inputs: &[TensorInfo]) -> Option<(usize, usize)> {
     (bytes <= MAX_COLS_BYTES).then_some((positions, width))
 }
 
+/// Most input channels per group the direct grouped kernel takes.
+const GROUPED_MAX_CHANNELS: usize = 8;
+
+/// A grouped conv the direct kernel runs: more than one group, at most
+/// [`GROUPED_MAX_CHANNELS`] input channels per group, one or two spatial dims, consistent
+/// channel counts and a bias of one value per output channel.
+fn grouped_geometry(op: &Op, inputs: &[TensorInfo]) -> Option<cyb_ops::WindowGeometry> {
+    let Op::Conv {
+        strides,
+        dilations,
+        pads,
+        group,
+    } = op
+    else {
+        return None;
+    };
+    let (x, w) = (inputs.first()?, inputs.get(1)?);
+    let (xd, wd) = (x.shape.dims(), w.shape.dims());
+    let g = *group;
+    let ok = g > 1
+        && (3..=4).contains(&xd.len())
+        && wd.len() == xd.len()
+        && xd[1] == g.checked_mul(wd[1])?
+        && wd[1] <= GROUPED_MAX_CHANNELS
+        && wd[0] % g == 0
+        && inputs.get(2).is_none_or(|b| b.shape.dims() == [wd[0]]);
+    if !ok {
+        return None;
+    }
+    cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false).ok()
+}
+
 /// F32 input, weight and bias, one group, a window matrix of modest size, and a GEMM for F32
-/// weights on this kernel set.
+/// weights on this kernel set; or a grouped conv the direct kernel takes.
 pub(crate) fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
     if !(2..=3).contains(&inputs.len()) || inputs.iter().any(|i| i.dtype != DType::F32) {
         return false;
+    }
+    if grouped_geometry(op, inputs).is_some() {
+        return true;
     }
     let Some((_, width)) = cols_dims(op, inputs) else {
         return false;
@@ -71,6 +112,9 @@ pub(crate) fn conv(
     inputs: &[Tensor],
 ) -> Result<Tensor> {
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    if let Some(g) = grouped_geometry(op, &infos) {
+        return grouped(pool, op, &g, inputs);
+    }
     let (
         Some((rows, width)),
         Op::Conv {
@@ -145,6 +189,110 @@ pub(crate) fn conv(
     let mut dims = vec![n, m];
     dims.extend_from_slice(&g.out);
     Tensor::from_f32(&dims, &out)
+}
+
+/// A grouped conv of few channels per group over one or two spatial dims (see the module doc).
+fn grouped(
+    pool: &ThreadPool,
+    op: &Op,
+    g: &cyb_ops::WindowGeometry,
+    inputs: &[Tensor],
+) -> Result<Tensor> {
+    let Op::Conv { group, .. } = op else {
+        return Err(Error::invalid("conv", "not a conv"));
+    };
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let (xd, wd) = (x.dims(), w.dims());
+    let (n, c, m, cg) = (xd[0], xd[1], wd[0], wd[1]);
+    let mg = m / group;
+    // One spatial dim is a plane of one row.
+    let two = |d: &[usize], i: usize| if d.len() == 1 { 1 } else { d[i] };
+    let last = |d: &[usize]| d[d.len() - 1];
+    let sp = &xd[2..];
+    let (ih, iw) = (two(sp, 0), last(sp));
+    let (oh, ow) = (two(&g.out, 0), last(&g.out));
+    let kd = &wd[2..];
+    let (kh, kw) = (two(kd, 0), last(kd));
+    let pick = |v: &[usize], default: usize| {
+        if v.len() == 1 {
+            (default, v[0])
+        } else {
+            (v[0], v[1])
+        }
+    };
+    let (sh, sw) = pick(&g.strides, 1);
+    let (dh, dw) = pick(&g.dilations, 1);
+    let (ph, pw) = pick(&g.pad_begin, 0);
+    let xs = x.as_f32()?;
+    let ws = w.as_f32()?;
+    let bias = match inputs.get(2) {
+        Some(b) => Some(b.as_f32()?),
+        None => None,
+    };
+    let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
+    let plane = oh * ow;
+    let mut dims = vec![n, m];
+    dims.extend_from_slice(&g.out);
+    cyb_tensor::memory::check_tensor("conv", &dims, DType::F32)?;
+    let mut out_buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * plane * 4);
+    let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(out_buf.as_bytes_mut()));
+    let planes = n * m;
+    let parts = planes.min(pool.threads() * 4).max(1);
+    let job = |p: usize| {
+        for idx in crate::par::pool::split(planes, parts, p) {
+            let (b, oc) = (idx / m, idx % m);
+            let gi = oc / mg;
+            // SAFETY: each plane index belongs to one part.
+            let y = unsafe { out.slice(idx * plane..(idx + 1) * plane) };
+            y.fill(bias.map_or(0.0, |b| b[oc]));
+            for ci in 0..cg {
+                let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
+                let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let wv = wk[ky * kw + kx];
+                        // Output columns whose input column ox·sw + kx·dw − pw is inside.
+                        let shift = (kx * dw) as isize - pw as isize;
+                        let lo = if shift >= 0 {
+                            0
+                        } else {
+                            (-shift as usize).div_ceil(sw)
+                        };
+                        let hi = if (iw as isize) > shift {
+                            ((iw as isize - 1 - shift) as usize / sw + 1).min(ow)
+                        } else {
+                            0
+                        };
+                        for oy in 0..oh {
+                            let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                            if iy < 0 || iy >= ih as isize || lo >= hi {
+                                continue;
+                            }
+                            let xr = &xp[iy as usize * iw..][..iw];
+                            let yr = &mut y[oy * ow..][..ow];
+                            let first = (lo * sw) as isize + shift;
+                            if sw == 1 {
+                                let xs = &xr[first as usize..][..hi - lo];
+                                for (o, &v) in yr[lo..hi].iter_mut().zip(xs) {
+                                    *o += wv * v;
+                                }
+                            } else {
+                                for (j, o) in yr[lo..hi].iter_mut().enumerate() {
+                                    *o += wv * xr[first as usize + j * sw];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    pool.run_parts(parts, &job);
+    Tensor::new(
+        Shape::new(&dims)?,
+        DType::F32,
+        cyb_tensor::Storage::Host(std::sync::Arc::new(out_buf)),
+    )
 }
 
 /// The multi-index of flat index `i` over `dims` (row-major).

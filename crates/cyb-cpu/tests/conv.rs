@@ -1,6 +1,7 @@
 //! `Conv` on the GEMM against the reference on odd sizes: 1-D and 2-D, strides, dilations,
 //! explicit and "same" padding, with and without bias, a batch of two; 1 and 3 threads
-//! bit-identical. Grouped convolutions are left to the reference.
+//! bit-identical. Grouped convolutions of up to 8 channels per group (depthwise ones among
+//! them) run directly on one or two spatial dims; others are left to the reference.
 
 mod common;
 use common::{backends, check, Rng};
@@ -74,9 +75,61 @@ fn two_dimensional() {
 }
 
 #[test]
+fn grouped_convolutions() {
+    let mut rng = Rng::new(34);
+    // Depthwise 2-D as in mobile CNNs: stride 1 and 2, a dilation, explicit and same padding.
+    let (x, w, b) = (
+        t(&mut rng, &[2, 6, 13, 11]),
+        t(&mut rng, &[6, 1, 3, 3]),
+        t(&mut rng, &[6]),
+    );
+    for (strides, dilations, pads, what) in [
+        (
+            vec![1, 1],
+            vec![],
+            PadSpec::Explicit(vec![1, 1, 1, 1]),
+            "depthwise 3x3",
+        ),
+        (
+            vec![2, 2],
+            vec![],
+            PadSpec::Explicit(vec![1, 1, 1, 1]),
+            "depthwise stride 2",
+        ),
+        (
+            vec![1, 2],
+            vec![2, 1],
+            PadSpec::Explicit(vec![2, 0, 1, 3]),
+            "dilated, odd pads",
+        ),
+        (vec![2, 1], vec![], PadSpec::SameUpper, "same upper"),
+    ] {
+        let op = conv(&strides, &dilations, pads, 6);
+        check(&op, &[x.clone(), w.clone(), b.clone()], 1e-5, what);
+        check(&op, &[x.clone(), w.clone()], 1e-5, what);
+    }
+    // A depth multiplier (two outputs per input channel), 5x5 taps wider than the padding.
+    let (w2, b2) = (t(&mut rng, &[12, 1, 5, 5]), t(&mut rng, &[12]));
+    let op = conv(&[1, 1], &[], PadSpec::Explicit(vec![2, 2, 2, 2]), 6);
+    check(&op, &[x.clone(), w2, b2], 1e-5, "depth multiplier 2");
+    // Two groups of three channels; 1-D groups of two.
+    let (w3, b3) = (t(&mut rng, &[4, 3, 3, 2]), t(&mut rng, &[4]));
+    let op = conv(&[1, 2], &[], PadSpec::Explicit(vec![0, 1, 2, 0]), 2);
+    check(&op, &[x, w3, b3], 1e-5, "two groups");
+    let (x1, w1) = (t(&mut rng, &[1, 4, 29]), t(&mut rng, &[6, 2, 3]));
+    let op = conv(&[2], &[1], PadSpec::Explicit(vec![1, 1]), 2);
+    check(&op, &[x1, w1], 1e-5, "1-D groups");
+    // A kernel wider than the padded input leaves whole rows outside.
+    let (x4, w4) = (t(&mut rng, &[1, 3, 2, 3]), t(&mut rng, &[3, 1, 3, 5]));
+    let op = conv(&[1, 1], &[], PadSpec::Explicit(vec![1, 2, 1, 2]), 3);
+    check(&op, &[x4, w4], 1e-5, "kernel past the image");
+}
+
+#[test]
 fn grouped_convolutions_fall_back() {
+    // Sixteen channels per group: the reference's.
     let mut rng = Rng::new(33);
-    let (x, w) = (t(&mut rng, &[1, 4, 9]), t(&mut rng, &[6, 2, 3]));
+    let (x, w) = (t(&mut rng, &[1, 32, 9]), t(&mut rng, &[6, 16, 3]));
     let op = conv(&[1], &[1], PadSpec::Explicit(vec![0, 0]), 2);
     let infos: Vec<TensorInfo> = [x, w].iter().map(Tensor::info).collect();
     for (_, one, _) in backends(Default::default()) {

@@ -22,6 +22,64 @@ fn elementwise_and_activations() {
         check(&op, &[a.clone(), b.clone()], 1e-5, op.name());
         check(&op, &[a.clone(), row.clone()], 1e-5, op.name());
     }
+    // Any numpy broadcast: a per-channel scale (the squeeze-excite product of CNNs), both
+    // operands repeating, the first operand repeating, ranks that differ, size-1 dims at the
+    // end, a scalar, and one large enough to split over the threads.
+    for (x, y) in [
+        (vec![2, 6, 9, 11], vec![1, 6, 1, 1]),
+        (vec![2, 1, 4, 1], vec![1, 3, 1, 5]),
+        (vec![3, 1], vec![4]),
+        (vec![5], vec![2, 3, 5]),
+        (vec![1, 6, 1, 1], vec![2, 6, 9, 11]),
+        (vec![4, 3, 1], vec![4, 1, 1]),
+        (vec![1], vec![2, 3]),
+        (vec![7, 1, 5], vec![1, 1, 1]),
+        (vec![1, 96, 80, 80], vec![1, 96, 1, 1]),
+    ] {
+        let (x, y) = (t(&mut rng, &x), t(&mut rng, &y));
+        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+            check(&op, &[x.clone(), y.clone()], 1e-5, "broadcast");
+        }
+        // The graph path's binary ops: the reference's own scalar math.
+        use cyb_ops::BinaryFn as B;
+        for f in [B::Add, B::Sub, B::Mul, B::Div, B::Max, B::Min, B::PRelu] {
+            check(&Op::Binary { f }, &[x.clone(), y.clone()], 1e-6, "binary");
+        }
+        let positive = Tensor::from_f32(
+            x.dims(),
+            &x.to_f32_vec()
+                .unwrap()
+                .iter()
+                .map(|v| v.abs() + 0.1)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        check(&Op::Binary { f: B::Pow }, &[positive, y], 1e-6, "pow");
+    }
+    use cyb_ops::UnaryFn as U;
+    let big = t(&mut rng, &[3, 67, 131]);
+    for f in [
+        U::Abs,
+        U::Neg,
+        U::Exp,
+        U::Sigmoid,
+        U::Tanh,
+        U::Relu,
+        U::HardSwish,
+        U::LeakyRelu { alpha: 0.1 },
+        U::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        },
+        U::Erf,
+        U::Softplus,
+        U::Floor,
+        U::Round,
+        U::Sin,
+        U::Elu { alpha: 1.0 },
+    ] {
+        check(&Op::Unary { f }, std::slice::from_ref(&big), 1e-6, "unary");
+    }
     for op in [Op::Silu, Op::Tanh, Op::Relu, Op::Scale { factor: 0.37 }] {
         check(&op, std::slice::from_ref(&a), 1e-5, op.name());
     }

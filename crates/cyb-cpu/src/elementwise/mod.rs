@@ -28,10 +28,20 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
     match op {
         Op::Reshape { .. } => true,
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
-            f32_in(inputs)
-                && inputs.len() == 2
-                && trailing_broadcast(inputs[0].shape.dims(), inputs[1].shape.dims())
+            f32_in(inputs) && inputs.len() == 2 && cyb_ops::output_infos(op, inputs).is_ok()
         }
+        // The graph path's element-wise ops on f32 with an f32 result (comparisons and the
+        // logical ops give BOOL: the reference's).
+        Op::Binary { f } => {
+            use cyb_ops::BinaryFn as B;
+            matches!(
+                f,
+                B::Add | B::Sub | B::Mul | B::Div | B::Pow | B::Max | B::Min | B::PRelu
+            ) && f32_in(inputs)
+                && inputs.len() == 2
+                && f32_out(op, inputs)
+        }
+        Op::Unary { .. } => f32_in(inputs) && inputs.len() == 1 && f32_out(op, inputs),
         Op::Scale { .. } | Op::Silu | Op::Tanh | Op::Relu | Op::SwiGlu | Op::Gelu { .. } => {
             f32_in(inputs)
         }
@@ -47,6 +57,11 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether `op`'s one output is F32.
+fn f32_out(op: &Op, inputs: &[TensorInfo]) -> bool {
+    cyb_ops::output_infos(op, inputs).is_ok_and(|o| o.len() == 1 && o[0].dtype == DType::F32)
 }
 
 /// An F32 tensor of `dims` filled by `fill`.
@@ -68,6 +83,16 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
         Op::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
         Op::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
         Op::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
+        Op::Binary { f } => {
+            let f = *f;
+            binary(par, x, &inputs[1], od, move |a, b| {
+                cyb_ops::reference::binary_f32(f, a, b)
+            })
+        }
+        Op::Unary { f } => {
+            let f = *f;
+            unary(par, x, move |v| cyb_ops::reference::unary_f32(f, v))
+        }
         Op::Scale { factor } => unary(par, x, |v| v * factor),
         Op::Silu => unary(par, x, silu),
         Op::Tanh => unary(par, x, f32::tanh),
@@ -132,13 +157,14 @@ pub(crate) fn binary(
     od: &[usize],
     f: impl Fn(f32, f32) -> f32 + Sync,
 ) -> Result<Tensor> {
+    let (a_dims, b_dims) = (a.dims(), b.dims());
     let (a, b) = (a.as_f32()?, b.as_f32()?);
     let (a, b) = (&*a, &*b);
     let p = b.len();
-    if p == 0 {
+    if p == 0 || a.is_empty() {
         return make(od, |_| Ok(()));
     }
-    if p == a.len() {
+    if p == a.len() && a_dims == b_dims {
         // Same shape: any split of the elements.
         return par.make(
             od,
@@ -152,18 +178,116 @@ pub(crate) fn binary(
             },
         );
     }
+    if a.len() == od.iter().product::<usize>() && trailing_broadcast(a_dims, b_dims) {
+        return par.make(
+            od,
+            p,
+            #[inline(always)]
+            |row, y| {
+                for (yc, ac) in y.chunks_mut(p).zip(a[row * p..].chunks(p)) {
+                    for ((o, &x), &z) in yc.iter_mut().zip(ac).zip(b) {
+                        *o = f(x, z);
+                    }
+                }
+            },
+        );
+    }
+    // Any other broadcast: runs of the output along which each operand either moves by one or
+    // stays (dims merged while every operand keeps its pattern), row by row.
+    let runs = broadcast_runs(od, a_dims, b_dims);
+    let Some(&(n, sa, sb)) = runs.last() else {
+        return make(od, |y| {
+            if let Some(o) = y.first_mut() {
+                *o = f(a[0], b[0]);
+            }
+            Ok(())
+        });
+    };
+    let outer = &runs[..runs.len() - 1];
     par.make(
         od,
-        p,
+        n,
         #[inline(always)]
         |row, y| {
-            for (yc, ac) in y.chunks_mut(p).zip(a[row * p..].chunks(p)) {
-                for ((o, &x), &z) in yc.iter_mut().zip(ac).zip(b) {
-                    *o = f(x, z);
+            for (i, yr) in y.chunks_mut(n).enumerate() {
+                let (mut oa, mut ob, mut rest) = (0, 0, row + i);
+                for &(d, da, db) in outer.iter().rev() {
+                    let k = rest % d;
+                    rest /= d;
+                    oa += k * da;
+                    ob += k * db;
+                }
+                match (sa, sb) {
+                    (1, 0) => {
+                        let z = b[ob];
+                        for (o, &x) in yr.iter_mut().zip(&a[oa..oa + n]) {
+                            *o = f(x, z);
+                        }
+                    }
+                    (0, 1) => {
+                        let x = a[oa];
+                        for (o, &z) in yr.iter_mut().zip(&b[ob..ob + n]) {
+                            *o = f(x, z);
+                        }
+                    }
+                    (1, 1) => {
+                        for ((o, &x), &z) in yr.iter_mut().zip(&a[oa..oa + n]).zip(&b[ob..ob + n]) {
+                            *o = f(x, z);
+                        }
+                    }
+                    _ => yr.fill(f(a[oa], b[ob])),
                 }
             }
         },
     )
+}
+
+/// The output `od` as runs `(size, stride in a, stride in b)`, outermost first, for operands
+/// of dims `a` and `b` broadcast to it (numpy rules: right-aligned, size 1 repeats): adjacent
+/// dims are merged while each operand either spans both or repeats over both. Dims of size 1
+/// are dropped.
+fn broadcast_runs(od: &[usize], a: &[usize], b: &[usize]) -> Vec<(usize, usize, usize)> {
+    let r = od.len();
+    let dim = |d: &[usize], i: usize| -> usize { (i + d.len()).checked_sub(r).map_or(1, |j| d[j]) };
+    // Element strides of each operand, 0 where it repeats.
+    let strides = |d: &[usize]| -> Vec<usize> {
+        let mut st = vec![0; r];
+        let mut s = 1;
+        for i in (0..r).rev() {
+            let n = dim(d, i);
+            st[i] = if n == 1 { 0 } else { s };
+            s *= n;
+        }
+        st
+    };
+    let (sa, sb) = (strides(a), strides(b));
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    for i in 0..r {
+        let n = od[i];
+        if n == 1 {
+            continue;
+        }
+        let (da, db) = (sa[i], sb[i]);
+        match runs.last_mut() {
+            // The previous (outer) run continues into this dim for both operands: a repeating
+            // operand repeats in both, a moving one moves contiguously from this dim into it.
+            Some((pn, pa, pb))
+                if (*pa == 0) == (da == 0)
+                    && (*pb == 0) == (db == 0)
+                    && (*pa == 0 || *pa == da * n)
+                    && (*pb == 0 || *pb == db * n) =>
+            {
+                *pn *= n;
+                *pa = da;
+                *pb = db;
+            }
+            _ => runs.push((n, da, db)),
+        }
+    }
+    // The innermost run's strides are 0 or 1 (an operand that moves there has only dims of
+    // size 1 after it), which the row loop relies on.
+    debug_assert!(runs.last().is_none_or(|&(_, a, b)| a <= 1 && b <= 1));
+    runs
 }
 
 fn unary(par: Par<'_>, x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor> {

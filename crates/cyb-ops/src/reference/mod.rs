@@ -25,6 +25,9 @@ mod scatter;
 mod values;
 
 pub use attention::alibi_slopes;
+/// The scalar math of `Op::Unary` and `Op::Binary` on f32 values, for backends that run those
+/// ops with the reference's exact results.
+pub use real::{binary_f32, unary_f32};
 pub use rope::frequencies as rope_frequencies;
 
 use crate::{check_outputs_fit, output_infos, Op};

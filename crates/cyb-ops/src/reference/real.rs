@@ -6,7 +6,7 @@ use crate::{BinaryFn, ReduceFn, UnaryFn};
 
 macro_rules! real_math {
     ($t:ident, $unary:ident, $binary:ident, $reduce:ident, $erf:path) => {
-        pub(super) fn $unary(f: UnaryFn, x: $t) -> $t {
+        pub fn $unary(f: UnaryFn, x: $t) -> $t {
             // Op parameters are stored as f32.
             let p = |v: f32| v as $t;
             match f {
@@ -96,7 +96,7 @@ macro_rules! real_math {
             }
         }
 
-        pub(super) fn $binary(f: BinaryFn, a: $t, b: $t) -> $t {
+        pub fn $binary(f: BinaryFn, a: $t, b: $t) -> $t {
             match f {
                 BinaryFn::Add => a + b,
                 BinaryFn::Sub => a - b,
