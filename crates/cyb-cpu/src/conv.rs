@@ -295,6 +295,149 @@ fn grouped(
     )
 }
 
+/// Whether the cpu backend runs this `ConvTranspose`: F32, one or two spatial dims, the
+/// geometry lists as long as the spatial rank, channels that split into the groups.
+pub(crate) fn supports_transpose(op: &Op, inputs: &[TensorInfo]) -> bool {
+    let Op::ConvTranspose {
+        strides,
+        dilations,
+        pads,
+        group,
+        ..
+    } = op
+    else {
+        return false;
+    };
+    let (Some(x), Some(w)) = (inputs.first(), inputs.get(1)) else {
+        return false;
+    };
+    let (xd, wd) = (x.shape.dims(), w.shape.dims());
+    let k = xd.len().saturating_sub(2);
+    (2..=3).contains(&inputs.len())
+        && inputs.iter().all(|i| i.dtype == DType::F32)
+        && (1..=2).contains(&k)
+        && wd.len() == xd.len()
+        && *group > 0
+        && xd[1] == wd[0]
+        && xd[1] % group == 0
+        && strides.len() == k
+        && dilations.len() == k
+        && pads.len() >= k
+        && strides.iter().all(|&s| s > 0)
+        && inputs
+            .get(2)
+            .is_none_or(|b| b.shape.dims() == [wd[1] * group])
+        && cyb_ops::output_infos(op, inputs).is_ok()
+}
+
+/// `ConvTranspose` over one or two spatial dims: each output plane (batch, output channel) is
+/// the bias plus, per input channel of its group and kernel tap, the input plane scattered
+/// through the tap (`y[i·s + k·d − p] += w · x[i]`), row by row. Planes are shared among the
+/// threads; each plane's sums run in one fixed order.
+pub(crate) fn conv_transpose(pool: &ThreadPool, op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+    let Op::ConvTranspose {
+        strides,
+        dilations,
+        pads,
+        group,
+        ..
+    } = op
+    else {
+        return Err(Error::invalid("conv_transpose", "not a conv_transpose"));
+    };
+    let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    let out = cyb_ops::output_infos(op, &infos)?;
+    let od = out[0].shape.dims().to_vec();
+    cyb_tensor::memory::check_tensor("conv_transpose", &od, DType::F32)?;
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let (xd, wd) = (x.dims(), w.dims());
+    let (n, c, m) = (xd[0], xd[1], od[1]);
+    let (cg, mg) = (c / group, m / group);
+    let two = |d: &[usize]| {
+        if d.len() == 1 {
+            (1, d[0])
+        } else {
+            (d[0], d[1])
+        }
+    };
+    let pair = |v: &[usize], default: usize| {
+        if v.len() == 1 {
+            (default, v[0])
+        } else {
+            (v[0], v[1])
+        }
+    };
+    let (ih, iw) = two(&xd[2..]);
+    let (oh, ow) = two(&od[2..]);
+    let (kh, kw) = two(&wd[2..]);
+    let (sh, sw) = pair(strides, 1);
+    let (dh, dw) = pair(dilations, 1);
+    let (ph, pw) = pair(&pads[..xd.len() - 2], 0);
+    let xs = x.as_f32()?;
+    let ws = w.as_f32()?;
+    let bias = match inputs.get(2) {
+        Some(b) => Some(b.as_f32()?),
+        None => None,
+    };
+    let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
+    let plane = oh * ow;
+    let mut out_buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * plane * 4);
+    let outp = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(out_buf.as_bytes_mut()));
+    let planes = n * m;
+    let parts = planes.min(pool.threads() * 4).max(1);
+    let job = |p: usize| {
+        for idx in crate::par::pool::split(planes, parts, p) {
+            let (b, oc) = (idx / m, idx % m);
+            let (gi, oo) = (oc / mg, oc % mg);
+            // SAFETY: each plane index belongs to one part.
+            let y = unsafe { outp.slice(idx * plane..(idx + 1) * plane) };
+            y.fill(bias.map_or(0.0, |b| b[oc]));
+            for ci in gi * cg..(gi + 1) * cg {
+                let xp = &xs[(b * c + ci) * ih * iw..][..ih * iw];
+                let wk = &ws[(ci * mg + oo) * kh * kw..][..kh * kw];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let wv = wk[ky * kw + kx];
+                        // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
+                        let shift = (kx * dw) as isize - pw as isize;
+                        let lo = if shift >= 0 {
+                            0
+                        } else {
+                            (-shift as usize).div_ceil(sw)
+                        };
+                        let hi = if (ow as isize) > shift {
+                            ((ow as isize - 1 - shift) as usize / sw + 1).min(iw)
+                        } else {
+                            0
+                        };
+                        if lo >= hi {
+                            continue;
+                        }
+                        for iy in 0..ih {
+                            let oy = (iy * sh + ky * dh) as isize - ph as isize;
+                            if oy < 0 || oy >= oh as isize {
+                                continue;
+                            }
+                            let xr = &xp[iy * iw..][..iw];
+                            let yr = &mut y[oy as usize * ow..][..ow];
+                            let first = (lo * sw) as isize + shift;
+                            for (j, &v) in xr[lo..hi].iter().enumerate() {
+                                yr[first as usize + j * sw] += wv * v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    pool.run_parts(parts, &job);
+    Tensor::new(
+        Shape::new(&od)?,
+        DType::F32,
+        cyb_tensor::Storage::Host(std::sync::Arc::new(out_buf)),
+    )
+}
+
 /// The multi-index of flat index `i` over `dims` (row-major).
 fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     for (d, o) in dims.iter().zip(out.iter_mut()).rev() {

@@ -136,3 +136,48 @@ fn grouped_convolutions_fall_back() {
         assert!(!one.supports(&op, &infos));
     }
 }
+
+fn conv_t(
+    strides: &[usize],
+    dilations: &[usize],
+    pads: &[usize],
+    out_pad: &[usize],
+    group: usize,
+) -> Op {
+    Op::ConvTranspose {
+        strides: strides.to_vec(),
+        dilations: dilations.to_vec(),
+        pads: pads.to_vec(),
+        output_padding: out_pad.to_vec(),
+        group,
+    }
+}
+
+#[test]
+fn transposed_convolutions() {
+    let mut rng = Rng::new(35);
+    let x = t(&mut rng, &[2, 4, 7, 9]);
+    // 2x upsampling (a segmentation head), with and without bias.
+    let (w, b) = (t(&mut rng, &[4, 3, 2, 2]), t(&mut rng, &[3]));
+    let op = conv_t(&[2, 2], &[1, 1], &[0, 0, 0, 0], &[0, 0], 1);
+    check(&op, &[x.clone(), w.clone(), b], 1e-5, "upsample 2x");
+    check(&op, &[x.clone(), w], 1e-5, "upsample 2x, no bias");
+    // Kernel 3, stride 2, padding 1, output padding 1; a dilation; two groups.
+    let w3 = t(&mut rng, &[4, 5, 3, 3]);
+    let op = conv_t(&[2, 2], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1);
+    check(
+        &op,
+        &[x.clone(), w3.clone()],
+        1e-5,
+        "stride 2, pads, output padding",
+    );
+    let op = conv_t(&[1, 2], &[2, 1], &[2, 0, 1, 1], &[0, 1], 1);
+    check(&op, &[x.clone(), w3], 1e-5, "dilated, odd pads");
+    let (wg, bg) = (t(&mut rng, &[4, 3, 3, 2]), t(&mut rng, &[6]));
+    let op = conv_t(&[2, 1], &[1, 1], &[0, 1, 1, 0], &[1, 0], 2);
+    check(&op, &[x, wg, bg], 1e-5, "two groups");
+    // 1-D.
+    let (x1, w1) = (t(&mut rng, &[1, 3, 11]), t(&mut rng, &[3, 2, 4]));
+    let op = conv_t(&[3], &[1], &[1, 2], &[0], 1);
+    check(&op, &[x1, w1], 1e-5, "1-D");
+}

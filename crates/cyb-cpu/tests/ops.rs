@@ -56,6 +56,24 @@ fn elementwise_and_activations() {
         .unwrap();
         check(&Op::Binary { f: B::Pow }, &[positive, y], 1e-6, "pow");
     }
+    // Inference batch norm per channel, large enough to split over the threads; a positive
+    // variance.
+    for dims in [vec![2, 5, 7, 9], vec![1, 96, 80, 80], vec![3, 4]] {
+        let c = dims[1];
+        let var = Tensor::from_f32(
+            &[c],
+            &rng.vec(c).iter().map(|v| v.abs() + 0.5).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let inputs = [
+            t(&mut rng, &dims),
+            t(&mut rng, &[c]),
+            t(&mut rng, &[c]),
+            t(&mut rng, &[c]),
+            var,
+        ];
+        check(&Op::BatchNorm { eps: 1e-5 }, &inputs, 1e-6, "batch norm");
+    }
     use cyb_ops::UnaryFn as U;
     let big = t(&mut rng, &[3, 67, 131]);
     for f in [

@@ -42,6 +42,14 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
                 && f32_out(op, inputs)
         }
         Op::Unary { .. } => f32_in(inputs) && inputs.len() == 1 && f32_out(op, inputs),
+        Op::BatchNorm { .. } => {
+            f32_in(inputs)
+                && inputs.len() == 5
+                && inputs[0].shape.rank() >= 2
+                && inputs[1..]
+                    .iter()
+                    .all(|p| p.shape.numel() == inputs[0].shape.dims()[1])
+        }
         Op::Scale { .. } | Op::Silu | Op::Tanh | Op::Relu | Op::SwiGlu | Op::Gelu { .. } => {
             f32_in(inputs)
         }
@@ -83,16 +91,22 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
         Op::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
         Op::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
         Op::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
-        Op::Binary { f } => {
-            let f = *f;
-            binary(par, x, &inputs[1], od, move |a, b| {
+        // The arithmetic ones as plain closures (they vectorize), the rest through the
+        // reference's scalar function; the same values either way.
+        Op::Binary { f } => match *f {
+            cyb_ops::BinaryFn::Add => binary(par, x, &inputs[1], od, |a, b| a + b),
+            cyb_ops::BinaryFn::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
+            cyb_ops::BinaryFn::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
+            cyb_ops::BinaryFn::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
+            f => binary(par, x, &inputs[1], od, move |a, b| {
                 cyb_ops::reference::binary_f32(f, a, b)
-            })
-        }
+            }),
+        },
         Op::Unary { f } => {
             let f = *f;
             unary(par, x, move |v| cyb_ops::reference::unary_f32(f, v))
         }
+        Op::BatchNorm { eps } => batch_norm(par, *eps, inputs),
         Op::Scale { factor } => unary(par, x, |v| v * factor),
         Op::Silu => unary(par, x, silu),
         Op::Tanh => unary(par, x, f32::tanh),
@@ -132,6 +146,41 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             input_dtype: x.dtype(),
         }),
     }
+}
+
+/// Inference batch normalization over axis 1, plane by plane, with the reference's formula
+/// (`(x − mean) / √(var + eps) · scale + bias`, in that order, so results are the same bits).
+fn batch_norm(par: Par<'_>, eps: f32, inputs: &[Tensor]) -> Result<Tensor> {
+    let x = inputs[0].as_f32()?;
+    let p: Vec<_> = inputs[1..]
+        .iter()
+        .map(Tensor::as_f32)
+        .collect::<Result<_>>()?;
+    let (scale, bias, mean, var) = (&*p[0], &*p[1], &*p[2], &*p[3]);
+    let d = inputs[0].dims();
+    let c = d[1].max(1);
+    let inner: usize = d[2..].iter().product();
+    if inner == 0 || x.is_empty() {
+        return make(d, |_| Ok(()));
+    }
+    par.make(
+        d,
+        inner,
+        #[inline(always)]
+        |plane, y| {
+            for (i, (yp, xp)) in y
+                .chunks_mut(inner)
+                .zip(x[plane * inner..].chunks(inner))
+                .enumerate()
+            {
+                let ch = (plane + i) % c;
+                let (m, sd, s, b) = (mean[ch], (var[ch] + eps).sqrt(), scale[ch], bias[ch]);
+                for (o, &v) in yp.iter_mut().zip(xp) {
+                    *o = (v - m) / sd * s + b;
+                }
+            }
+        },
+    )
 }
 
 /// The reference's silu with `math::exp` (about 1 ulp from libm's, and it vectorizes: a 1B
