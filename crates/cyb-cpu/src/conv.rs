@@ -203,95 +203,112 @@ fn grouped(
     };
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
-    let (n, c, m, cg) = (xd[0], xd[1], wd[0], wd[1]);
+    let (c, m, cg) = (xd[1], wd[0], wd[1]);
     let mg = m / group;
-    // One spatial dim is a plane of one row.
-    let two = |d: &[usize], i: usize| if d.len() == 1 { 1 } else { d[i] };
-    let last = |d: &[usize]| d[d.len() - 1];
-    let sp = &xd[2..];
-    let (ih, iw) = (two(sp, 0), last(sp));
-    let (oh, ow) = (two(&g.out, 0), last(&g.out));
-    let kd = &wd[2..];
-    let (kh, kw) = (two(kd, 0), last(kd));
-    let pick = |v: &[usize], default: usize| {
-        if v.len() == 1 {
-            (default, v[0])
-        } else {
-            (v[0], v[1])
-        }
-    };
-    let (sh, sw) = pick(&g.strides, 1);
-    let (dh, dw) = pick(&g.dilations, 1);
-    let (ph, pw) = pick(&g.pad_begin, 0);
-    let xs = x.as_f32()?;
-    let ws = w.as_f32()?;
-    let bias = match inputs.get(2) {
-        Some(b) => Some(b.as_f32()?),
-        None => None,
-    };
+    let (ih, iw) = rows_cols(&xd[2..]);
+    let (oh, ow) = rows_cols(&g.out);
+    let (kh, kw) = rows_cols(&wd[2..]);
+    let (sh, sw) = pair(&g.strides, 1);
+    let (dh, dw) = pair(&g.dilations, 1);
+    let (ph, pw) = pair(&g.pad_begin, 0);
+    let (xs, ws) = (x.as_f32()?, w.as_f32()?);
+    let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
     let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
-    let plane = oh * ow;
-    let mut dims = vec![n, m];
+    let mut dims = vec![xd[0], m];
     dims.extend_from_slice(&g.out);
-    cyb_tensor::memory::check_tensor("conv", &dims, DType::F32)?;
-    let mut out_buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * plane * 4);
-    let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(out_buf.as_bytes_mut()));
-    let planes = n * m;
-    let parts = planes.min(pool.threads() * 4).max(1);
-    let job = |p: usize| {
-        for idx in crate::par::pool::split(planes, parts, p) {
-            let (b, oc) = (idx / m, idx % m);
-            let gi = oc / mg;
-            // SAFETY: each plane index belongs to one part.
-            let y = unsafe { out.slice(idx * plane..(idx + 1) * plane) };
-            y.fill(bias.map_or(0.0, |b| b[oc]));
-            for ci in 0..cg {
-                let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
-                let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let wv = wk[ky * kw + kx];
-                        // Output columns whose input column ox·sw + kx·dw − pw is inside.
-                        let shift = (kx * dw) as isize - pw as isize;
-                        let lo = if shift >= 0 {
-                            0
-                        } else {
-                            (-shift as usize).div_ceil(sw)
-                        };
-                        let hi = if (iw as isize) > shift {
-                            ((iw as isize - 1 - shift) as usize / sw + 1).min(ow)
-                        } else {
-                            0
-                        };
-                        for oy in 0..oh {
-                            let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                            if iy < 0 || iy >= ih as isize || lo >= hi {
-                                continue;
-                            }
-                            let xr = &xp[iy as usize * iw..][..iw];
-                            let yr = &mut y[oy * ow..][..ow];
-                            let first = (lo * sw) as isize + shift;
-                            if sw == 1 {
-                                let xs = &xr[first as usize..][..hi - lo];
-                                for (o, &v) in yr[lo..hi].iter_mut().zip(xs) {
-                                    *o += wv * v;
-                                }
-                            } else {
-                                for (j, o) in yr[lo..hi].iter_mut().enumerate() {
-                                    *o += wv * xr[first as usize + j * sw];
-                                }
-                            }
+    by_planes(pool, &dims, |idx, y| {
+        let (b, oc) = (idx / m, idx % m);
+        let gi = oc / mg;
+        y.fill(bias.map_or(0.0, |b| b[oc]));
+        for ci in 0..cg {
+            let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
+            let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
+            for (t, &wv) in wk.iter().enumerate() {
+                let (ky, kx) = (t / kw, t % kw);
+                // Output columns whose input column ox·sw + kx·dw − pw is inside.
+                let shift = (kx * dw) as isize - pw as isize;
+                let cols = inside(shift, sw, iw, ow);
+                for oy in 0..oh {
+                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= ih as isize || cols.is_empty() {
+                        continue;
+                    }
+                    let xr = &xp[iy as usize * iw..][..iw];
+                    let yr = &mut y[oy * ow..][..ow];
+                    let first = (cols.start * sw) as isize + shift;
+                    if sw == 1 {
+                        let xs = &xr[first as usize..][..cols.len()];
+                        for (o, &v) in yr[cols.clone()].iter_mut().zip(xs) {
+                            *o += wv * v;
+                        }
+                    } else {
+                        for (j, o) in yr[cols.clone()].iter_mut().enumerate() {
+                            *o += wv * xr[first as usize + j * sw];
                         }
                     }
                 }
             }
         }
+    })
+}
+
+/// The `j` in `0..count` for which `j·stride + shift` lies in `0..limit`.
+fn inside(shift: isize, stride: usize, limit: usize, count: usize) -> std::ops::Range<usize> {
+    let lo = if shift >= 0 {
+        0
+    } else {
+        (-shift as usize).div_ceil(stride)
     };
-    pool.run_parts(parts, &job);
+    let hi = if (limit as isize) > shift {
+        ((limit as isize - 1 - shift) as usize / stride + 1).min(count)
+    } else {
+        0
+    };
+    lo..hi.max(lo)
+}
+
+/// Rows and columns of one or two spatial dims (one dim is a plane of one row).
+fn rows_cols(d: &[usize]) -> (usize, usize) {
+    if d.len() == 1 {
+        (1, d[0])
+    } else {
+        (d[0], d[1])
+    }
+}
+
+/// A per-dim setting of one or two spatial dims as (rows, columns); one dim's rows get
+/// `default`.
+fn pair(v: &[usize], default: usize) -> (usize, usize) {
+    if v.len() == 1 {
+        (default, v[0])
+    } else {
+        (v[0], v[1])
+    }
+}
+
+/// An F32 tensor of `dims` (`[batch, channels, spatial..]`) whose planes are each filled on
+/// the pool by `fill(plane index, plane)`.
+fn by_planes(
+    pool: &ThreadPool,
+    dims: &[usize],
+    fill: impl Fn(usize, &mut [f32]) + Sync,
+) -> Result<Tensor> {
+    cyb_tensor::memory::check_tensor("conv", dims, DType::F32)?;
+    let planes = dims[0] * dims[1];
+    let plane: usize = dims[2..].iter().product();
+    let mut buf = cyb_tensor::AlignedBuf::for_overwrite(planes * plane * 4);
+    let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(buf.as_bytes_mut()));
+    let parts = planes.min(pool.threads() * 4).max(1);
+    pool.run_parts(parts, &|p| {
+        for idx in crate::par::pool::split(planes, parts, p) {
+            // SAFETY: each plane index belongs to one part.
+            fill(idx, unsafe { out.slice(idx * plane..(idx + 1) * plane) });
+        }
+    });
     Tensor::new(
-        Shape::new(&dims)?,
+        Shape::new(dims)?,
         DType::F32,
-        cyb_tensor::Storage::Host(std::sync::Arc::new(out_buf)),
+        cyb_tensor::Storage::Host(std::sync::Arc::new(buf)),
     )
 }
 
@@ -348,94 +365,49 @@ pub(crate) fn conv_transpose(pool: &ThreadPool, op: &Op, inputs: &[Tensor]) -> R
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     let out = cyb_ops::output_infos(op, &infos)?;
     let od = out[0].shape.dims().to_vec();
-    cyb_tensor::memory::check_tensor("conv_transpose", &od, DType::F32)?;
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
-    let (n, c, m) = (xd[0], xd[1], od[1]);
+    let (c, m) = (xd[1], od[1]);
     let (cg, mg) = (c / group, m / group);
-    let two = |d: &[usize]| {
-        if d.len() == 1 {
-            (1, d[0])
-        } else {
-            (d[0], d[1])
-        }
-    };
-    let pair = |v: &[usize], default: usize| {
-        if v.len() == 1 {
-            (default, v[0])
-        } else {
-            (v[0], v[1])
-        }
-    };
-    let (ih, iw) = two(&xd[2..]);
-    let (oh, ow) = two(&od[2..]);
-    let (kh, kw) = two(&wd[2..]);
+    let (ih, iw) = rows_cols(&xd[2..]);
+    let (oh, ow) = rows_cols(&od[2..]);
+    let (kh, kw) = rows_cols(&wd[2..]);
     let (sh, sw) = pair(strides, 1);
     let (dh, dw) = pair(dilations, 1);
     let (ph, pw) = pair(&pads[..xd.len() - 2], 0);
-    let xs = x.as_f32()?;
-    let ws = w.as_f32()?;
-    let bias = match inputs.get(2) {
-        Some(b) => Some(b.as_f32()?),
-        None => None,
-    };
+    let (xs, ws) = (x.as_f32()?, w.as_f32()?);
+    let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
     let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
-    let plane = oh * ow;
-    let mut out_buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * plane * 4);
-    let outp = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(out_buf.as_bytes_mut()));
-    let planes = n * m;
-    let parts = planes.min(pool.threads() * 4).max(1);
-    let job = |p: usize| {
-        for idx in crate::par::pool::split(planes, parts, p) {
-            let (b, oc) = (idx / m, idx % m);
-            let (gi, oo) = (oc / mg, oc % mg);
-            // SAFETY: each plane index belongs to one part.
-            let y = unsafe { outp.slice(idx * plane..(idx + 1) * plane) };
-            y.fill(bias.map_or(0.0, |b| b[oc]));
-            for ci in gi * cg..(gi + 1) * cg {
-                let xp = &xs[(b * c + ci) * ih * iw..][..ih * iw];
-                let wk = &ws[(ci * mg + oo) * kh * kw..][..kh * kw];
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let wv = wk[ky * kw + kx];
-                        // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
-                        let shift = (kx * dw) as isize - pw as isize;
-                        let lo = if shift >= 0 {
-                            0
-                        } else {
-                            (-shift as usize).div_ceil(sw)
-                        };
-                        let hi = if (ow as isize) > shift {
-                            ((ow as isize - 1 - shift) as usize / sw + 1).min(iw)
-                        } else {
-                            0
-                        };
-                        if lo >= hi {
-                            continue;
-                        }
-                        for iy in 0..ih {
-                            let oy = (iy * sh + ky * dh) as isize - ph as isize;
-                            if oy < 0 || oy >= oh as isize {
-                                continue;
-                            }
-                            let xr = &xp[iy * iw..][..iw];
-                            let yr = &mut y[oy as usize * ow..][..ow];
-                            let first = (lo * sw) as isize + shift;
-                            for (j, &v) in xr[lo..hi].iter().enumerate() {
-                                yr[first as usize + j * sw] += wv * v;
-                            }
-                        }
+    by_planes(pool, &od, |idx, y| {
+        let (b, oc) = (idx / m, idx % m);
+        let (gi, oo) = (oc / mg, oc % mg);
+        y.fill(bias.map_or(0.0, |b| b[oc]));
+        for ci in gi * cg..(gi + 1) * cg {
+            let xp = &xs[(b * c + ci) * ih * iw..][..ih * iw];
+            let wk = &ws[(ci * mg + oo) * kh * kw..][..kh * kw];
+            for (t, &wv) in wk.iter().enumerate() {
+                let (ky, kx) = (t / kw, t % kw);
+                // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
+                let shift = (kx * dw) as isize - pw as isize;
+                let cols = inside(shift, sw, ow, iw);
+                if cols.is_empty() {
+                    continue;
+                }
+                for iy in 0..ih {
+                    let oy = (iy * sh + ky * dh) as isize - ph as isize;
+                    if oy < 0 || oy >= oh as isize {
+                        continue;
+                    }
+                    let xr = &xp[iy * iw..][..iw];
+                    let yr = &mut y[oy as usize * ow..][..ow];
+                    let first = (cols.start * sw) as isize + shift;
+                    for (j, &v) in xr[cols.clone()].iter().enumerate() {
+                        yr[first as usize + j * sw] += wv * v;
                     }
                 }
             }
         }
-    };
-    pool.run_parts(parts, &job);
-    Tensor::new(
-        Shape::new(&od)?,
-        DType::F32,
-        cyb_tensor::Storage::Host(std::sync::Arc::new(out_buf)),
-    )
+    })
 }
 
 /// The multi-index of flat index `i` over `dims` (row-major).
