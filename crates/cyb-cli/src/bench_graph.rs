@@ -140,14 +140,12 @@ fn print_rows(rows: &[Value], format: OutputFormat, reps: usize) -> Result<()> {
 
 /// The graph's inputs: from `--input` files, else made of `--shape` or the graph's fixed shape.
 fn make_inputs(graph: &cyb_graph::Graph, args: &BenchArgs) -> Result<HashMap<String, Tensor>> {
-    let mut given = HashMap::new();
-    for spec in &args.inputs {
-        let (name, file) = split_spec(spec, "--input")?;
-        given.insert(name.to_string(), crate::infer::read_npy(Path::new(file))?);
-    }
+    let mut given = crate::infer::read_inputs(&args.inputs)?;
     let mut shapes = HashMap::new();
     for spec in &args.shapes {
-        let (name, dims) = split_spec(spec, "--shape")?;
+        let (name, dims) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::invalid("--shape", format!("{spec:?} is not NAME=DIMS")))?;
         let dims: Vec<usize> = dims
             .split(['x', ','])
             .map(|d| d.trim().parse::<usize>())
@@ -205,11 +203,6 @@ fn make_inputs(graph: &cyb_graph::Graph, args: &BenchArgs) -> Result<HashMap<Str
         out.insert(value.name.clone(), made_input(dtype, &dims, i as u64)?);
     }
     Ok(out)
-}
-
-fn split_spec<'a>(spec: &'a str, flag: &'static str) -> Result<(&'a str, &'a str)> {
-    spec.split_once('=')
-        .ok_or_else(|| Error::invalid(flag, format!("{spec:?} is not NAME=VALUE")))
 }
 
 /// Random values in [-1, 1) for float dtypes, zeros otherwise (ids, lengths, masks).

@@ -30,13 +30,7 @@ pub struct InferArgs {
 }
 
 pub fn run(args: InferArgs) -> Result<()> {
-    let mut inputs = HashMap::new();
-    for spec in &args.inputs {
-        let (name, file) = spec
-            .split_once('=')
-            .ok_or_else(|| Error::invalid("infer", format!("--input {spec:?} is not NAME=FILE")))?;
-        inputs.insert(name.to_string(), read_npy(Path::new(file))?);
-    }
+    let inputs = read_inputs(&args.inputs)?;
     let rt = Runtime::new(RuntimeOptions {
         backend: Some(args.backend.clone()),
         ..Default::default()
@@ -63,6 +57,18 @@ pub fn run(args: InferArgs) -> Result<()> {
         println!("{name}: {} {:?} -> {}", t.dtype(), t.dims(), path.display());
     }
     Ok(())
+}
+
+/// The graph inputs `--input NAME=FILE.npy` flags name, read.
+pub fn read_inputs(specs: &[String]) -> Result<HashMap<String, Tensor>> {
+    let mut inputs = HashMap::new();
+    for spec in specs {
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::invalid("--input", format!("{spec:?} is not NAME=FILE")))?;
+        inputs.insert(name.to_string(), read_npy(Path::new(file))?);
+    }
+    Ok(inputs)
 }
 
 /// numpy's type string of each dtype `.npy` files hold as is (others, such as BF16, are

@@ -391,11 +391,10 @@ impl WgpuBackend {
     ) -> Result<Arc<GpuBuf>> {
         let size = padded(bytes);
         // Held by the allocator alone, and bound by no launch held back for merging.
-        let held = match (&st.pending, reuse) {
-            (Some(p), true) => p.buffer_ids(),
-            _ => Vec::new(),
+        let pending = &st.pending;
+        let idle = |b: &Arc<GpuBuf>| {
+            reuse && Arc::strong_count(b) == 1 && !pending.as_ref().is_some_and(|p| p.binds(b.id))
         };
-        let idle = |b: &Arc<GpuBuf>| reuse && Arc::strong_count(b) == 1 && !held.contains(&b.id);
         loop {
             let b = st
                 .frame

@@ -265,9 +265,9 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
-    /// The ids of every buffer the held launches bind (a frame buffer is not handed out again
-    /// while a held launch names it: the launches it would be written by could then not join).
-    pub(crate) fn buffer_ids(&self) -> Vec<u64> {
+    /// Whether a held launch binds buffer `id` (a frame buffer is not handed out again while a
+    /// held launch names it: the launches it would be written by could then not join).
+    pub(crate) fn binds(&self, id: u64) -> bool {
         let (rn, held): (Option<&ResNorm>, &[Launch]) = match self {
             Pending::Matvec(rn, v) | Pending::Glu(rn, v) => (rn.as_ref(), v),
             Pending::ResNorm(rn) => (Some(rn), &[]),
@@ -280,8 +280,7 @@ impl Pending {
         rn.into_iter()
             .flat_map(|r| [&r.prod, &r.norm])
             .chain(held)
-            .flat_map(|l| l.bufs.iter().map(|b| b.0))
-            .collect()
+            .any(|l| l.bufs.iter().any(|b| b.0 == id))
     }
 
     /// Whether a later launch could join `l` (then it is held: [`Pending::start`]).
