@@ -467,14 +467,17 @@ fn batched_sessions_equal_transformers() {
         (chat, ids(&r["chat"]["greedy_ignore_eos"]["ids"])),
         (raw, ids(&r["raw"]["greedy_ignore_eos"]["ids"])),
     ];
+    // The sessions start together, so their steps overlap even on a loaded machine.
+    let start = std::sync::Barrier::new(cases.len());
     std::thread::scope(|scope| {
         let handles: Vec<_> = cases
             .iter()
             .map(|(prompt, want)| {
-                let (model, batcher) = (&model, &batcher);
+                let (model, batcher, start) = (&model, &batcher, &start);
                 scope.spawn(move || {
                     let mut s = model.generator(None).unwrap();
                     s.set_batcher(Some(batcher.clone())).unwrap();
+                    start.wait();
                     let params = SamplingParams {
                         ignore_eos: true,
                         ..greedy(n)
