@@ -38,7 +38,7 @@ mkdir -p "$WORK/files"
     tar xJf "$TARBALL"
     cmake -S llama.cpp -B llama.cpp/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release >"$OUT/llama-build.log" 2>&1
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release >"$OUT/llama-build.log" 2>&1
     cmake --build llama.cpp/build --target llama-bench -j "$(nproc)" >>"$OUT/llama-build.log" 2>&1
 ) &
 BUILD=$!
