@@ -2,7 +2,7 @@
 """Random-weight GGUF files of real model shapes, for `cyb-llm bench` and llama-bench.
 
 Speed depends on shapes and dtypes, not on trained values, so these files stand in for
-SmolLM2-135M and Llama-3.2-1B without downloading them. Architecture "llama"; weights
+SmolLM2-135M, Llama-3.2-1B and Llama-3.1-8B without downloading them. Architecture "llama"; weights
 N(0, 0.02) rounded through f16 (norm weights 1), the same values in every dtype.
 
     /root/venv/bin/python tools/bench/make_bench_models.py [--shapes smollm2-135m,llama-3.2-1b]
@@ -26,9 +26,12 @@ Tensor types per file (mirroring what llama.cpp's llama-quantize produces for th
   crates/cyb-cli/examples/quantize_raw.rs).
 - q5_k_m: the same rule with Q5_K as the default type (fallback Q5_1 for rows that are not
   whole 256-value blocks, as llama.cpp).
+- q6_k: every matrix Q6_K (fallback Q8_0), our quantizer.
+In the Llama-3.1-8B shape the output matrix is its own tensor (`output.weight`, untied): it
+takes the output's type above, and token_embd the default type.
 
 The SmolLM2 shape carries the real SmolLM2 tokenizer, copied from the cached SmolLM2 GGUF
-(`cyb-llm run` fetches it); the Llama-3.2-1B shape gets a synthetic gpt2-style vocabulary of
+(`cyb-llm run` fetches it); the Llama shapes get a synthetic gpt2-style vocabulary of
 128256 tokens (bench feeds random ids, so only its size matters).
 """
 
@@ -76,9 +79,16 @@ SHAPES = {
     "llama-3.2-1b": Shape(
         "llama-3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0, (32.0, 1.0, 4.0, 8192)
     ),
+    # Untied output (llama-3.1-8b has its own output.weight).
+    "llama-3.1-8b": Shape(
+        "llama-3.1-8b", 4096, 32, 32, 8, 14336, 128256, 131072, 500000.0, (8.0, 1.0, 4.0, 8192)
+    ),
 }
 
-FILE_TYPES = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}
+# Shapes whose output matrix is not the token embedding.
+UNTIED = {"llama-3.1-8b"}
+
+FILE_TYPES = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
 
 
 def tensor_list(s: Shape) -> list[tuple[str, tuple[int, ...]]]:
@@ -101,6 +111,8 @@ def tensor_list(s: Shape) -> list[tuple[str, tuple[int, ...]]]:
             (f"{b}.ffn_down.weight", (s.hidden, s.ffn)),
         ]
     out.append(("output_norm.weight", (s.hidden,)))
+    if s.name in UNTIED:
+        out.append(("output.weight", (s.vocab, s.hidden)))
     return out
 
 
@@ -122,7 +134,10 @@ def tensor_type(s: Shape, dtype: str, name: str, shape: tuple[int, ...]) -> QT:
         return QT.F16
     if dtype == "q8_0":
         return QT.Q8_0
-    is_output = name == "token_embd.weight"  # tied: llama-quantize treats it as output
+    # llama-quantize treats a tied token_embd as the output.
+    is_output = name == "output.weight" or (name == "token_embd.weight" and s.name not in UNTIED)
+    if dtype == "q6_k":
+        return k_fallback(QT.Q6_K, cols)
     if dtype == "q4_0":
         return k_fallback(QT.Q6_K, cols) if is_output else QT.Q4_0
     if dtype in ("q4_k_m", "q5_k_m"):
@@ -318,7 +333,7 @@ def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | No
     wr.write_ti_data_to_file()
     for (name, shape), t in zip(tensors, types):
         w = weights(s, name, shape)
-        wr.write_tensor_data(quantize(w, t, ours, use_ours=dtype in ("q4_k_m", "q5_k_m")))
+        wr.write_tensor_data(quantize(w, t, ours, use_ours=dtype in ("q4_k_m", "q5_k_m", "q6_k")))
         print(f"  {name:28} {t.name:5} {shape}", file=sys.stderr)
     wr.close()
     tmp_path.rename(out)

@@ -138,7 +138,8 @@ impl CpuBackend {
             Op::Conv { .. } => {
                 conv::conv(self.set, self.act, &self.pool, &self.scratch, op, inputs)?
             }
-            Op::ConvTranspose { .. } => conv::conv_transpose(&self.pool, op, inputs)?,
+            Op::ConvTranspose { .. } => conv::conv_transpose(par, op, inputs)?,
+            Op::Pool { .. } => conv::pool(par, op, inputs)?,
             _ => elementwise::execute(op, inputs, par)?,
         };
         Ok(vec![out])
@@ -221,6 +222,7 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
         Op::Sdpa { .. } => attention::supports(op, inputs),
         Op::Conv { .. } => conv::supports(set, op, inputs),
         Op::ConvTranspose { .. } => conv::supports_transpose(op, inputs),
+        Op::Pool { .. } => conv::supports_pool(op, inputs),
         Op::LayerNorm { .. }
         | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. }

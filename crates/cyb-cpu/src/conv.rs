@@ -1,21 +1,25 @@
-//! `Conv` (one group, F32, any number of spatial dims) as a matrix product: each output
-//! position's window of the input gathered into one row (im2col), times the kernel read as a
-//! `[out_channels, in_channels · kernel]` weight matrix on the float GEMM, the bias added in its
-//! epilogue. Each output is one dot product in a fixed order, so the thread count does not
-//! change results.
+//! `Conv`, `ConvTranspose` and `Pool` on F32.
+//!
+//! One-group convolutions over one or two spatial dims run as `y[b] = w · cols[b]` on the
+//! float GEMM with the output in NCHW directly (`by_panels`): each image's windows are packed
+//! straight into the GEMM's panel layout and the kernel's rows are its activation rows. Other
+//! one-group convolutions (more spatial dims, or a CPU without the packed GEMM) gather each
+//! output position's window into one row (im2col) times the kernel as a weight matrix. Each
+//! output is one dot product in a fixed order, so the thread count does not change results.
 //!
 //! Grouped convolutions of few input channels per group (depthwise ones: one) over one or two
 //! spatial dims run directly (`grouped`): each output plane is the bias plus, per input channel
-//! of its group and per kernel tap, the weight times the input plane shifted under that tap,
-//! added row by row over the output positions whose input lies inside the image. The planes are
-//! shared among the threads; each plane's sums run in one fixed order.
+//! of its group and per kernel tap, the weight times a zero-padded copy of the input plane
+//! shifted under that tap (its columns split by the column stride, so every tap reads
+//! contiguous runs). The planes are shared among the threads; each plane's sums run in one
+//! fixed order. Transposed convolutions and max / average pooling work plane by plane too.
 
 use crate::features::KernelSet;
 use crate::matmul;
 use crate::matmul::quant_act::ActPrecision;
 use crate::matmul::Scratch;
 use crate::par::pool::ThreadPool;
-use cyb_ops::{LinearAct, Op};
+use cyb_ops::{LinearAct, Op, PoolKind};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 
 /// The largest gathered window matrix; bigger convolutions go to the reference.
@@ -113,7 +117,10 @@ pub(crate) fn conv(
 ) -> Result<Tensor> {
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     if let Some(g) = grouped_geometry(op, &infos) {
-        return grouped(pool, op, &g, inputs);
+        return grouped(crate::par::Par { pool, set }, op, &g, inputs);
+    }
+    if let Some(y) = by_panels(set, pool, op, inputs)? {
+        return Ok(y);
     }
     let (
         Some((rows, width)),
@@ -191,9 +198,166 @@ pub(crate) fn conv(
     Tensor::from_f32(&dims, &out)
 }
 
+/// Bytes of packed windows [`by_panels`] takes (beyond: the im2col path, then the reference).
+const MAX_PANEL_BYTES: usize = 64 << 20;
+
+/// A one-group conv over one or two spatial dims as `y[b] = w · cols[b]` with the output in
+/// NCHW directly: the kernel's `[out_channels, in_channels · taps]` rows are the GEMM's
+/// activation rows, read in place, and each batch's windows are packed straight into the
+/// float GEMM's panel layout (`NR` output positions per panel, one run of `NR` values per
+/// input channel and tap), so there is neither an im2col matrix nor a transpose of the
+/// result. Panels are packed and multiplied in parallel; every output is one sum over the
+/// channels and taps in order, whatever the thread count. `None` where the packed GEMM has no
+/// kernel for this CPU or the shape is outside this path.
+fn by_panels(
+    set: KernelSet,
+    pool: &ThreadPool,
+    op: &Op,
+    inputs: &[Tensor],
+) -> Result<Option<Tensor>> {
+    use matmul::sgemm::{self, tile::NR};
+    let Op::Conv {
+        strides,
+        dilations,
+        pads,
+        group: 1,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let (xd, wd) = (x.dims(), w.dims());
+    let Some(tile) = sgemm::tile(DType::F32, set) else {
+        return Ok(None);
+    };
+    if !(3..=4).contains(&xd.len()) || wd.len() != xd.len() || wd[1] != xd[1] {
+        return Ok(None);
+    }
+    let g = cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false)?;
+    let (n, c, m) = (xd[0], xd[1], wd[0]);
+    let (ih, iw) = rows_cols(&xd[2..]);
+    let (oh, ow) = rows_cols(&g.out);
+    let (kh, kw) = rows_cols(&wd[2..]);
+    let (sh, sw) = pair(&g.strides, 1);
+    let (dh, dw) = pair(&g.dilations, 1);
+    let (ph, pw) = pair(&g.pad_begin, 0);
+    let (taps, positions) = (kh * kw, oh * ow);
+    let k = c * taps;
+    let panels = positions.div_ceil(NR);
+    let bytes = panels.saturating_mul(k).saturating_mul(NR * 4);
+    if k == 0 || positions == 0 || m == 0 || bytes > MAX_PANEL_BYTES {
+        return Ok(None);
+    }
+    let (xs, ws) = (x.as_f32()?, w.as_f32()?);
+    let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
+    let mut dims = vec![n, m];
+    dims.extend_from_slice(&g.out);
+    cyb_tensor::memory::check_tensor("conv", &dims, DType::F32)?;
+    let mut buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * positions * 4);
+    let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+    let mut packed = sgemm::Panels {
+        n: positions,
+        k,
+        elem: 4,
+        data: cyb_tensor::AlignedBuf::for_overwrite(bytes),
+        successor: std::sync::Mutex::new(std::sync::Weak::new()),
+    };
+    for (b, yb) in y.chunks_exact_mut(m * positions).enumerate() {
+        let xb = &xs[b * c * ih * iw..][..c * ih * iw];
+        let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut::<u8, f32>(
+            packed.data.as_bytes_mut(),
+        ));
+        let parts = panels.min(pool.threads() * 4);
+        pool.run_parts(parts, &|t| {
+            for p in crate::par::pool::split(panels, parts, t) {
+                // SAFETY: panel p belongs to this part only.
+                let dst = unsafe { out.slice(p * k * NR..(p + 1) * k * NR) };
+                pack_windows(
+                    xb,
+                    dst,
+                    p * NR,
+                    (c, ih, iw),
+                    (oh, ow),
+                    (kh, kw),
+                    [sh, sw, dh, dw, ph, pw],
+                );
+            }
+        });
+        // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
+        unsafe { sgemm::gemm(pool, tile, &packed, &ws, m, yb, None, None) };
+        if let Some(bias) = bias.as_deref() {
+            let par = crate::par::Par { pool, set };
+            par.fill(yb, positions, |first, part| {
+                for (i, row) in part.chunks_exact_mut(positions).enumerate() {
+                    let v = bias[first + i];
+                    row.iter_mut().for_each(|o| *o += v);
+                }
+            });
+        }
+    }
+    Tensor::new(
+        Shape::new(&dims)?,
+        DType::F32,
+        cyb_tensor::Storage::Host(std::sync::Arc::new(buf)),
+    )
+    .map(Some)
+}
+
+/// The panel of output positions `first..first + NR` (fewer at the end: zeros past them) of
+/// one image `x` (`[c, ih, iw]`): for each input channel and tap (the kernel's order), the
+/// `NR` input values under it, zero where the window leaves the image. Positions in one output
+/// row are copied as runs.
+fn pack_windows(
+    x: &[f32],
+    dst: &mut [f32],
+    first: usize,
+    (c, ih, iw): (usize, usize, usize),
+    (oh, ow): (usize, usize),
+    (kh, kw): (usize, usize),
+    [sh, sw, dh, dw, ph, pw]: [usize; 6],
+) {
+    use matmul::sgemm::tile::NR;
+    let count = NR.min(oh * ow - first);
+    dst.fill(0.0);
+    let mut j = 0;
+    while j < count {
+        // A run of positions in one output row: columns ox0.. of row oy.
+        let (oy, ox0) = ((first + j) / ow, (first + j) % ow);
+        let len = (ow - ox0).min(count - j);
+        for ky in 0..kh {
+            let iy = (oy * sh + ky * dh) as isize - ph as isize;
+            if iy < 0 || iy >= ih as isize {
+                continue;
+            }
+            for kx in 0..kw {
+                // Columns t of the run whose input column (ox0 + t)·sw + kx·dw − pw is inside.
+                let shift = ((ox0 * sw + kx * dw) as isize) - pw as isize;
+                let cols = inside(shift, sw, iw, len);
+                if cols.is_empty() {
+                    continue;
+                }
+                let start = (cols.start * sw) as isize + shift;
+                let src0 = iy as usize * iw + start as usize;
+                for ci in 0..c {
+                    let row = &mut dst[((ci * kh + ky) * kw + kx) * NR + j..][..len];
+                    let xr = &x[ci * ih * iw + src0..];
+                    if sw == 1 {
+                        row[cols.clone()].copy_from_slice(&xr[..cols.len()]);
+                    } else {
+                        for (t, o) in row[cols.clone()].iter_mut().enumerate() {
+                            *o = xr[t * sw];
+                        }
+                    }
+                }
+            }
+        }
+        j += len;
+    }
+}
+
 /// A grouped conv of few channels per group over one or two spatial dims (see the module doc).
 fn grouped(
-    pool: &ThreadPool,
+    par: crate::par::Par<'_>,
     op: &Op,
     g: &cyb_ops::WindowGeometry,
     inputs: &[Tensor],
@@ -211,45 +375,88 @@ fn grouped(
     let (sh, sw) = pair(&g.strides, 1);
     let (dh, dw) = pair(&g.dilations, 1);
     let (ph, pw) = pair(&g.pad_begin, 0);
+    // The padded input plane, its columns split by their remainder modulo the column stride
+    // (phase q holds padded columns q, q + sw, ...), so that every tap reads a contiguous run:
+    // output column ox under tap column kx reads padded column ox·sw + kx·dw, which is phase
+    // (kx·dw) mod sw at ox + (kx·dw) div sw.
     let (xs, ws) = (x.as_f32()?, w.as_f32()?);
     let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
     let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
     let mut dims = vec![xd[0], m];
     dims.extend_from_slice(&g.out);
-    by_planes(pool, &dims, |idx, y| {
-        let (b, oc) = (idx / m, idx % m);
-        let gi = oc / mg;
-        y.fill(bias.map_or(0.0, |b| b[oc]));
-        for ci in 0..cg {
-            let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
-            let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
-            for (t, &wv) in wk.iter().enumerate() {
-                let (ky, kx) = (t / kw, t % kw);
-                // Output columns whose input column ox·sw + kx·dw − pw is inside.
-                let shift = (kx * dw) as isize - pw as isize;
-                let cols = inside(shift, sw, iw, ow);
-                for oy in 0..oh {
-                    let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                    if iy < 0 || iy >= ih as isize || cols.is_empty() {
+    if oh == 0 || ow == 0 || kh == 0 || kw == 0 {
+        return by_planes(par, &dims, |idx, y| {
+            y.fill(bias.map_or(0.0, |b| b[idx % m]))
+        });
+    }
+    let rows = (oh - 1) * sh + (kh - 1) * dh + 1;
+    let wq = ow + ((kw - 1) * dw).div_ceil(sw);
+    let phase = rows * wq + wq;
+    // With one row stride each tap is one run over all output rows at once, computed on rows
+    // `wq` wide (the columns past `ow` are dropped).
+    let flat = sh == 1;
+    by_planes(
+        par,
+        &dims,
+        #[inline(always)]
+        |idx, y| {
+            let (b, oc) = (idx / m, idx % m);
+            let gi = oc / mg;
+            let mut padded = vec![0f32; sw * phase];
+            let mut acc = vec![bias.map_or(0.0, |b| b[oc]); if flat { oh * wq } else { ow }];
+            if !flat {
+                y.fill(bias.map_or(0.0, |b| b[oc]));
+            }
+            for ci in 0..cg {
+                let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
+                for r in 0..rows {
+                    let iy = r as isize - ph as isize;
+                    if iy < 0 || iy >= ih as isize {
                         continue;
                     }
                     let xr = &xp[iy as usize * iw..][..iw];
-                    let yr = &mut y[oy * ow..][..ow];
-                    let first = (cols.start * sw) as isize + shift;
-                    if sw == 1 {
-                        let xs = &xr[first as usize..][..cols.len()];
-                        for (o, &v) in yr[cols.clone()].iter_mut().zip(xs) {
+                    for q in 0..sw {
+                        let dst = &mut padded[q * phase + r * wq..][..wq];
+                        // Padded column q + j·sw is input column q + j·sw − pw.
+                        let shift = q as isize - pw as isize;
+                        let cols = inside(shift, sw, iw, wq);
+                        let first = ((cols.start * sw) as isize + shift) as usize;
+                        if sw == 1 {
+                            dst[cols.clone()].copy_from_slice(&xr[first..first + cols.len()]);
+                        } else {
+                            for (t, o) in dst[cols.clone()].iter_mut().enumerate() {
+                                *o = xr[first + t * sw];
+                            }
+                        }
+                    }
+                }
+                let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
+                for (t, &wv) in wk.iter().enumerate() {
+                    let (ky, kx) = (t / kw, t % kw);
+                    let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
+                    let src = &padded[q * phase..][..phase];
+                    if flat {
+                        let run = &src[ky * dh * wq + off..][..oh * wq];
+                        for (o, &v) in acc.iter_mut().zip(run) {
                             *o += wv * v;
                         }
                     } else {
-                        for (j, o) in yr[cols.clone()].iter_mut().enumerate() {
-                            *o += wv * xr[first as usize + j * sw];
+                        for oy in 0..oh {
+                            let run = &src[(oy * sh + ky * dh) * wq + off..][..ow];
+                            for (o, &v) in y[oy * ow..][..ow].iter_mut().zip(run) {
+                                *o += wv * v;
+                            }
                         }
                     }
                 }
             }
-        }
-    })
+            if flat {
+                for (yr, ar) in y.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
+                    yr.copy_from_slice(&ar[..ow]);
+                }
+            }
+        },
+    )
 }
 
 /// The `j` in `0..count` for which `j·stride + shift` lies in `0..limit`.
@@ -289,7 +496,7 @@ fn pair(v: &[usize], default: usize) -> (usize, usize) {
 /// An F32 tensor of `dims` (`[batch, channels, spatial..]`) whose planes are each filled on
 /// the pool by `fill(plane index, plane)`.
 fn by_planes(
-    pool: &ThreadPool,
+    par: crate::par::Par<'_>,
     dims: &[usize],
     fill: impl Fn(usize, &mut [f32]) + Sync,
 ) -> Result<Tensor> {
@@ -298,12 +505,19 @@ fn by_planes(
     let plane: usize = dims[2..].iter().product();
     let mut buf = cyb_tensor::AlignedBuf::for_overwrite(planes * plane * 4);
     let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut(buf.as_bytes_mut()));
-    let parts = planes.min(pool.threads() * 4).max(1);
-    pool.run_parts(parts, &|p| {
-        for idx in crate::par::pool::split(planes, parts, p) {
-            // SAFETY: each plane index belongs to one part.
-            fill(idx, unsafe { out.slice(idx * plane..(idx + 1) * plane) });
-        }
+    let parts = planes.min(par.pool.threads() * 4).max(1);
+    par.pool.run_parts(parts, &|p| {
+        // Compiled for the CPU's vector units.
+        crate::par::wide(
+            par.set,
+            #[inline(always)]
+            || {
+                for idx in crate::par::pool::split(planes, parts, p) {
+                    // SAFETY: each plane index belongs to one part.
+                    fill(idx, unsafe { out.slice(idx * plane..(idx + 1) * plane) });
+                }
+            },
+        )
     });
     Tensor::new(
         Shape::new(dims)?,
@@ -351,7 +565,11 @@ pub(crate) fn supports_transpose(op: &Op, inputs: &[TensorInfo]) -> bool {
 /// the bias plus, per input channel of its group and kernel tap, the input plane scattered
 /// through the tap (`y[i·s + k·d − p] += w · x[i]`), row by row. Planes are shared among the
 /// threads; each plane's sums run in one fixed order.
-pub(crate) fn conv_transpose(pool: &ThreadPool, op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+pub(crate) fn conv_transpose(
+    par: crate::par::Par<'_>,
+    op: &Op,
+    inputs: &[Tensor],
+) -> Result<Tensor> {
     let Op::ConvTranspose {
         strides,
         dilations,
@@ -378,36 +596,41 @@ pub(crate) fn conv_transpose(pool: &ThreadPool, op: &Op, inputs: &[Tensor]) -> R
     let (xs, ws) = (x.as_f32()?, w.as_f32()?);
     let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
     let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
-    by_planes(pool, &od, |idx, y| {
-        let (b, oc) = (idx / m, idx % m);
-        let (gi, oo) = (oc / mg, oc % mg);
-        y.fill(bias.map_or(0.0, |b| b[oc]));
-        for ci in gi * cg..(gi + 1) * cg {
-            let xp = &xs[(b * c + ci) * ih * iw..][..ih * iw];
-            let wk = &ws[(ci * mg + oo) * kh * kw..][..kh * kw];
-            for (t, &wv) in wk.iter().enumerate() {
-                let (ky, kx) = (t / kw, t % kw);
-                // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
-                let shift = (kx * dw) as isize - pw as isize;
-                let cols = inside(shift, sw, ow, iw);
-                if cols.is_empty() {
-                    continue;
-                }
-                for iy in 0..ih {
-                    let oy = (iy * sh + ky * dh) as isize - ph as isize;
-                    if oy < 0 || oy >= oh as isize {
+    by_planes(
+        par,
+        &od,
+        #[inline(always)]
+        |idx, y| {
+            let (b, oc) = (idx / m, idx % m);
+            let (gi, oo) = (oc / mg, oc % mg);
+            y.fill(bias.map_or(0.0, |b| b[oc]));
+            for ci in gi * cg..(gi + 1) * cg {
+                let xp = &xs[(b * c + ci) * ih * iw..][..ih * iw];
+                let wk = &ws[(ci * mg + oo) * kh * kw..][..kh * kw];
+                for (t, &wv) in wk.iter().enumerate() {
+                    let (ky, kx) = (t / kw, t % kw);
+                    // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
+                    let shift = (kx * dw) as isize - pw as isize;
+                    let cols = inside(shift, sw, ow, iw);
+                    if cols.is_empty() {
                         continue;
                     }
-                    let xr = &xp[iy * iw..][..iw];
-                    let yr = &mut y[oy as usize * ow..][..ow];
-                    let first = (cols.start * sw) as isize + shift;
-                    for (j, &v) in xr[cols.clone()].iter().enumerate() {
-                        yr[first as usize + j * sw] += wv * v;
+                    for iy in 0..ih {
+                        let oy = (iy * sh + ky * dh) as isize - ph as isize;
+                        if oy < 0 || oy >= oh as isize {
+                            continue;
+                        }
+                        let xr = &xp[iy * iw..][..iw];
+                        let yr = &mut y[oy as usize * ow..][..ow];
+                        let first = (cols.start * sw) as isize + shift;
+                        for (j, &v) in xr[cols.clone()].iter().enumerate() {
+                            yr[first as usize + j * sw] += wv * v;
+                        }
                     }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
 /// The multi-index of flat index `i` over `dims` (row-major).
@@ -416,4 +639,103 @@ fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
         *o = i % d.max(&1);
         i /= d.max(&1);
     }
+}
+
+/// Whether the cpu backend runs this `Pool`: max or average pooling of an F32 tensor over one
+/// or two spatial dims, a kernel of that rank.
+pub(crate) fn supports_pool(op: &Op, inputs: &[TensorInfo]) -> bool {
+    let Op::Pool { kind, kernel, .. } = op else {
+        return false;
+    };
+    let [x] = inputs else { return false };
+    matches!(kind, PoolKind::Max | PoolKind::Avg { .. })
+        && x.dtype == DType::F32
+        && (3..=4).contains(&x.shape.rank())
+        && kernel.len() == x.shape.rank() - 2
+        && cyb_ops::output_infos(op, inputs).is_ok_and(|o| o[0].dtype == DType::F32)
+}
+
+/// Max and average pooling over one or two spatial dims, plane by plane on the pool, each
+/// output the reference's fold over its window's taps in the same order: the largest value
+/// (NaN wins, padding never does), or the sum over the taps inside the input divided by their
+/// count (with `count_include_pad`, by the taps inside the padded input).
+pub(crate) fn pool(par: crate::par::Par<'_>, op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+    let Op::Pool {
+        kind,
+        kernel,
+        strides,
+        dilations,
+        pads,
+        ceil_mode,
+    } = op
+    else {
+        return Err(Error::invalid("pool", "not a pool"));
+    };
+    let x = &inputs[0];
+    let xd = x.dims();
+    let g = cyb_ops::window_geometry(
+        "pool",
+        &xd[2..],
+        kernel,
+        strides,
+        dilations,
+        pads,
+        *ceil_mode,
+    )?;
+    let (ih, iw) = rows_cols(&xd[2..]);
+    let (oh, ow) = rows_cols(&g.out);
+    let (kh, kw) = rows_cols(kernel);
+    let (sh, sw) = pair(&g.strides, 1);
+    let (dh, dw) = pair(&g.dilations, 1);
+    let (ph, pw) = pair(&g.pad_begin, 0);
+    let (eh, ew) = pair(&g.pad_end, 0);
+    let xs = x.as_f32()?;
+    let xs = &*xs;
+    let kind = *kind;
+    let mut dims = vec![xd[0], xd[1]];
+    dims.extend_from_slice(&g.out);
+    by_planes(
+        par,
+        &dims,
+        #[inline(always)]
+        |idx, y| {
+            let xp = &xs[idx * ih * iw..][..ih * iw];
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut acc, mut count, mut padded) = match kind {
+                        PoolKind::Max => (f32::NEG_INFINITY, 0usize, 0usize),
+                        _ => (0.0, 0, 0),
+                    };
+                    for ky in 0..kh {
+                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                        let row_in_pads = iy < (ih + eh) as isize;
+                        let row_inside = iy >= 0 && iy < ih as isize;
+                        for kx in 0..kw {
+                            let ix = (ox * sw + kx * dw) as isize - pw as isize;
+                            if row_in_pads && ix < (iw + ew) as isize {
+                                padded += 1;
+                            }
+                            if !row_inside || ix < 0 || ix >= iw as isize {
+                                continue;
+                            }
+                            let v = xp[iy as usize * iw + ix as usize];
+                            count += 1;
+                            acc = match kind {
+                                PoolKind::Max if v > acc || v.is_nan() => v,
+                                PoolKind::Max => acc,
+                                _ => acc + v,
+                            };
+                        }
+                    }
+                    y[oy * ow + ox] = match kind {
+                        PoolKind::Max => acc,
+                        PoolKind::Avg {
+                            count_include_pad: true,
+                        } => acc / padded.max(1) as f32,
+                        _ => acc / count.max(1) as f32,
+                    };
+                }
+            }
+        },
+    )
 }

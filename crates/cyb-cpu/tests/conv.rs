@@ -74,6 +74,47 @@ fn two_dimensional() {
     );
 }
 
+/// Sizes that span several panels of output positions (with a partial last one), more kernel
+/// rows than one register tile, and windows that cross the image's edges and output rows.
+#[test]
+fn many_positions_and_channels() {
+    let mut rng = Rng::new(33);
+    let (x, w, b) = (
+        t(&mut rng, &[2, 20, 9, 37]),
+        t(&mut rng, &[29, 20, 3, 3]),
+        t(&mut rng, &[29]),
+    );
+    let same = PadSpec::Explicit(vec![1, 1, 1, 1]);
+    check(
+        &conv(&[1, 1], &[1, 1], same.clone(), 1),
+        &[x.clone(), w, b.clone()],
+        1e-5,
+        "3x3",
+    );
+    let w = t(&mut rng, &[29, 20, 3, 3]);
+    check(
+        &conv(&[2, 2], &[1, 1], same, 1),
+        &[x.clone(), w, b.clone()],
+        1e-5,
+        "3x3 stride 2",
+    );
+    let w = t(&mut rng, &[29, 20, 1, 1]);
+    let none = PadSpec::Explicit(vec![0, 0, 0, 0]);
+    check(
+        &conv(&[1, 1], &[1, 1], none, 1),
+        &[x, w, b],
+        1e-5,
+        "pointwise",
+    );
+    let (x, w) = (t(&mut rng, &[1, 16, 70]), t(&mut rng, &[40, 16, 5]));
+    check(
+        &conv(&[1], &[2], PadSpec::SameUpper, 1),
+        &[x, w],
+        1e-5,
+        "1-D, dilated",
+    );
+}
+
 #[test]
 fn grouped_convolutions() {
     let mut rng = Rng::new(34);
@@ -180,4 +221,53 @@ fn transposed_convolutions() {
     let (x1, w1) = (t(&mut rng, &[1, 3, 11]), t(&mut rng, &[3, 2, 4]));
     let op = conv_t(&[3], &[1], &[1, 2], &[0], 1);
     check(&op, &[x1, w1], 1e-5, "1-D");
+}
+
+fn pool(
+    kind: cyb_ops::PoolKind,
+    kernel: &[usize],
+    strides: &[usize],
+    pads: PadSpec,
+    ceil_mode: bool,
+) -> Op {
+    Op::Pool {
+        kind,
+        kernel: kernel.to_vec(),
+        strides: strides.to_vec(),
+        dilations: vec![],
+        pads,
+        ceil_mode,
+    }
+}
+
+/// Max and average pooling against the reference: 1-D and 2-D, strides, padding on either
+/// side, ceil mode (windows past the padding), with and without counting the padding, and a
+/// global average.
+#[test]
+fn pooling() {
+    use cyb_ops::PoolKind::{Avg, Max};
+    let mut rng = Rng::new(36);
+    let x2 = t(&mut rng, &[2, 5, 13, 17]);
+    let x1 = t(&mut rng, &[2, 3, 29]);
+    let pads = PadSpec::Explicit(vec![1, 0, 2, 1]);
+    for kind in [
+        Max,
+        Avg {
+            count_include_pad: false,
+        },
+        Avg {
+            count_include_pad: true,
+        },
+    ] {
+        for ceil in [false, true] {
+            let op = pool(kind, &[3, 2], &[2, 3], pads.clone(), ceil);
+            check(&op, std::slice::from_ref(&x2), 1e-6, "2-D pool");
+            let op = pool(kind, &[4], &[3], PadSpec::Explicit(vec![2, 1]), ceil);
+            check(&op, std::slice::from_ref(&x1), 1e-6, "1-D pool");
+        }
+        let op = pool(kind, &[13, 17], &[], PadSpec::Explicit(vec![0; 4]), false);
+        check(&op, std::slice::from_ref(&x2), 1e-6, "global pool");
+    }
+    let op = pool(Max, &[3, 3], &[1, 1], PadSpec::SameUpper, false);
+    check(&op, &[t(&mut rng, &[1, 64, 40, 40])], 0.0, "large max pool");
 }

@@ -35,6 +35,10 @@ fn elementwise_and_activations() {
         (vec![1], vec![2, 3]),
         (vec![7, 1, 5], vec![1, 1, 1]),
         (vec![1, 96, 80, 80], vec![1, 96, 1, 1]),
+        // One value against a large tensor, on either side (the constants of a clip or a
+        // hard-swish), split over the threads.
+        (vec![1, 96, 80, 80], vec![1]),
+        (vec![1, 1, 1], vec![2, 48, 80, 80]),
     ] {
         let (x, y) = (t(&mut rng, &x), t(&mut rng, &y));
         for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
@@ -55,6 +59,8 @@ fn elementwise_and_activations() {
         )
         .unwrap();
         check(&Op::Binary { f: B::Pow }, &[positive, y], 1e-6, "pow");
+        let two = Tensor::from_f32(&[1], &[2.0]).unwrap();
+        check(&Op::Binary { f: B::Pow }, &[x.clone(), two], 1e-6, "square");
     }
     // Inference batch norm per channel, large enough to split over the threads; a positive
     // variance.
@@ -142,6 +148,22 @@ fn elementwise_and_activations() {
         1e-5,
         "silu, many rows",
     );
+    for f in [
+        U::Sigmoid,
+        U::HardSwish,
+        U::LeakyRelu { alpha: 0.01 },
+        U::Sqrt,
+    ] {
+        let x = wide(&mut rng, &[67, 517]);
+        let x = if f == U::Sqrt {
+            cyb_ops::reference::execute(&Op::Unary { f: U::Abs }, &[x])
+                .unwrap()
+                .remove(0)
+        } else {
+            x
+        };
+        check(&Op::Unary { f }, &[x], 1e-6, "unary, wide inputs");
+    }
 }
 
 #[test]

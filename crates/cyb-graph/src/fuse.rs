@@ -4,7 +4,10 @@
 //!   `Gelu`) becomes `Op::Linear`;
 //! - `Add` of two same-shaped tensors → `RmsNorm` / `LayerNorm` of the sum (the residual
 //!   "skip + norm" of transformer blocks) becomes `Op::AddRmsNorm` / `Op::AddLayerNorm`, whose
-//!   two outputs are the sum (still read by the next residual) and the normed value.
+//!   two outputs are the sum (still read by the next residual) and the normed value;
+//! - `Add` 3 → `Clip` to [0, 6] → `Mul` by the `Add`'s input → `Div` by 6 (hard-swish written
+//!   out, as PaddlePaddle's and some PyTorch exports have it) becomes `Op::Unary` `HardSwish`,
+//!   one pass over the tensor instead of five.
 //!
 //! A chain is fused only when the backend that will run the graph says it `supports` the fused
 //! op for these input types, and only when the intermediate values have no other reader (nor
@@ -13,8 +16,9 @@
 //! dispatcher's fallback, with the same result. Needs inferred types (`infer_types`).
 
 use crate::graph::{Dim, Graph, Node, NodeOp, ValueId};
+use crate::host_op::HostOp;
 use cyb_backend::Backend;
-use cyb_ops::{LinearAct, Op};
+use cyb_ops::{BinaryFn, LinearAct, Op, UnaryFn};
 use cyb_tensor::{DType, Shape, TensorInfo};
 use std::collections::{HashMap, HashSet};
 
@@ -50,7 +54,11 @@ pub fn fuse_for_backend(g: &mut Graph, backend: &dyn Backend) -> usize {
             NodeOp::Op(Op::MatMul { rhs_transposed }) => {
                 plan_linear(g, i, *rhs_transposed, &only_reader, &early, &removed)
             }
-            NodeOp::Op(Op::Add) => plan_add_norm(g, i, &readers, &early, &removed),
+            NodeOp::Op(Op::Add) => plan_add_norm(g, i, &readers, &early, &removed)
+                .or_else(|| plan_hard_swish(g, i, &only_reader, &removed)),
+            NodeOp::Op(Op::Binary { f: BinaryFn::Add }) => {
+                plan_hard_swish(g, i, &only_reader, &removed)
+            }
             _ => None,
         };
         let Some(plan) = plan else { continue };
@@ -172,6 +180,88 @@ fn plan_add_norm(
         outputs: vec![s, *norm.outputs.first()?],
         remove: vec![j],
     })
+}
+
+/// `x · clip(x + 3, 0, 6) / 6` (hard-swish as exporters write it out, the product either way
+/// round, the division possibly a product with 1/6) from its first node, the `Add`.
+fn plan_hard_swish(
+    g: &Graph,
+    i: usize,
+    only_reader: &impl Fn(ValueId) -> Option<usize>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let add = &g.nodes[i];
+    let (a0, a1) = (input(add, 0)?, input(add, 1)?);
+    let x = if scalar(g, a1) == Some(3.0) { a0 } else { a1 };
+    if scalar(g, if x == a0 { a1 } else { a0 }) != Some(3.0) {
+        return None;
+    }
+    let next = |v: ValueId| only_reader(v).filter(|&j| !removed[j]);
+    let shifted = *add.outputs.first()?;
+    let j = next(shifted)?;
+    let clip = &g.nodes[j];
+    let clipped = (clip.op == NodeOp::Host(HostOp::Clip)
+        && input(clip, 0) == Some(shifted)
+        && input(clip, 1).and_then(|v| scalar(g, v)) == Some(0.0)
+        && input(clip, 2).and_then(|v| scalar(g, v)) == Some(6.0))
+    .then(|| clip.outputs.first().copied())??;
+    let k = next(clipped)?;
+    let mul = &g.nodes[k];
+    let (m0, m1) = (input(mul, 0)?, input(mul, 1)?);
+    if !is_binary(mul, BinaryFn::Mul) || !((m0, m1) == (x, clipped) || (m0, m1) == (clipped, x)) {
+        return None;
+    }
+    let l = next(*mul.outputs.first()?)?;
+    let div = &g.nodes[l];
+    let by = scalar(g, input(div, 1)?);
+    let ok = input(div, 0) == mul.outputs.first().copied()
+        && ((is_binary(div, BinaryFn::Div) && by == Some(6.0))
+            || (is_binary(div, BinaryFn::Mul) && by.is_some_and(|v| (v - 1.0 / 6.0).abs() < 1e-7)));
+    // The constants must not broadcast x to a higher rank (then the output is x's shape).
+    let rank = g
+        .values
+        .get(x)?
+        .ty
+        .as_ref()?
+        .dims
+        .as_ref()
+        .map_or(1, Vec::len);
+    let consts = [a0, a1, input(clip, 1)?, input(clip, 2)?, input(div, 1)?];
+    let low_rank = consts
+        .iter()
+        .all(|&c| c == x || g.constants.get(&c).is_some_and(|t| t.dims().len() <= rank));
+    if !ok || !low_rank {
+        return None;
+    }
+    Some(Plan {
+        op: Op::Unary {
+            f: UnaryFn::HardSwish,
+        },
+        inputs: vec![x],
+        outputs: vec![*div.outputs.first()?],
+        remove: vec![j, k, l],
+    })
+}
+
+/// Whether `n` is the arithmetic `f`, as a graph-level or a curated op.
+fn is_binary(n: &Node, f: BinaryFn) -> bool {
+    let curated = match f {
+        BinaryFn::Add => Op::Add,
+        BinaryFn::Sub => Op::Sub,
+        BinaryFn::Mul => Op::Mul,
+        BinaryFn::Div => Op::Div,
+        _ => return n.op == NodeOp::Op(Op::Binary { f }),
+    };
+    n.op == NodeOp::Op(Op::Binary { f }) || n.op == NodeOp::Op(curated)
+}
+
+/// The value of a constant that holds one F32 number.
+fn scalar(g: &Graph, v: ValueId) -> Option<f32> {
+    let t = g.constants.get(&v)?;
+    if t.dtype() != DType::F32 || t.dims().iter().product::<usize>() != 1 {
+        return None;
+    }
+    t.as_f32().ok().map(|x| x[0])
 }
 
 fn input(n: &Node, k: usize) -> Option<ValueId> {

@@ -199,6 +199,19 @@ fn host_types(h: &HostOp, ins: &[Option<ValueType>]) -> Option<Vec<ValueType>> {
             dtype: ins.get(1)?.as_ref()?.dtype,
             dims: x.dims.clone(),
         }]),
+        // Element-wise between single-value bounds: x's type (bounds of other shapes are left
+        // for the run to judge).
+        HostOp::Clip => {
+            let rank = x.dims.as_ref()?.len();
+            let single = |t: &Option<ValueType>| {
+                t.as_ref().is_none_or(|t| {
+                    t.dims
+                        .as_ref()
+                        .is_some_and(|d| d.len() <= rank && d.iter().all(|v| *v == Dim::Fixed(1)))
+                })
+            };
+            ins[1..].iter().all(single).then(|| vec![x.clone()])
+        }
         _ => None,
     }
 }

@@ -3,7 +3,7 @@
 use crate::exec::run_node;
 use crate::graph::{node_err, Graph, NodeOp, ValueId};
 use cyb_backend::{Dispatcher, ExecContext};
-use cyb_tensor::{Result, Tensor};
+use cyb_tensor::{DType, Result, Tensor};
 use std::collections::{BTreeMap, HashSet};
 
 /// Nodes whose outputs are larger than this stay in the graph instead of becoming constants.
@@ -142,9 +142,11 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
         })
     };
     let mut changed = 0;
+    let mut transposed = std::collections::HashMap::new();
     for i in 0..g.nodes.len() {
         if let Some(curated) = curated_matmul_or_norm(g, i) {
             g.nodes[i].op = NodeOp::Op(curated);
+            transpose_constant_rhs(g, i, &mut transposed);
             changed += 1;
             continue;
         }
@@ -167,6 +169,56 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
         changed += 1;
     }
     changed
+}
+
+/// A curated `MatMul` of node `i` whose right operand is a constant `[k, n]` F32 matrix takes
+/// it transposed, `[n, k]`: the weight layout of `Linear` and of the fast backends' matmuls,
+/// made once at load instead of leaving the product to the reference on every call. A
+/// constant that only matmuls read is transposed in place; one that other nodes read too gets
+/// one transposed copy (`copies`: constant → its copy) for all the matmuls, and the original
+/// goes once nothing reads it.
+fn transpose_constant_rhs(
+    g: &mut Graph,
+    i: usize,
+    copies: &mut std::collections::HashMap<ValueId, ValueId>,
+) {
+    use cyb_ops::Op;
+    let Some(Some(w)) = g.nodes[i].inputs.get(1).copied() else {
+        return;
+    };
+    let wt = match copies.get(&w) {
+        Some(&wt) => wt,
+        None => {
+            let Some(t) = g.constants.get(&w) else {
+                return;
+            };
+            let ([k, n], DType::F32) = (t.dims(), t.dtype()) else {
+                return;
+            };
+            let (k, n) = (*k, *n);
+            let Ok(v) = t.as_f32() else { return };
+            let mut tr = vec![0f32; k * n];
+            for (r, row) in v.chunks_exact(n.max(1)).enumerate() {
+                for (c, &x) in row.iter().enumerate() {
+                    tr[c * k + r] = x;
+                }
+            }
+            let Ok(tt) = Tensor::from_f32(&[n, k], &tr) else {
+                return;
+            };
+            let wt = g.add_constant(&format!("{}_transposed", g.name_of(w)), tt);
+            copies.insert(w, wt);
+            wt
+        }
+    };
+    g.nodes[i].inputs[1] = Some(wt);
+    g.nodes[i].op = NodeOp::Op(Op::MatMul {
+        rhs_transposed: true,
+    });
+    let read = g.outputs.contains(&w) || g.nodes.iter().any(|nd| nd.inputs.contains(&Some(w)));
+    if !read {
+        g.constants.remove(&w);
+    }
 }
 
 /// ONNX's `MatMul` of two F32 operands of rank ≥ 2 (the weight rank 2) is exactly

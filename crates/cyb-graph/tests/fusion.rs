@@ -213,3 +213,70 @@ fn the_fast_cpu_backend_runs_the_fused_graph() {
         );
     }
 }
+
+/// `x · clip(x + 3, 0, 6) / 6` over x `[2, 3, n]`, the operands in either order.
+fn hard_swish(swap: bool) -> Graph {
+    let mut g = Graph::default();
+    let x = input(
+        &mut g,
+        "x",
+        &[Dim::Fixed(2), Dim::Fixed(3), Dim::Sym("n".into())],
+    );
+    let scalar = |g: &mut Graph, name: &str, v: f32| {
+        g.add_constant(name, Tensor::from_f32(&[], &[v]).unwrap())
+    };
+    let (three, zero, six) = (
+        scalar(&mut g, "three", 3.0),
+        scalar(&mut g, "zero", 0.0),
+        scalar(&mut g, "six", 6.0),
+    );
+    let bin = |f| Op::Binary { f };
+    use cyb_ops::BinaryFn as B;
+    let ins = if swap { [three, x] } else { [x, three] };
+    let s = op(&mut g, "shift", bin(B::Add), &ins);
+    let c = g.add_node(
+        "clip",
+        NodeOp::Host(cyb_graph::HostOp::Clip),
+        vec![Some(s), Some(zero), Some(six)],
+        &["clip"],
+    )[0];
+    let ins = if swap { [c, x] } else { [x, c] };
+    let m = op(&mut g, "mul", bin(B::Mul), &ins);
+    let six_again = scalar(&mut g, "six_again", 6.0);
+    let y = op(&mut g, "div", bin(B::Div), &[m, six_again]);
+    g.outputs = vec![y];
+    infer_types(&mut g).unwrap();
+    g
+}
+
+#[test]
+fn written_out_hard_swish_becomes_one_op() {
+    // Inputs over [-5, 5): both sides of the clip.
+    let x = Tensor::from_f32(
+        &[2, 3, 7],
+        &values(42, 11).iter().map(|v| v * 5.0).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let d = Dispatcher::reference();
+    for swap in [false, true] {
+        let mut plain = hard_swish(swap);
+        if swap {
+            // The clip's type is known, so the arithmetic after it becomes curated ops too.
+            assert_eq!(cyb_graph::prefer_curated_ops(&mut plain), 3);
+        }
+        let mut fused = plain.clone();
+        assert_eq!(fuse_for_backend(&mut fused, &ReferenceBackend), 1);
+        assert_eq!(fused.nodes.len(), 1);
+        assert_eq!(count(&fused, "unary"), 1);
+        let (want, got) = (run(&plain, &d, &x), run(&fused, &d, &x));
+        for (a, b) in got[0].iter().zip(&want[0]) {
+            assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+        }
+    }
+    // A clip to other bounds is not a hard-swish.
+    let mut g = hard_swish(false);
+    let zero = g.nodes[1].inputs[1].unwrap();
+    g.constants
+        .insert(zero, Tensor::from_f32(&[], &[-1.0]).unwrap());
+    assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
+}

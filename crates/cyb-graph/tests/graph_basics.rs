@@ -294,3 +294,72 @@ fn subgraphs_round_trip_and_run() {
         assert_eq!(outs[0].1.to_f32_vec().unwrap(), want);
     }
 }
+
+/// `prepare` gives a matmul by a constant `[k, n]` matrix the weight transposed (`[n, k]`, the
+/// layout the fast backends multiply by); a constant that two matmuls read is copied, not
+/// changed under the other; results stay those of the plain graph.
+#[test]
+fn prepare_transposes_constant_matmul_weights() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(sym(DType::F32, &["N", "3"])));
+    g.inputs.push(x);
+    let w = g.add_constant(
+        "w",
+        Tensor::from_f32(
+            &[3, 5],
+            &(0..15).map(|i| i as f32 * 0.3 - 2.0).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    );
+    let v = g.add_constant(
+        "v",
+        Tensor::from_f32(&[3, 2], &[0.5, -1.0, 2.0, 0.25, -0.75, 1.5]).unwrap(),
+    );
+    let mm = |g: &mut Graph, name: &str, w| {
+        g.add_node(
+            name,
+            NodeOp::Host(HostOp::MatMul),
+            vec![Some(x), Some(w)],
+            &[name],
+        )[0]
+    };
+    let (a, b, c) = (mm(&mut g, "a", w), mm(&mut g, "b", w), mm(&mut g, "c", v));
+    g.outputs = vec![a, b, c];
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    for n in &g.nodes {
+        assert_eq!(
+            n.op,
+            NodeOp::Op(Op::MatMul {
+                rhs_transposed: true
+            }),
+            "{}",
+            n.name
+        );
+    }
+    // One transposed copy of each, read by every matmul that read the original, which is gone.
+    let dims = |n: usize| g.constants[&g.nodes[n].inputs[1].unwrap()].dims().to_vec();
+    assert_eq!(
+        (dims(0), dims(1), dims(2)),
+        (vec![5, 3], vec![5, 3], vec![2, 3])
+    );
+    assert_eq!(g.nodes[0].inputs[1], g.nodes[1].inputs[1]);
+    assert!(!g.constants.contains_key(&w) && !g.constants.contains_key(&v));
+    assert_eq!(g.constants.len(), 2);
+    let xs = Tensor::from_f32(
+        &[4, 3],
+        &(0..12).map(|i| (i as f32).sin()).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let inputs = HashMap::from([("x".to_string(), xs)]);
+    let d = Dispatcher::reference();
+    let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
+    let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
+    for ((_, p), (_, q)) in want.iter().zip(&got) {
+        let (p, q) = (p.to_f32_vec().unwrap(), q.to_f32_vec().unwrap());
+        assert_eq!(p.len(), q.len());
+        for (a, b) in p.iter().zip(&q) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+    }
+}

@@ -98,14 +98,32 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             cyb_ops::BinaryFn::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
             cyb_ops::BinaryFn::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
             cyb_ops::BinaryFn::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
+            // NaN in either operand gives NaN, as the reference's; written as a select so the
+            // loop vectorizes.
+            cyb_ops::BinaryFn::Max => binary(par, x, &inputs[1], od, |a, b| {
+                let m = a.max(b);
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    m
+                }
+            }),
+            cyb_ops::BinaryFn::Min => binary(par, x, &inputs[1], od, |a, b| {
+                let m = a.min(b);
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    m
+                }
+            }),
+            // x² (layer norms written out) as one product: the square correctly rounded, where
+            // libm's `powf` is within an ulp of it.
+            cyb_ops::BinaryFn::Pow if scalar_is(&inputs[1], 2.0) => unary(par, x, |v| v * v),
             f => binary(par, x, &inputs[1], od, move |a, b| {
                 cyb_ops::reference::binary_f32(f, a, b)
             }),
         },
-        Op::Unary { f } => {
-            let f = *f;
-            unary(par, x, move |v| cyb_ops::reference::unary_f32(f, v))
-        }
+        Op::Unary { f } => unary_fn(par, x, *f),
         Op::BatchNorm { eps } => batch_norm(par, *eps, inputs),
         Op::Scale { factor } => unary(par, x, |v| v * factor),
         Op::Silu => unary(par, x, silu),
@@ -145,6 +163,31 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             backend: "cpu".into(),
             input_dtype: x.dtype(),
         }),
+    }
+}
+
+/// Whether `t` is one F32 value equal to `v`.
+fn scalar_is(t: &Tensor, v: f32) -> bool {
+    t.dims().iter().product::<usize>() == 1 && t.as_f32().is_ok_and(|x| x[0] == v)
+}
+
+/// `Op::Unary`: the functions models spend time in as their own loops (each vectorizes, and
+/// computes the reference's formula), the rest through the reference's scalar function.
+fn unary_fn(par: Par<'_>, x: &Tensor, f: cyb_ops::UnaryFn) -> Result<Tensor> {
+    use cyb_ops::UnaryFn as U;
+    match f {
+        U::Relu => unary(par, x, |v| v.max(0.0)),
+        U::Neg => unary(par, x, |v| -v),
+        U::Abs => unary(par, x, f32::abs),
+        U::Sqrt => unary(par, x, f32::sqrt),
+        U::Reciprocal => unary(par, x, |v| 1.0 / v),
+        U::Sigmoid => unary(par, x, |v| 1.0 / (1.0 + crate::math::exp(-v))),
+        U::HardSwish => unary(par, x, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
+        U::HardSigmoid { alpha, beta } => {
+            unary(par, x, move |v| (alpha * v + beta).clamp(0.0, 1.0))
+        }
+        U::LeakyRelu { alpha } => unary(par, x, move |v| if v >= 0.0 { v } else { alpha * v }),
+        f => unary(par, x, move |v| cyb_ops::reference::unary_f32(f, v)),
     }
 }
 
@@ -227,7 +270,37 @@ pub(crate) fn binary(
             },
         );
     }
-    if a.len() == od.iter().product::<usize>() && trailing_broadcast(a_dims, b_dims) {
+    let numel: usize = od.iter().product();
+    // One operand a single value (`x + 3`, the bounds of a clip): a flat loop with it held.
+    if p == 1 && a.len() == numel {
+        let z = b[0];
+        return par.make(
+            od,
+            1,
+            #[inline(always)]
+            |start, y| {
+                let n = y.len();
+                for (o, &x) in y.iter_mut().zip(&a[start..start + n]) {
+                    *o = f(x, z);
+                }
+            },
+        );
+    }
+    if a.len() == 1 && p == numel {
+        let x = a[0];
+        return par.make(
+            od,
+            1,
+            #[inline(always)]
+            |start, y| {
+                let n = y.len();
+                for (o, &z) in y.iter_mut().zip(&b[start..start + n]) {
+                    *o = f(x, z);
+                }
+            },
+        );
+    }
+    if a.len() == numel && trailing_broadcast(a_dims, b_dims) {
         return par.make(
             od,
             p,
