@@ -203,19 +203,23 @@ const MAX_PANEL_BYTES: usize = 64 << 20;
 
 /// A one-group conv over one or two spatial dims as `y[b] = w · cols[b]` with the output in
 /// NCHW directly: the kernel's `[out_channels, in_channels · taps]` rows are the GEMM's
-/// activation rows, read in place, and each batch's windows are packed straight into the
-/// float GEMM's panel layout (`NR` output positions per panel, one run of `NR` values per
-/// input channel and tap), so there is neither an im2col matrix nor a transpose of the
-/// result. Panels are packed and multiplied in parallel; every output is one sum over the
-/// channels and taps in order, whatever the thread count. `None` where the packed GEMM has no
-/// kernel for this CPU or the shape is outside this path.
+/// activation rows, read in place, and the windows of `NR` output positions at a time are
+/// packed into one panel of the float GEMM's layout (one run of `NR` values per input channel
+/// and tap) right before the register tiles multiply it, so the panel stays in cache and
+/// there is neither an im2col matrix nor a transpose of the result. Panels are shared among
+/// the threads; every output is one sum over the channels and taps in order, then its bias,
+/// whatever the thread count. `None` where the packed GEMM has no kernel for this CPU or the
+/// shape is outside this path.
 fn by_panels(
     set: KernelSet,
     pool: &ThreadPool,
     op: &Op,
     inputs: &[Tensor],
 ) -> Result<Option<Tensor>> {
-    use matmul::sgemm::{self, tile::NR};
+    use matmul::sgemm::{
+        self,
+        tile::{MR, NR},
+    };
     let Op::Conv {
         strides,
         dilations,
@@ -244,57 +248,76 @@ fn by_panels(
     let (taps, positions) = (kh * kw, oh * ow);
     let k = c * taps;
     let panels = positions.div_ceil(NR);
-    let bytes = panels.saturating_mul(k).saturating_mul(NR * 4);
-    if k == 0 || positions == 0 || m == 0 || bytes > MAX_PANEL_BYTES {
+    let panel_bytes = k.saturating_mul(NR * 4);
+    if k == 0 || positions == 0 || m == 0 || panel_bytes > MAX_PANEL_BYTES {
         return Ok(None);
     }
     let (xs, ws) = (x.as_f32()?, w.as_f32()?);
     let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
+    let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
     let mut dims = vec![n, m];
     dims.extend_from_slice(&g.out);
     cyb_tensor::memory::check_tensor("conv", &dims, DType::F32)?;
     let mut buf = cyb_tensor::AlignedBuf::for_overwrite(n * m * positions * 4);
-    let y: &mut [f32] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
-    let mut packed = sgemm::Panels {
-        n: positions,
-        k,
-        elem: 4,
-        data: cyb_tensor::AlignedBuf::for_overwrite(bytes),
-        successor: std::sync::Mutex::new(std::sync::Weak::new()),
-    };
-    for (b, yb) in y.chunks_exact_mut(m * positions).enumerate() {
-        let xb = &xs[b * c * ih * iw..][..c * ih * iw];
-        let out = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut::<u8, f32>(
-            packed.data.as_bytes_mut(),
-        ));
-        let parts = panels.min(pool.threads() * 4);
-        pool.run_parts(parts, &|t| {
-            for p in crate::par::pool::split(panels, parts, t) {
-                // SAFETY: panel p belongs to this part only.
-                let dst = unsafe { out.slice(p * k * NR..(p + 1) * k * NR) };
-                pack_windows(
-                    xb,
-                    dst,
-                    p * NR,
-                    (c, ih, iw),
-                    (oh, ow),
-                    (kh, kw),
-                    [sh, sw, dh, dw, ph, pw],
-                );
-            }
-        });
-        // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
-        unsafe { sgemm::gemm(pool, tile, &packed, &ws, m, yb, None, None) };
-        if let Some(bias) = bias.as_deref() {
-            let par = crate::par::Par { pool, set };
-            par.fill(yb, positions, |first, part| {
-                for (i, row) in part.chunks_exact_mut(positions).enumerate() {
-                    let v = bias[first + i];
-                    row.iter_mut().for_each(|o| *o += v);
+    let out =
+        crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut::<u8, f32>(buf.as_bytes_mut()));
+    let units = n * panels;
+    let parts = crate::par::pool::balanced_parts(units, pool.threads(), panel_bytes);
+    pool.run_parts(parts, &|t| {
+        let mut panel = cyb_tensor::AlignedBuf::for_overwrite(panel_bytes);
+        let mut part = [0f32; MR * NR];
+        for u in crate::par::pool::split(units, parts, t) {
+            let (b, p) = (u / panels, u % panels);
+            let xb = &xs[b * c * ih * iw..][..c * ih * iw];
+            let dst: &mut [f32] = bytemuck::cast_slice_mut(panel.as_bytes_mut());
+            pack_windows(
+                xb,
+                dst,
+                p * NR,
+                (c, ih, iw),
+                (oh, ow),
+                (kh, kw),
+                [sh, sw, dh, dw, ph, pw],
+            );
+            let nc = NR.min(positions - p * NR);
+            for r0 in (0..m).step_by(MR) {
+                let nr = MR.min(m - r0);
+                let at = (b * m + r0) * positions + p * NR;
+                let rows = &ws[r0 * k..(r0 + nr) * k];
+                // SAFETY: `tile` is the F32 tile of this CPU's kernel set; columns
+                // p·NR.. of rows r0..r0 + nr of image b belong to this unit only.
+                unsafe {
+                    if nc == NR {
+                        let y = out.strided(at, at + (nr - 1) * positions + NR);
+                        tile(panel.as_bytes(), rows, k, k, nr, y, positions, true, None);
+                    } else {
+                        tile(
+                            panel.as_bytes(),
+                            rows,
+                            k,
+                            k,
+                            nr,
+                            part.as_mut_ptr(),
+                            NR,
+                            true,
+                            None,
+                        );
+                        for r in 0..nr {
+                            out.slice(at + r * positions..at + r * positions + nc)
+                                .copy_from_slice(&part[r * NR..r * NR + nc]);
+                        }
+                    }
+                    if let Some(bias) = bias {
+                        for r in 0..nr {
+                            let seg = out.slice(at + r * positions..at + r * positions + nc);
+                            let v = bias[r0 + r];
+                            seg.iter_mut().for_each(|o| *o += v);
+                        }
+                    }
                 }
-            });
+            }
         }
-    }
+    });
     Tensor::new(
         Shape::new(&dims)?,
         DType::F32,
@@ -318,7 +341,12 @@ fn pack_windows(
 ) {
     use matmul::sgemm::tile::NR;
     let count = NR.min(oh * ow - first);
-    dst.fill(0.0);
+    if count < NR {
+        for row in dst.chunks_exact_mut(NR) {
+            row[count..].fill(0.0);
+        }
+    }
+    // Every value of the panel is written once: the input under the tap, or zero.
     let mut j = 0;
     while j < count {
         // A run of positions in one output row: columns ox0.. of row oy.
@@ -326,20 +354,25 @@ fn pack_windows(
         let len = (ow - ox0).min(count - j);
         for ky in 0..kh {
             let iy = (oy * sh + ky * dh) as isize - ph as isize;
-            if iy < 0 || iy >= ih as isize {
-                continue;
-            }
+            let row_inside = iy >= 0 && iy < ih as isize;
             for kx in 0..kw {
                 // Columns t of the run whose input column (ox0 + t)·sw + kx·dw − pw is inside.
                 let shift = ((ox0 * sw + kx * dw) as isize) - pw as isize;
-                let cols = inside(shift, sw, iw, len);
-                if cols.is_empty() {
-                    continue;
-                }
+                let cols = if row_inside {
+                    inside(shift, sw, iw, len)
+                } else {
+                    0..0
+                };
                 let start = (cols.start * sw) as isize + shift;
-                let src0 = iy as usize * iw + start as usize;
+                let src0 = (iy.max(0) as usize * iw).saturating_add_signed(start);
                 for ci in 0..c {
                     let row = &mut dst[((ci * kh + ky) * kw + kx) * NR + j..][..len];
+                    if cols.is_empty() {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    row[..cols.start].fill(0.0);
+                    row[cols.end..].fill(0.0);
                     let xr = &x[ci * ih * iw + src0..];
                     if sw == 1 {
                         row[cols.clone()].copy_from_slice(&xr[..cols.len()]);
@@ -583,6 +616,11 @@ pub(crate) fn conv_transpose(
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     let out = cyb_ops::output_infos(op, &infos)?;
     let od = out[0].shape.dims().to_vec();
+    if *group == 1 {
+        if let Some(y) = transpose_by_panels(par, op, inputs, &od)? {
+            return Ok(y);
+        }
+    }
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
     let (c, m) = (xd[1], od[1]);
@@ -631,6 +669,133 @@ pub(crate) fn conv_transpose(
             }
         },
     )
+}
+
+/// A one-group `ConvTranspose` as a GEMM then a scatter: `cols[b] = wᵀ · x[b]` on the packed
+/// float GEMM (`[out_channels · taps, positions]`: the kernel's rows per output channel and tap
+/// are the activation rows, each image's planes packed straight into panels), then each
+/// output plane is its bias plus, tap by tap, that tap's row of `cols` added at
+/// `i·stride + k·dilation − pad`. `None` where the packed GEMM has no kernel for this CPU or
+/// the buffers would be too large.
+fn transpose_by_panels(
+    par: crate::par::Par<'_>,
+    op: &Op,
+    inputs: &[Tensor],
+    od: &[usize],
+) -> Result<Option<Tensor>> {
+    use matmul::sgemm::{self, tile::NR};
+    let Op::ConvTranspose {
+        strides,
+        dilations,
+        pads,
+        ..
+    } = op
+    else {
+        return Ok(None);
+    };
+    let Some(tile) = sgemm::tile(DType::F32, par.set) else {
+        return Ok(None);
+    };
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let (xd, wd) = (x.dims(), w.dims());
+    let (n, c, m) = (xd[0], xd[1], od[1]);
+    let (ih, iw) = rows_cols(&xd[2..]);
+    let (oh, ow) = rows_cols(&od[2..]);
+    let (kh, kw) = rows_cols(&wd[2..]);
+    let (sh, sw) = pair(strides, 1);
+    let (dh, dw) = pair(dilations, 1);
+    let (ph, pw) = pair(&pads[..xd.len() - 2], 0);
+    let (taps, positions) = (kh * kw, ih * iw);
+    let rows = m * taps;
+    let panels = positions.div_ceil(NR);
+    let packed_bytes = panels.saturating_mul(c).saturating_mul(NR * 4);
+    let cols_bytes = n
+        .saturating_mul(rows)
+        .saturating_mul(positions)
+        .saturating_mul(4);
+    if c == 0 || rows == 0 || positions == 0 || packed_bytes.max(cols_bytes) > MAX_PANEL_BYTES {
+        return Ok(None);
+    }
+    let (xs, ws) = (x.as_f32()?, w.as_f32()?);
+    let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
+    let (xs, bias) = (&*xs, bias.as_deref());
+    // Row co·taps + t of wᵀ: the weights of output channel co and tap t over the input
+    // channels (w is [c, m, kh, kw]).
+    let mut wt = vec![0f32; rows * c];
+    for ci in 0..c {
+        for (r, &v) in ws[ci * rows..][..rows].iter().enumerate() {
+            wt[r * c + ci] = v;
+        }
+    }
+    let mut packed = sgemm::Panels {
+        n: positions,
+        k: c,
+        elem: 4,
+        data: cyb_tensor::AlignedBuf::for_overwrite(packed_bytes),
+        successor: std::sync::Mutex::new(std::sync::Weak::new()),
+    };
+    let mut cols = cyb_tensor::AlignedBuf::for_overwrite(cols_bytes);
+    let cols: &mut [f32] = bytemuck::cast_slice_mut(cols.as_bytes_mut());
+    for (b, cb) in cols.chunks_exact_mut(rows * positions).enumerate() {
+        let xb = &xs[b * c * positions..][..c * positions];
+        let dst = crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut::<u8, f32>(
+            packed.data.as_bytes_mut(),
+        ));
+        let parts = panels.min(par.pool.threads() * 4);
+        par.pool.run_parts(parts, &|t| {
+            for p in crate::par::pool::split(panels, parts, t) {
+                // SAFETY: panel p belongs to this part only.
+                let panel = unsafe { dst.slice(p * c * NR..(p + 1) * c * NR) };
+                let count = NR.min(positions - p * NR);
+                panel.fill(0.0);
+                for ci in 0..c {
+                    panel[ci * NR..][..count]
+                        .copy_from_slice(&xb[ci * positions + p * NR..][..count]);
+                }
+            }
+        });
+        // SAFETY: `tile` is the F32 tile of this CPU's kernel set.
+        unsafe { sgemm::gemm(par.pool, tile, &packed, &wt, rows, cb, None, None) };
+    }
+    let cols = &*cols;
+    by_planes(
+        par,
+        od,
+        #[inline(always)]
+        |idx, y| {
+            let (b, co) = (idx / m, idx % m);
+            y.fill(bias.map_or(0.0, |v| v[co]));
+            for t in 0..taps {
+                let (ky, kx) = (t / kw, t % kw);
+                let row = &cols[(b * rows + co * taps + t) * positions..][..positions];
+                // Input columns ix whose output column ix·sw + kx·dw − pw is inside.
+                let shift = (kx * dw) as isize - pw as isize;
+                let span = inside(shift, sw, ow, iw);
+                if span.is_empty() {
+                    continue;
+                }
+                let first = ((span.start * sw) as isize + shift) as usize;
+                for iy in 0..ih {
+                    let oy = (iy * sh + ky * dh) as isize - ph as isize;
+                    if oy < 0 || oy >= oh as isize {
+                        continue;
+                    }
+                    let src = &row[iy * iw..][span.clone()];
+                    let yr = &mut y[oy as usize * ow..][..ow];
+                    if sw == 1 {
+                        for (o, &v) in yr[first..first + src.len()].iter_mut().zip(src) {
+                            *o += v;
+                        }
+                    } else {
+                        for (j, &v) in src.iter().enumerate() {
+                            yr[first + j * sw] += v;
+                        }
+                    }
+                }
+            }
+        },
+    )
+    .map(Some)
 }
 
 /// The multi-index of flat index `i` over `dims` (row-major).

@@ -128,6 +128,18 @@ pub(crate) fn resize(
     let xv = r.d.to_host(x)?.to_f32_vec()?;
     let in_strides = strides(x.dims());
     let mut y = filled_vec("resize", &out, 0f32)?;
+    if rank >= 2 && taps_per_dim[..rank - 2].iter().all(is_identity) {
+        planes(
+            &xv,
+            x.dims(),
+            &out,
+            &taps_per_dim,
+            s.extrapolation_value,
+            &mut y,
+        );
+        let t = Tensor::from_f32(&out, &y)?;
+        return Ok(vec![cast_to(r, t, x.dtype())?]);
+    }
     let mut idx = vec![0usize; rank];
     for (flat, yv) in y.iter_mut().enumerate() {
         let mut rem = flat;
@@ -139,6 +151,46 @@ pub(crate) fn resize(
     }
     let t = Tensor::from_f32(&out, &y)?;
     Ok(vec![cast_to(r, t, x.dtype())?])
+}
+
+/// Whether a dim's taps copy it unchanged (output `o` is input `o` times one).
+fn is_identity(t: &Taps) -> bool {
+    t.iter()
+        .enumerate()
+        .all(|(o, l)| matches!(l.as_deref(), Some([(i, w)]) if *i == o && *w == 1.0))
+}
+
+/// [`resize`] when only the last two dims change (images, feature maps): plane by plane, row
+/// by row, on the threads, each output the same fold over the same taps as [`gather`] (the
+/// unchanged outer dims add `0 + 1·v`), so the values are those of the general path.
+fn planes(x: &[f32], xd: &[usize], out: &[usize], taps: &[Taps], extra: f32, y: &mut [f32]) {
+    use rayon::prelude::*;
+    let rank = xd.len();
+    let (ih, iw) = (xd[rank - 2], xd[rank - 1]);
+    let (oh, ow) = (out[rank - 2], out[rank - 1]);
+    let (ty, tx) = (&taps[rank - 2], &taps[rank - 1]);
+    if oh * ow == 0 || ih * iw == 0 {
+        return;
+    }
+    let inner = |xp: &[f32], oy: usize, ox: usize| -> Option<f32> {
+        let mut acc = 0f32;
+        for &(iy, wy) in ty[oy].as_ref()? {
+            let row = &xp[iy * iw..][..iw];
+            let mut a = 0f32;
+            for &(ix, wx) in tx[ox].as_ref()? {
+                a += wx * row[ix];
+            }
+            acc += wy * a;
+        }
+        Some(acc)
+    };
+    y.par_chunks_mut(ow).enumerate().for_each(|(r, yr)| {
+        let (plane, oy) = (r / oh, r % oh);
+        let xp = &x[plane * ih * iw..][..ih * iw];
+        for (ox, v) in yr.iter_mut().enumerate() {
+            *v = inner(xp, oy, ox).map_or(extra, |a| 0.0 + a);
+        }
+    });
 }
 
 /// Weighted sum over the taps of dims `d..`; `None` if some dim extrapolates.
