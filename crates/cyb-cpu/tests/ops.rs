@@ -148,6 +148,30 @@ fn elementwise_and_activations() {
         1e-5,
         "silu, many rows",
     );
+    // Reductions over trailing dims (the layer norms of exported transformers), rows split
+    // over the threads; all dims; kept and dropped dims.
+    {
+        use cyb_ops::ReduceFn as R;
+        let x = wide(&mut rng, &[2, 40, 3, 120]);
+        for f in [R::Sum, R::Mean, R::Max, R::Min] {
+            for (axes, keepdims) in [(vec![-1], true), (vec![3, 2], false), (vec![], false)] {
+                let op = Op::Reduce { f, axes, keepdims };
+                check(&op, std::slice::from_ref(&x), 1e-5, "reduce");
+            }
+        }
+    }
+    // Softmax over the last axis: rows split over the threads, values wide enough that the
+    // exponentials span many orders of magnitude.
+    for dims in [vec![40, 6625], vec![2, 8, 40, 40], vec![3, 1]] {
+        for axis in [-1, dims.len() as isize - 1] {
+            check(
+                &Op::Softmax { axis },
+                &[wide(&mut rng, &dims)],
+                1e-5,
+                "softmax",
+            );
+        }
+    }
     for f in [
         U::Sigmoid,
         U::HardSwish,

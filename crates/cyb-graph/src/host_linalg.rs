@@ -50,6 +50,40 @@ pub(crate) fn matmul(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tens
     Ok(vec![cast_to(r, y, dtype)?])
 }
 
+/// [`matmul`] by `b` stored transposed (`[n, k]`): a 1-D `a` is one row and the result loses
+/// that dim.
+pub(crate) fn matmul_transposed(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tensor>> {
+    let dtype = a.dtype();
+    if !dtype.is_float() || !b.dtype().is_float() {
+        return Err(Error::UnsupportedOp {
+            op: "matmul".into(),
+            backend: "graph".into(),
+            input_dtype: dtype,
+        });
+    }
+    let (ar, bd) = (a.dims().len(), b.dims());
+    if ar == 0 || bd.len() != 2 {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "operands of rank {ar} and {} (the second transposed)",
+                bd.len()
+            ),
+        ));
+    }
+    let op = Op::MatMul {
+        rhs_transposed: true,
+    };
+    let y = if ar == 1 {
+        let row = r.reshape(a, &[1, a.dims()[0]])?;
+        let y = r.one(&op, &[row, b.clone()])?;
+        r.reshape(&y, &[bd[0]])?
+    } else {
+        r.one(&op, &[a.clone(), b.clone()])?
+    };
+    Ok(vec![cast_to(r, y, dtype)?])
+}
+
 pub(crate) fn gemm(
     r: &mut HostRun,
     inputs: &[Option<Tensor>],

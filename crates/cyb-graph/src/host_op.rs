@@ -71,6 +71,10 @@ pub enum HostOp {
     /// ONNX MatMul: numpy matmul, 1-D operands promoted and the added dim removed; output in the
     /// dtype of `a`.
     MatMul,
+    /// ONNX MatMul by a matrix stored transposed, `b` `[n, k]` (what load makes of a MatMul by
+    /// a constant matrix when the rank of `a` is not known before run time): a 1-D `a` is one
+    /// row, the added dim removed; output in the dtype of `a`.
+    MatMulTransposed,
     /// `y = alpha · op(a) · op(b) + beta · c` with `op` transposing when asked; `c?` broadcasts.
     Gemm {
         alpha: f32,
@@ -296,6 +300,7 @@ impl HostOp {
             HostOp::CumSum { .. } => "cumsum",
             HostOp::Pad { .. } => "pad",
             HostOp::MatMul => "matmul",
+            HostOp::MatMulTransposed => "matmul_transposed",
             HostOp::Gemm { .. } => "gemm",
             HostOp::Softmax { .. } => "softmax",
             HostOp::Clip => "clip",

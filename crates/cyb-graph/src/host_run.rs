@@ -267,6 +267,9 @@ pub(crate) fn run(
         HostOp::MatMul => {
             crate::host_linalg::matmul(r, req(name, inputs, 0)?, req(name, inputs, 1)?)
         }
+        HostOp::MatMulTransposed => {
+            crate::host_linalg::matmul_transposed(r, req(name, inputs, 0)?, req(name, inputs, 1)?)
+        }
         HostOp::Gemm {
             alpha,
             beta,

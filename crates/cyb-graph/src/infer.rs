@@ -57,9 +57,9 @@ pub fn infer_types(g: &mut Graph) -> Result<()> {
                     _ => None,
                 }
             }
-            NodeOp::Host(h) => {
-                host_types(h, &ins).or_else(|| host_types_by_running(g, node, h, &ins))
-            }
+            NodeOp::Host(h) => host_types(h, &ins)
+                .or_else(|| host_types_by_running(g, node, h, &ins))
+                .or_else(|| reshape_rank(h, &ins, &mut fresh)),
         };
         if let Some(outs) = outs {
             let ids = node.outputs.clone();
@@ -137,7 +137,17 @@ fn infer_op(op: &cyb_ops::Op, ins: &[&ValueType], fresh: &mut usize) -> Result<V
                     .collect::<Result<Vec<_>>>()?;
                 cyb_ops::output_infos(op, &infos)
             };
-            let a = same(probe(0, 0)).or_else(|_| same(1)).map_err(|_| e)?;
+            // An unknown dim (`_u…`) stands for a number this pass could not tell, which may be
+            // the one the rule needs: the outputs then stay untyped instead.
+            let unknown = ins
+                .iter()
+                .flat_map(|t| t.dims.iter().flatten())
+                .any(|d| matches!(d, Dim::Sym(s) if s.starts_with("_u")));
+            let a = match same(probe(0, 0)).or_else(|_| same(1)) {
+                Ok(a) => a,
+                Err(_) if unknown => return Ok(Vec::new()),
+                Err(_) => return Err(e),
+            };
             return Ok(a
                 .into_iter()
                 .map(|i| ValueType {
@@ -199,6 +209,18 @@ fn host_types(h: &HostOp, ins: &[Option<ValueType>]) -> Option<Vec<ValueType>> {
             dtype: ins.get(1)?.as_ref()?.dtype,
             dims: x.dims.clone(),
         }]),
+        HostOp::MatMulTransposed => {
+            let (xd, wd) = (x.dims.as_ref()?, ins.get(1)?.as_ref()?.fixed_dims()?);
+            let (&[n, _], false) = (wd.as_slice(), xd.is_empty()) else {
+                return None;
+            };
+            let mut dims = xd[..xd.len() - 1].to_vec();
+            dims.push(Dim::Fixed(n));
+            Some(vec![ValueType {
+                dtype: x.dtype,
+                dims: Some(dims),
+            }])
+        }
         // Element-wise between single-value bounds: x's type (bounds of other shapes are left
         // for the run to judge).
         HostOp::Clip => {
@@ -214,6 +236,33 @@ fn host_types(h: &HostOp, ins: &[Option<ValueType>]) -> Option<Vec<ValueType>> {
         }
         _ => None,
     }
+}
+
+/// A `Reshape` whose target shape is computed at run time still has a known rank, the length
+/// of its shape input: its dims become fresh unknowns (so ops after it that need the rank,
+/// such as a matmul by a weight, still get their curated form).
+fn reshape_rank(
+    h: &HostOp,
+    ins: &[Option<ValueType>],
+    fresh: &mut usize,
+) -> Option<Vec<ValueType>> {
+    let HostOp::Reshape { .. } = h else {
+        return None;
+    };
+    let x = ins.first()?.as_ref()?;
+    let [rank] = ins.get(1)?.as_ref()?.fixed_dims()?[..] else {
+        return None;
+    };
+    let dims = (0..rank)
+        .map(|_| {
+            *fresh += 1;
+            Dim::Sym(format!("_u{}", *fresh - 1))
+        })
+        .collect();
+    Some(vec![ValueType {
+        dtype: x.dtype,
+        dims: Some(dims),
+    }])
 }
 
 /// The output types of `node` run on zeros in place of its shape-only inputs

@@ -146,8 +146,20 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
     for i in 0..g.nodes.len() {
         if let Some(curated) = curated_matmul_or_norm(g, i) {
             g.nodes[i].op = NodeOp::Op(curated);
-            transpose_constant_rhs(g, i, &mut transposed);
+            let by_transposed = NodeOp::Op(cyb_ops::Op::MatMul {
+                rhs_transposed: true,
+            });
+            transpose_constant_rhs(g, i, by_transposed, &mut transposed);
             changed += 1;
+            continue;
+        }
+        if g.nodes[i].op == NodeOp::Host(crate::HostOp::MatMul) && g.nodes[i].inputs.len() == 2 {
+            // The left operand's rank is not known: a host matmul that takes the weight
+            // transposed all the same.
+            let by_transposed = NodeOp::Host(crate::HostOp::MatMulTransposed);
+            if transpose_constant_rhs(g, i, by_transposed, &mut transposed) {
+                changed += 1;
+            }
             continue;
         }
         let NodeOp::Op(op) = &g.nodes[i].op else {
@@ -171,32 +183,32 @@ pub fn prefer_curated_ops(g: &mut Graph) -> usize {
     changed
 }
 
-/// A curated `MatMul` of node `i` whose right operand is a constant `[k, n]` F32 matrix takes
-/// it transposed, `[n, k]`: the weight layout of `Linear` and of the fast backends' matmuls,
-/// made once at load instead of leaving the product to the reference on every call. A
-/// constant that only matmuls read is transposed in place; one that other nodes read too gets
-/// one transposed copy (`copies`: constant → its copy) for all the matmuls, and the original
-/// goes once nothing reads it.
+/// A matmul (node `i`, made `by_transposed`: a curated `MatMul` or the host
+/// `MatMulTransposed`) whose right operand is a constant `[k, n]` F32 matrix takes it
+/// transposed, `[n, k]`: the weight layout of `Linear` and of the fast backends' matmuls,
+/// made once at load instead of leaving the product to the reference on every call. One
+/// transposed copy per constant (`copies`: constant → its copy) serves all its matmuls; the
+/// original goes once nothing reads it. Returns whether the node changed.
 fn transpose_constant_rhs(
     g: &mut Graph,
     i: usize,
+    by_transposed: NodeOp,
     copies: &mut std::collections::HashMap<ValueId, ValueId>,
-) {
-    use cyb_ops::Op;
+) -> bool {
     let Some(Some(w)) = g.nodes[i].inputs.get(1).copied() else {
-        return;
+        return false;
     };
     let wt = match copies.get(&w) {
         Some(&wt) => wt,
         None => {
             let Some(t) = g.constants.get(&w) else {
-                return;
+                return false;
             };
             let ([k, n], DType::F32) = (t.dims(), t.dtype()) else {
-                return;
+                return false;
             };
             let (k, n) = (*k, *n);
-            let Ok(v) = t.as_f32() else { return };
+            let Ok(v) = t.as_f32() else { return false };
             let mut tr = vec![0f32; k * n];
             for (r, row) in v.chunks_exact(n.max(1)).enumerate() {
                 for (c, &x) in row.iter().enumerate() {
@@ -204,7 +216,7 @@ fn transpose_constant_rhs(
                 }
             }
             let Ok(tt) = Tensor::from_f32(&[n, k], &tr) else {
-                return;
+                return false;
             };
             let wt = g.add_constant(&format!("{}_transposed", g.name_of(w)), tt);
             copies.insert(w, wt);
@@ -212,13 +224,12 @@ fn transpose_constant_rhs(
         }
     };
     g.nodes[i].inputs[1] = Some(wt);
-    g.nodes[i].op = NodeOp::Op(Op::MatMul {
-        rhs_transposed: true,
-    });
+    g.nodes[i].op = by_transposed;
     let read = g.outputs.contains(&w) || g.nodes.iter().any(|nd| nd.inputs.contains(&Some(w)));
     if !read {
         g.constants.remove(&w);
     }
+    true
 }
 
 /// ONNX's `MatMul` of two F32 operands of rank ≥ 2 (the weight rank 2) is exactly

@@ -363,3 +363,114 @@ fn prepare_transposes_constant_matmul_weights() {
         }
     }
 }
+
+/// A reshape to a shape given at run time still has a known rank (its shape input's length),
+/// so the matmul after it becomes a curated matmul by the transposed weight; values as before.
+#[test]
+fn reshape_to_a_run_time_shape_keeps_its_rank() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(sym(DType::F32, &["N", "4"])));
+    let s = g.add_value("s", Some(sym(DType::I64, &["3"])));
+    g.inputs.extend([x, s]);
+    let w = g.add_constant(
+        "w",
+        Tensor::from_f32(
+            &[4, 5],
+            &(0..20).map(|i| i as f32 * 0.25 - 2.0).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    );
+    let r = g.add_node(
+        "r",
+        NodeOp::Host(HostOp::Reshape { allowzero: false }),
+        vec![Some(x), Some(s)],
+        &["r"],
+    )[0];
+    let y = g.add_node(
+        "y",
+        NodeOp::Host(HostOp::MatMul),
+        vec![Some(r), Some(w)],
+        &["y"],
+    )[0];
+    g.outputs = vec![y];
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    assert_eq!(
+        g.values[r]
+            .ty
+            .as_ref()
+            .and_then(|t| t.dims.as_ref())
+            .map(Vec::len),
+        Some(3)
+    );
+    assert_eq!(
+        g.nodes[1].op,
+        NodeOp::Op(Op::MatMul {
+            rhs_transposed: true
+        })
+    );
+    let inputs = HashMap::from([
+        (
+            "x".to_string(),
+            Tensor::from_f32(&[2, 4], &[1.0, -2.0, 0.5, 3.0, -1.5, 2.5, 0.0, 1.0]).unwrap(),
+        ),
+        ("s".to_string(), Tensor::from_i64(&[3], &[1, 2, 4]).unwrap()),
+    ]);
+    let d = Dispatcher::reference();
+    let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
+    let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
+    assert_eq!(got[0].1.dims(), [1, 2, 5]);
+    let (p, q) = (
+        want[0].1.to_f32_vec().unwrap(),
+        got[0].1.to_f32_vec().unwrap(),
+    );
+    for (a, b) in p.iter().zip(&q) {
+        assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+    }
+}
+
+/// A matmul by a constant matrix whose left operand's type is unknown until run time takes
+/// the weight transposed all the same (a host matmul that multiplies by the transposed
+/// matrix); 1-D and 3-D left operands give what the plain matmul gives.
+#[test]
+fn untyped_matmul_by_a_constant_takes_it_transposed() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", None);
+    g.inputs.push(x);
+    let w = g.add_constant(
+        "w",
+        Tensor::from_f32(
+            &[3, 4],
+            &(0..12).map(|i| i as f32 * 0.5 - 3.0).collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    );
+    let y = g.add_node(
+        "y",
+        NodeOp::Host(HostOp::MatMul),
+        vec![Some(x), Some(w)],
+        &["y"],
+    )[0];
+    g.outputs = vec![y];
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    assert_eq!(g.nodes[0].op, NodeOp::Host(HostOp::MatMulTransposed));
+    assert_eq!(g.constants[&g.nodes[0].inputs[1].unwrap()].dims(), [4, 3]);
+    let d = Dispatcher::reference();
+    for dims in [vec![3], vec![2, 2, 3]] {
+        let n: usize = dims.iter().product();
+        let xs =
+            Tensor::from_f32(&dims, &(0..n).map(|i| (i as f32).cos()).collect::<Vec<_>>()).unwrap();
+        let inputs = HashMap::from([("x".to_string(), xs)]);
+        let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
+        let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
+        assert_eq!(got[0].1.dims(), want[0].1.dims());
+        let (p, q) = (
+            want[0].1.to_f32_vec().unwrap(),
+            got[0].1.to_f32_vec().unwrap(),
+        );
+        for (a, b) in p.iter().zip(&q) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+    }
+}

@@ -42,6 +42,20 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
                 && f32_out(op, inputs)
         }
         Op::Unary { .. } => f32_in(inputs) && inputs.len() == 1 && f32_out(op, inputs),
+        Op::Reduce { f, axes, .. } => {
+            use cyb_ops::ReduceFn as R;
+            matches!(f, R::Sum | R::Mean | R::Max | R::Min)
+                && f32_in(inputs)
+                && inputs.len() == 1
+                && f32_out(op, inputs)
+                && trailing_axes(axes, inputs[0].shape.rank()).is_some()
+        }
+        Op::Softmax { axis } => {
+            f32_in(inputs)
+                && inputs.len() == 1
+                && inputs[0].shape.rank() >= 1
+                && last_axis(*axis, inputs[0].shape.rank())
+        }
         Op::BatchNorm { .. } => {
             f32_in(inputs)
                 && inputs.len() == 5
@@ -125,6 +139,8 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
         },
         Op::Unary { f } => unary_fn(par, x, *f),
         Op::BatchNorm { eps } => batch_norm(par, *eps, inputs),
+        Op::Softmax { .. } => softmax_rows(par, x),
+        Op::Reduce { f, axes, .. } => reduce_rows(par, x, *f, axes, od),
         Op::Scale { factor } => unary(par, x, |v| v * factor),
         Op::Silu => unary(par, x, silu),
         Op::Tanh => unary(par, x, f32::tanh),
@@ -164,6 +180,109 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             input_dtype: x.dtype(),
         }),
     }
+}
+
+/// How many trailing dims `axes` (all when empty; negative from the end) name, when they are
+/// exactly the last ones of `rank`, each once.
+fn trailing_axes(axes: &[isize], rank: usize) -> Option<usize> {
+    if axes.is_empty() {
+        return Some(rank);
+    }
+    let mut seen = vec![false; rank];
+    for &a in axes {
+        let a = if a < 0 { a + rank as isize } else { a };
+        let slot = seen.get_mut(usize::try_from(a).ok()?)?;
+        if *slot {
+            return None;
+        }
+        *slot = true;
+    }
+    let k = axes.len();
+    seen[rank - k..].iter().all(|&s| s).then_some(k)
+}
+
+/// Sum, mean, max or min over the trailing dims: each output reduces one contiguous row in
+/// order, as the reference folds it (NaN propagates through max and min); rows on the pool.
+fn reduce_rows(
+    par: Par<'_>,
+    x: &Tensor,
+    f: cyb_ops::ReduceFn,
+    axes: &[isize],
+    od: &[usize],
+) -> Result<Tensor> {
+    use cyb_ops::ReduceFn as R;
+    let d = x.dims();
+    let k = trailing_axes(axes, d.len()).unwrap_or(d.len());
+    let n: usize = d[d.len() - k..].iter().product();
+    let xs = x.as_f32()?;
+    let fold = move |row: &[f32]| -> f32 {
+        match f {
+            R::Max => row.iter().fold(f32::NEG_INFINITY, |a, &b| {
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    a.max(b)
+                }
+            }),
+            R::Min => row.iter().fold(f32::INFINITY, |a, &b| {
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    a.min(b)
+                }
+            }),
+            R::Mean => row.iter().sum::<f32>() / n as f32,
+            _ => row.iter().sum::<f32>(),
+        }
+    };
+    if n == 0 {
+        return make(od, |y| {
+            y.fill(fold(&[]));
+            Ok(())
+        });
+    }
+    par.make(
+        od,
+        1,
+        #[inline(always)]
+        |first, y| {
+            for (i, o) in y.iter_mut().enumerate() {
+                *o = fold(&xs[(first + i) * n..][..n]);
+            }
+        },
+    )
+}
+
+/// Whether `axis` names the last of `rank` dims.
+fn last_axis(axis: isize, rank: usize) -> bool {
+    axis == -1 || axis == rank as isize - 1
+}
+
+/// Softmax along the last axis, row by row on the pool: the reference's steps (the largest
+/// value, `exp(x − max)`, their sum in order, each divided by it) with the vectorized `exp`
+/// (about 1 ulp from libm's). A row of all `-inf` gives NaN, as the reference.
+fn softmax_rows(par: Par<'_>, x: &Tensor) -> Result<Tensor> {
+    let d = x.dims();
+    let n = d.last().copied().unwrap_or(1);
+    let xs = x.as_f32()?;
+    if n == 0 || xs.is_empty() {
+        return make(d, |_| Ok(()));
+    }
+    par.make(
+        d,
+        n,
+        #[inline(always)]
+        |row, y| {
+            for (yr, xr) in y.chunks_exact_mut(n).zip(xs[row * n..].chunks_exact(n)) {
+                let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                for (o, &v) in yr.iter_mut().zip(xr) {
+                    *o = crate::math::exp(v - max);
+                }
+                let sum = yr.iter().fold(0.0, |s, v| s + v);
+                yr.iter_mut().for_each(|o| *o /= sum);
+            }
+        },
+    )
 }
 
 /// Whether `t` is one F32 value equal to `v`.
