@@ -13,7 +13,8 @@
 //! op for these input types, and only when the intermediate values have no other reader (nor
 //! are graph outputs). Fused ops are defined as the unfused sequence (the reference computes
 //! them that way), so a fused node the backend declines at run time still runs, through the
-//! dispatcher's fallback, with the same result. Needs inferred types (`infer_types`).
+//! dispatcher's fallback, with the same result; hard-swish is the exception, its own formula
+//! within an ulp of the chain's. Needs inferred types (`infer_types`).
 
 use crate::graph::{Dim, Graph, Node, NodeOp, ValueId};
 use crate::host_op::HostOp;
