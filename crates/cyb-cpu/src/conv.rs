@@ -239,12 +239,7 @@ fn by_panels(
     }
     let g = cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false)?;
     let (n, c, m) = (xd[0], xd[1], wd[0]);
-    let (ih, iw) = rows_cols(&xd[2..]);
-    let (oh, ow) = rows_cols(&g.out);
-    let (kh, kw) = rows_cols(&wd[2..]);
-    let (sh, sw) = pair(&g.strides, 1);
-    let (dh, dw) = pair(&g.dilations, 1);
-    let (ph, pw) = pair(&g.pad_begin, 0);
+    let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] = window_grid(xd, &wd[2..], &g);
     let (taps, positions) = (kh * kw, oh * ow);
     let k = c * taps;
     let panels = positions.div_ceil(NR);
@@ -402,12 +397,7 @@ fn grouped(
     let (xd, wd) = (x.dims(), w.dims());
     let (c, m, cg) = (xd[1], wd[0], wd[1]);
     let mg = m / group;
-    let (ih, iw) = rows_cols(&xd[2..]);
-    let (oh, ow) = rows_cols(&g.out);
-    let (kh, kw) = rows_cols(&wd[2..]);
-    let (sh, sw) = pair(&g.strides, 1);
-    let (dh, dw) = pair(&g.dilations, 1);
-    let (ph, pw) = pair(&g.pad_begin, 0);
+    let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] = window_grid(xd, &wd[2..], g);
     // The padded input plane, its columns split by their remainder modulo the column stride
     // (phase q holds padded columns q, q + sw, ...), so that every tap reads a contiguous run:
     // output column ox under tap column kx reads padded column ox·sw + kx·dw, which is phase
@@ -505,6 +495,37 @@ fn inside(shift: isize, stride: usize, limit: usize, count: usize) -> std::ops::
         0
     };
     lo..hi.max(lo)
+}
+
+/// A window op over one or two spatial dims as rows and columns (one dim is a plane of one
+/// row): input, output and kernel rows and columns, strides, dilations and begin pads, in the
+/// order `[ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw]`.
+/// [`grid`] of a window op over `xd` (`[n, c, spatial..]`) with `kernel` and geometry `g`.
+fn window_grid(xd: &[usize], kernel: &[usize], g: &cyb_ops::WindowGeometry) -> [usize; 12] {
+    grid(
+        &xd[2..],
+        &g.out,
+        kernel,
+        &g.strides,
+        &g.dilations,
+        &g.pad_begin,
+    )
+}
+
+fn grid(
+    input: &[usize],
+    out: &[usize],
+    kernel: &[usize],
+    strides: &[usize],
+    dilations: &[usize],
+    pad_begin: &[usize],
+) -> [usize; 12] {
+    let ((ih, iw), (oh, ow), (kh, kw)) = (rows_cols(input), rows_cols(out), rows_cols(kernel));
+    let (sh, sw) = pair(strides, 1);
+    let (dh, dw) = pair(dilations, 1);
+    // Begin pads (a list of begin and end pads gives its first half).
+    let (ph, pw) = pair(&pad_begin[..input.len().min(pad_begin.len())], 0);
+    [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw]
 }
 
 /// Rows and columns of one or two spatial dims (one dim is a plane of one row).
@@ -625,12 +646,8 @@ pub(crate) fn conv_transpose(
     let (xd, wd) = (x.dims(), w.dims());
     let (c, m) = (xd[1], od[1]);
     let (cg, mg) = (c / group, m / group);
-    let (ih, iw) = rows_cols(&xd[2..]);
-    let (oh, ow) = rows_cols(&od[2..]);
-    let (kh, kw) = rows_cols(&wd[2..]);
-    let (sh, sw) = pair(strides, 1);
-    let (dh, dw) = pair(dilations, 1);
-    let (ph, pw) = pair(&pads[..xd.len() - 2], 0);
+    let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] =
+        grid(&xd[2..], &od[2..], &wd[2..], strides, dilations, pads);
     let (xs, ws) = (x.as_f32()?, w.as_f32()?);
     let bias = inputs.get(2).map(Tensor::as_f32).transpose()?;
     let (xs, ws, bias) = (&*xs, &*ws, bias.as_deref());
@@ -699,12 +716,8 @@ fn transpose_by_panels(
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
     let (n, c, m) = (xd[0], xd[1], od[1]);
-    let (ih, iw) = rows_cols(&xd[2..]);
-    let (oh, ow) = rows_cols(&od[2..]);
-    let (kh, kw) = rows_cols(&wd[2..]);
-    let (sh, sw) = pair(strides, 1);
-    let (dh, dw) = pair(dilations, 1);
-    let (ph, pw) = pair(&pads[..xd.len() - 2], 0);
+    let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] =
+        grid(&xd[2..], &od[2..], &wd[2..], strides, dilations, pads);
     let (taps, positions) = (kh * kw, ih * iw);
     let rows = m * taps;
     let panels = positions.div_ceil(NR);
@@ -847,12 +860,7 @@ pub(crate) fn pool(par: crate::par::Par<'_>, op: &Op, inputs: &[Tensor]) -> Resu
         pads,
         *ceil_mode,
     )?;
-    let (ih, iw) = rows_cols(&xd[2..]);
-    let (oh, ow) = rows_cols(&g.out);
-    let (kh, kw) = rows_cols(kernel);
-    let (sh, sw) = pair(&g.strides, 1);
-    let (dh, dw) = pair(&g.dilations, 1);
-    let (ph, pw) = pair(&g.pad_begin, 0);
+    let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] = window_grid(xd, kernel, &g);
     let (eh, ew) = pair(&g.pad_end, 0);
     let xs = x.as_f32()?;
     let xs = &*xs;

@@ -6,8 +6,8 @@ use cyb_ops::{BinaryFn, Op};
 use cyb_tensor::memory::filled_vec;
 use cyb_tensor::{DType, Error, Result, Tensor};
 
-/// numpy `matmul`: 1-D operands get a dim added (and removed from the result).
-pub(crate) fn matmul(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tensor>> {
+/// The dtype of `a` when both operands of a matmul are floats.
+fn float_operands(a: &Tensor, b: &Tensor) -> Result<DType> {
     let dtype = a.dtype();
     if !dtype.is_float() || !b.dtype().is_float() {
         return Err(Error::UnsupportedOp {
@@ -16,6 +16,12 @@ pub(crate) fn matmul(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tens
             input_dtype: dtype,
         });
     }
+    Ok(dtype)
+}
+
+/// numpy `matmul`: 1-D operands get a dim added (and removed from the result).
+pub(crate) fn matmul(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tensor>> {
+    let dtype = float_operands(a, b)?;
     let (ar, br) = (a.dims().len(), b.dims().len());
     if ar == 0 || br == 0 {
         return Err(Error::invalid("matmul", "scalar operand"));
@@ -53,14 +59,7 @@ pub(crate) fn matmul(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tens
 /// [`matmul`] by `b` stored transposed (`[n, k]`): a 1-D `a` is one row and the result loses
 /// that dim.
 pub(crate) fn matmul_transposed(r: &mut HostRun, a: &Tensor, b: &Tensor) -> Result<Vec<Tensor>> {
-    let dtype = a.dtype();
-    if !dtype.is_float() || !b.dtype().is_float() {
-        return Err(Error::UnsupportedOp {
-            op: "matmul".into(),
-            backend: "graph".into(),
-            input_dtype: dtype,
-        });
-    }
+    let dtype = float_operands(a, b)?;
     let (ar, bd) = (a.dims().len(), b.dims());
     if ar == 0 || bd.len() != 2 {
         return Err(Error::invalid(
