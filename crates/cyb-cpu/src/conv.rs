@@ -1,8 +1,9 @@
 //! `Conv`, `ConvTranspose` and `Pool` on F32.
 //!
 //! One-group convolutions over one or two spatial dims run as `y[b] = w · cols[b]` on the
-//! float GEMM with the output in NCHW directly (`by_panels`): each image's windows are packed
-//! straight into the GEMM's panel layout and the kernel's rows are its activation rows. Other
+//! float GEMM with the output in NCHW directly (`by_panels`): the windows of 32 output
+//! positions at a time are packed into one panel of the GEMM's layout right before it is
+//! multiplied, and the kernel's rows are its activation rows. Other
 //! one-group convolutions (more spatial dims, or a CPU without the packed GEMM) gather each
 //! output position's window into one row (im2col) times the kernel as a weight matrix. Each
 //! output is one dot product in a fixed order, so the thread count does not change results.
@@ -81,13 +82,14 @@ fn grouped_geometry(op: &Op, inputs: &[TensorInfo]) -> Option<cyb_ops::WindowGeo
     cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false).ok()
 }
 
-/// F32 input, weight and bias, one group, a window matrix of modest size, and a GEMM for F32
-/// weights on this kernel set; or a grouped conv the direct kernel takes.
+/// F32 input, weight and bias, and a conv that the panel GEMM or the grouped kernel takes, or
+/// one group with a window matrix of modest size and a GEMM for F32 weights on this kernel
+/// set (im2col).
 pub(crate) fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
     if !(2..=3).contains(&inputs.len()) || inputs.iter().any(|i| i.dtype != DType::F32) {
         return false;
     }
-    if grouped_geometry(op, inputs).is_some() {
+    if grouped_geometry(op, inputs).is_some() || panels_take(set, op, inputs) {
         return true;
     }
     let Some((_, width)) = cols_dims(op, inputs) else {
@@ -198,8 +200,40 @@ pub(crate) fn conv(
     Tensor::from_f32(&dims, &out)
 }
 
-/// Bytes of packed windows [`by_panels`] takes (beyond: the im2col path, then the reference).
+/// Bytes of one panel of packed windows [`by_panels`] takes (beyond: the im2col path, then the
+/// reference).
 const MAX_PANEL_BYTES: usize = 64 << 20;
+
+/// Whether [`by_panels`] runs this conv: one group over one or two spatial dims, consistent
+/// channel counts, a bias of one value per output channel, the packed float GEMM on this
+/// kernel set, and a panel (`NR` positions × input channels × taps) of modest size.
+fn panels_take(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
+    let Op::Conv {
+        strides,
+        dilations,
+        pads,
+        group: 1,
+    } = op
+    else {
+        return false;
+    };
+    let (Some(x), Some(w)) = (inputs.first(), inputs.get(1)) else {
+        return false;
+    };
+    let (xd, wd) = (x.shape.dims(), w.shape.dims());
+    let panel_bytes = wd
+        .iter()
+        .skip(1)
+        .try_fold(matmul::sgemm::tile::NR * 4, |a, &d| a.checked_mul(d));
+    matmul::sgemm::tile(DType::F32, set).is_some()
+        && (3..=4).contains(&xd.len())
+        && wd.len() == xd.len()
+        && wd[1] == xd[1]
+        && panel_bytes.is_some_and(|b| b > 0 && b <= MAX_PANEL_BYTES)
+        && inputs.get(2).is_none_or(|b| b.shape.dims() == [wd[0]])
+        && cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false)
+            .is_ok()
+}
 
 /// A one-group conv over one or two spatial dims as `y[b] = w · cols[b]` with the output in
 /// NCHW directly: the kernel's `[out_channels, in_channels · taps]` rows are the GEMM's
@@ -220,31 +254,34 @@ fn by_panels(
         self,
         tile::{MR, NR},
     };
-    let Op::Conv {
-        strides,
-        dilations,
-        pads,
-        group: 1,
-    } = op
+    let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    let (
+        true,
+        Some(tile),
+        Op::Conv {
+            strides,
+            dilations,
+            pads,
+            ..
+        },
+    ) = (
+        panels_take(set, op, &infos),
+        sgemm::tile(DType::F32, set),
+        op,
+    )
     else {
         return Ok(None);
     };
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
-    let Some(tile) = sgemm::tile(DType::F32, set) else {
-        return Ok(None);
-    };
-    if !(3..=4).contains(&xd.len()) || wd.len() != xd.len() || wd[1] != xd[1] {
-        return Ok(None);
-    }
     let g = cyb_ops::window_geometry("conv", &xd[2..], &wd[2..], strides, dilations, pads, false)?;
     let (n, c, m) = (xd[0], xd[1], wd[0]);
     let [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw] = window_grid(xd, &wd[2..], &g);
     let (taps, positions) = (kh * kw, oh * ow);
     let k = c * taps;
     let panels = positions.div_ceil(NR);
-    let panel_bytes = k.saturating_mul(NR * 4);
-    if k == 0 || positions == 0 || m == 0 || panel_bytes > MAX_PANEL_BYTES {
+    let panel_bytes = k * NR * 4;
+    if positions == 0 || m == 0 {
         return Ok(None);
     }
     let (xs, ws) = (x.as_f32()?, w.as_f32()?);
@@ -277,31 +314,27 @@ fn by_panels(
             let nc = NR.min(positions - p * NR);
             for r0 in (0..m).step_by(MR) {
                 let nr = MR.min(m - r0);
-                let at = (b * m + r0) * positions + p * NR;
                 let rows = &ws[r0 * k..(r0 + nr) * k];
+                // Rows of image b are rows b·m.. of the output read as one [n·m, positions]
+                // matrix.
+                let (y0, at) = (b * m + r0, (b * m + r0) * positions + p * NR);
                 // SAFETY: `tile` is the F32 tile of this CPU's kernel set; columns
-                // p·NR.. of rows r0..r0 + nr of image b belong to this unit only.
+                // p·NR.. of rows y0..y0 + nr belong to this unit only.
                 unsafe {
-                    if nc == NR {
-                        let y = out.strided(at, at + (nr - 1) * positions + NR);
-                        tile(panel.as_bytes(), rows, k, k, nr, y, positions, true, None);
-                    } else {
-                        tile(
-                            panel.as_bytes(),
-                            rows,
-                            k,
-                            k,
-                            nr,
-                            part.as_mut_ptr(),
-                            NR,
-                            true,
-                            None,
-                        );
-                        for r in 0..nr {
-                            out.slice(at + r * positions..at + r * positions + nc)
-                                .copy_from_slice(&part[r * NR..r * NR + nc]);
-                        }
-                    }
+                    matmul::sgemm::tile_into(
+                        tile,
+                        panel.as_bytes(),
+                        rows,
+                        k,
+                        k,
+                        (y0, nr),
+                        (p * NR, nc, positions),
+                        &out,
+                        &mut part,
+                        (true, true),
+                        None,
+                        None,
+                    );
                     if let Some(bias) = bias {
                         for r in 0..nr {
                             let seg = out.slice(at + r * positions..at + r * positions + nc);
@@ -313,12 +346,7 @@ fn by_panels(
             }
         }
     });
-    Tensor::new(
-        Shape::new(&dims)?,
-        DType::F32,
-        cyb_tensor::Storage::Host(std::sync::Arc::new(buf)),
-    )
-    .map(Some)
+    crate::par::f32_tensor(&dims, buf).map(Some)
 }
 
 /// The panel of output positions `first..first + NR` (fewer at the end: zeros past them) of
@@ -426,9 +454,11 @@ fn grouped(
             let (b, oc) = (idx / m, idx % m);
             let gi = oc / mg;
             let mut padded = vec![0f32; sw * phase];
-            let mut acc = vec![bias.map_or(0.0, |b| b[oc]); if flat { oh * wq } else { ow }];
+            // Sums on the wider rows (flat), or in place in `y`.
+            let b0 = bias.map_or(0.0, |b| b[oc]);
+            let mut acc = if flat { vec![b0; oh * wq] } else { Vec::new() };
             if !flat {
-                y.fill(bias.map_or(0.0, |b| b[oc]));
+                y.fill(b0);
             }
             for ci in 0..cg {
                 let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
@@ -497,9 +527,6 @@ fn inside(shift: isize, stride: usize, limit: usize, count: usize) -> std::ops::
     lo..hi.max(lo)
 }
 
-/// A window op over one or two spatial dims as rows and columns (one dim is a plane of one
-/// row): input, output and kernel rows and columns, strides, dilations and begin pads, in the
-/// order `[ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw]`.
 /// [`grid`] of a window op over `xd` (`[n, c, spatial..]`) with `kernel` and geometry `g`.
 fn window_grid(xd: &[usize], kernel: &[usize], g: &cyb_ops::WindowGeometry) -> [usize; 12] {
     grid(
@@ -512,6 +539,9 @@ fn window_grid(xd: &[usize], kernel: &[usize], g: &cyb_ops::WindowGeometry) -> [
     )
 }
 
+/// A window op over one or two spatial dims as rows and columns (one dim is a plane of one
+/// row): input, output and kernel rows and columns, strides, dilations and begin pads, in the
+/// order `[ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw]`.
 fn grid(
     input: &[usize],
     out: &[usize],
@@ -573,11 +603,7 @@ fn by_planes(
             },
         )
     });
-    Tensor::new(
-        Shape::new(dims)?,
-        DType::F32,
-        cyb_tensor::Storage::Host(std::sync::Arc::new(buf)),
-    )
+    crate::par::f32_tensor(dims, buf)
 }
 
 /// Whether the cpu backend runs this `ConvTranspose`: F32, one or two spatial dims, the

@@ -71,6 +71,15 @@ pub fn infer_types(g: &mut Graph) -> Result<()> {
     Ok(())
 }
 
+/// The name prefix of the dims inference makes up for numbers it cannot tell.
+const UNKNOWN: &str = "_u";
+
+/// A fresh unknown dim (`_u0`, `_u1`, ...).
+fn unknown_dim(fresh: &mut usize) -> Dim {
+    *fresh += 1;
+    Dim::Sym(format!("{UNKNOWN}{}", *fresh - 1))
+}
+
 fn infer_op(op: &cyb_ops::Op, ins: &[&ValueType], fresh: &mut usize) -> Result<Vec<ValueType>> {
     let symbolic = ins.iter().any(|t| t.fixed_dims().is_none());
     if !symbolic {
@@ -142,7 +151,7 @@ fn infer_op(op: &cyb_ops::Op, ins: &[&ValueType], fresh: &mut usize) -> Result<V
             let unknown = ins
                 .iter()
                 .flat_map(|t| t.dims.iter().flatten())
-                .any(|d| matches!(d, Dim::Sym(s) if s.starts_with("_u")));
+                .any(|d| matches!(d, Dim::Sym(s) if s.starts_with(UNKNOWN)));
             let a = match same(probe(0, 0)).or_else(|_| same(1)) {
                 Ok(a) => a,
                 Err(_) if unknown => return Ok(Vec::new()),
@@ -172,10 +181,7 @@ fn infer_op(op: &cyb_ops::Op, ins: &[&ValueType], fresh: &mut usize) -> Result<V
                 .map(|(&p, &q)| match by_probe.get(&(p, q)) {
                     Some(s) => Dim::Sym((*s).clone()),
                     None if p == q => Dim::Fixed(p),
-                    None => {
-                        *fresh += 1;
-                        Dim::Sym(format!("_u{}", *fresh - 1))
-                    }
+                    None => unknown_dim(fresh),
                 })
                 .collect();
             ValueType {
@@ -253,12 +259,7 @@ fn reshape_rank(
     let [rank] = ins.get(1)?.as_ref()?.fixed_dims()?[..] else {
         return None;
     };
-    let dims = (0..rank)
-        .map(|_| {
-            *fresh += 1;
-            Dim::Sym(format!("_u{}", *fresh - 1))
-        })
-        .collect();
+    let dims = (0..rank).map(|_| unknown_dim(fresh)).collect();
     Some(vec![ValueType {
         dtype: x.dtype,
         dims: Some(dims),

@@ -114,22 +114,8 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
             cyb_ops::BinaryFn::Div => binary(par, x, &inputs[1], od, |a, b| a / b),
             // NaN in either operand gives NaN, as the reference's; written as a select so the
             // loop vectorizes.
-            cyb_ops::BinaryFn::Max => binary(par, x, &inputs[1], od, |a, b| {
-                let m = a.max(b);
-                if a.is_nan() || b.is_nan() {
-                    f32::NAN
-                } else {
-                    m
-                }
-            }),
-            cyb_ops::BinaryFn::Min => binary(par, x, &inputs[1], od, |a, b| {
-                let m = a.min(b);
-                if a.is_nan() || b.is_nan() {
-                    f32::NAN
-                } else {
-                    m
-                }
-            }),
+            cyb_ops::BinaryFn::Max => binary(par, x, &inputs[1], od, nan_max),
+            cyb_ops::BinaryFn::Min => binary(par, x, &inputs[1], od, nan_min),
             // x² (layer norms written out) as one product: the square correctly rounded, where
             // libm's `powf` is within an ulp of it.
             cyb_ops::BinaryFn::Pow if scalar_is(&inputs[1], 2.0) => unary(par, x, |v| v * v),
@@ -217,20 +203,8 @@ fn reduce_rows(
     let xs = x.as_f32()?;
     let fold = move |row: &[f32]| -> f32 {
         match f {
-            R::Max => row.iter().fold(f32::NEG_INFINITY, |a, &b| {
-                if a.is_nan() || b.is_nan() {
-                    f32::NAN
-                } else {
-                    a.max(b)
-                }
-            }),
-            R::Min => row.iter().fold(f32::INFINITY, |a, &b| {
-                if a.is_nan() || b.is_nan() {
-                    f32::NAN
-                } else {
-                    a.min(b)
-                }
-            }),
+            R::Max => row.iter().copied().fold(f32::NEG_INFINITY, nan_max),
+            R::Min => row.iter().copied().fold(f32::INFINITY, nan_min),
             R::Mean => row.iter().sum::<f32>() / n as f32,
             _ => row.iter().sum::<f32>(),
         }
@@ -283,6 +257,29 @@ fn softmax_rows(par: Par<'_>, x: &Tensor) -> Result<Tensor> {
             }
         },
     )
+}
+
+/// The larger of two values, NaN if either is (the reference's `Max`); a select, so loops of
+/// it vectorize.
+#[inline(always)]
+fn nan_max(a: f32, b: f32) -> f32 {
+    let m = a.max(b);
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        m
+    }
+}
+
+/// The smaller of two values, NaN if either is (the reference's `Min`).
+#[inline(always)]
+fn nan_min(a: f32, b: f32) -> f32 {
+    let m = a.min(b);
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        m
+    }
 }
 
 /// Whether `t` is one F32 value equal to `v`.

@@ -213,7 +213,7 @@ fn prefetch_first(
 /// `tile` must be runnable on this CPU; columns `c0..c0 + nc` of rows `r0..r0 + nr` of `out`
 /// (`n` wide) belong to the calling thread only.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_into(
+pub(crate) unsafe fn tile_into(
     tile: Tile,
     slice: &[u8],
     a: &[f32],
