@@ -31,8 +31,11 @@ OUT="$(cd "$OUT" && pwd)"
 WORK="${WORK:-/tmp/gpu-side-by-side}"
 mkdir -p "$WORK/files"
 
-# llama-bench, in the background while the files are made.
+# llama-bench, in the background while the files are made (kept from an earlier run in the
+# same WORK folder).
+LLAMA_BENCH="$WORK/llama.cpp/build/bin/llama-bench"
 (
+    [ -x "$LLAMA_BENCH" ] && exit 0
     cd "$WORK"
     rm -rf llama.cpp
     tar xJf "$TARBALL"
@@ -50,7 +53,6 @@ if ! wait "$BUILD"; then
     tail -30 "$OUT/llama-build.log" >&2
     exit 1
 fi
-LLAMA_BENCH="$WORK/llama.cpp/build/bin/llama-bench"
 
 # Runs "$@" with nvidia-smi sampling; appends {"program", "file", "round", "gpu_mem_peak_mib",
 # "tests": [...]} to results.jsonl.
@@ -84,14 +86,19 @@ print(json.dumps({"program": program, "file": file, "round": int(rnd),
 EOF
 }
 
+# A run that fails or outlasts RUN_TIMEOUT seconds (default 300) is reported and skipped.
 : >"$OUT/results.jsonl"
-for f in "$WORK"/files/*.gguf; do
-    name=$(basename "$f")
-    for round in $(seq "${ROUNDS:-2}"); do
-        measure cyb-llm "$name" "$round" env CYB_WGPU_ADAPTER=nvidia "$CYB" bench "$f" \
-            --backend wgpu -p 512 -n 128 -d "$DEPTHS" -r "$REPS" --json
-        measure llama.cpp "$name" "$round" "$LLAMA_BENCH" -m "$f" -ngl 99 -fa 1 -p 512 -n 128 \
-            -d "$DEPTHS" -r "$REPS" -o json
+for shape in ${SHAPES//,/ }; do
+    for dtype in ${DTYPES//,/ }; do
+        f="$WORK/files/$shape-$dtype.gguf"
+        name=$(basename "$f")
+        for round in $(seq "${ROUNDS:-2}"); do
+            measure cyb-llm "$name" "$round" timeout "${RUN_TIMEOUT:-300}" env \
+                CYB_WGPU_ADAPTER=nvidia "$CYB" bench "$f" --backend wgpu -p 512 -n 128 \
+                -d "$DEPTHS" -r "$REPS" --json || true
+            measure llama.cpp "$name" "$round" timeout "${RUN_TIMEOUT:-300}" "$LLAMA_BENCH" \
+                -m "$f" -ngl 99 -fa 1 -p 512 -n 128 -d "$DEPTHS" -r "$REPS" -o json || true
+        done
     done
 done
 
@@ -103,7 +110,8 @@ def ts(program, file, test):
             for t in r["tests"] if (t["n_prompt"], t["n_gen"], t["n_depth"]) == test]
     return statistics.mean(vals) if vals else None
 def mem(program, file):
-    return max(r["gpu_mem_peak_mib"] for r in rows if r["program"] == program and r["file"] == file)
+    return max((r["gpu_mem_peak_mib"] for r in rows
+                if r["program"] == program and r["file"] == file), default=0)
 print("| file | test | cyb-llm t/s | llama.cpp t/s | ratio |")
 print("|---|---|---:|---:|---:|")
 for file in sorted({r["file"] for r in rows}):

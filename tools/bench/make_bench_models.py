@@ -6,7 +6,7 @@ SmolLM2-135M, Llama-3.2-1B and Llama-3.1-8B without downloading them. Architectu
 N(0, 0.02) rounded through f16 (norm weights 1), the same values in every dtype.
 
     /root/venv/bin/python tools/bench/make_bench_models.py [--shapes smollm2-135m,llama-3.2-1b]
-        [--dtypes f16,q8_0,q4_0,q4_k_m] [--out DIR] [--force] [--smollm2-gguf FILE]
+        [--dtypes f16,q8_0,q4_0,q4_k_m] [--out DIR] [--force] [--jobs N] [--smollm2-gguf FILE]
 
 Output: ${CYB_CACHE:-~/.cache/cyb-llm}/bench/<shape>-<dtype>.gguf (never in git). A file
 that exists is kept (pass --force to remake it).
@@ -38,6 +38,8 @@ The SmolLM2 shape carries the real SmolLM2 tokenizer, copied from the cached Smo
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -199,7 +201,7 @@ class OurQuantizer:
         self.tmp = tmp
         self.built = False
 
-    def __call__(self, w: np.ndarray, t: QT) -> np.ndarray:
+    def build(self) -> None:
         if not self.built:
             try:
                 build = subprocess.run(
@@ -214,7 +216,11 @@ class OurQuantizer:
                     sys.exit("building crates/cyb-cli/examples/quantize_raw.rs failed")
                 print(f"warning: the build failed; using the existing {self.exe}", file=sys.stderr)
             self.built = True
-        src, dst = self.tmp / "in.f32", self.tmp / "out.bin"
+
+    def __call__(self, w: np.ndarray, t: QT) -> np.ndarray:
+        self.build()
+        # Workers of one pool share the folder: names per process.
+        src, dst = self.tmp / f"in-{os.getpid()}.f32", self.tmp / f"out-{os.getpid()}.bin"
         np.ascontiguousarray(w, dtype="<f4").tofile(src)
         cols = w.shape[-1]
         subprocess.run([str(self.exe), t.name, str(cols), str(src), str(dst)], check=True)
@@ -301,7 +307,13 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "cyb-llm"
 
 
-def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | None) -> None:
+def tensor_data(s: Shape, name: str, shape: tuple[int, ...], t: QT, ours: OurQuantizer,
+                use_ours: bool) -> np.ndarray:
+    return quantize(weights(s, name, shape), t, ours, use_ours)
+
+
+def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | None,
+         workers: int) -> None:
     tensors = tensor_list(s)
     types = [tensor_type(s, dtype, n, sh) for n, sh in tensors]
     tmp_path = out.with_suffix(".gguf.partial")
@@ -331,10 +343,25 @@ def make(s: Shape, dtype: str, out: Path, ours: OurQuantizer, smollm2: Path | No
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_ti_data_to_file()
-    for (name, shape), t in zip(tensors, types):
-        w = weights(s, name, shape)
-        wr.write_tensor_data(quantize(w, t, ours, use_ours=dtype in ("q4_k_m", "q5_k_m", "q6_k")))
-        print(f"  {name:28} {t.name:5} {shape}", file=sys.stderr)
+    use_ours = dtype in ("q4_k_m", "q5_k_m", "q6_k")
+    if any(use_ours or t not in (QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q5_0) for t in types):
+        ours.build()
+    jobs = [(s, name, shape, t, ours, use_ours) for (name, shape), t in zip(tensors, types)]
+    # Tensors are made by a pool of processes and written in order; at most 2 per worker wait.
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        pending: collections.deque = collections.deque()
+
+        def write_oldest() -> None:
+            k, future = pending.popleft()
+            wr.write_tensor_data(future.result())
+            print(f"  {tensors[k][0]:28} {types[k].name:5} {tensors[k][1]}", file=sys.stderr)
+
+        for k, job in enumerate(jobs):
+            pending.append((k, pool.submit(tensor_data, *job)))
+            if len(pending) > 2 * workers:
+                write_oldest()
+        while pending:
+            write_oldest()
     wr.close()
     tmp_path.rename(out)
     evict(out)
@@ -359,6 +386,8 @@ def main() -> None:
     ap.add_argument("--dtypes", default=",".join(FILE_TYPES))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="processes making tensors (default: one per CPU)")
     ap.add_argument("--smollm2-gguf", type=Path, default=None,
                     help="a GGUF holding SmolLM2's tokenizer.* fields (default: the cached model)")
     args = ap.parse_args()
@@ -374,7 +403,7 @@ def main() -> None:
                     print(f"{out} exists, kept", file=sys.stderr)
                     continue
                 print(f"making {out}", file=sys.stderr)
-                make(s, dtype, out, ours, args.smollm2_gguf)
+                make(s, dtype, out, ours, args.smollm2_gguf, args.jobs)
                 print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB", file=sys.stderr)
 
 
