@@ -33,6 +33,7 @@ fn cols_dims(op: &Op, inputs: &[TensorInfo]) -> Option<(usize, usize)> {
         dilations,
         pads,
         group,
+        ..
     } = op
     else {
         return None;
@@ -62,6 +63,7 @@ fn grouped_geometry(op: &Op, inputs: &[TensorInfo]) -> Option<cyb_ops::WindowGeo
         dilations,
         pads,
         group,
+        ..
     } = op
     else {
         return None;
@@ -111,7 +113,7 @@ pub(crate) fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
 /// `y = conv(x, w) + b` (see `Op::Conv`) through the GEMM.
 pub(crate) fn conv(
     set: KernelSet,
-    act: ActPrecision,
+    precision: ActPrecision,
     pool: &ThreadPool,
     scratch: &Scratch,
     op: &Op,
@@ -130,6 +132,7 @@ pub(crate) fn conv(
             strides,
             dilations,
             pads,
+            act,
             ..
         },
     ) = (cols_dims(op, &infos), op)
@@ -182,7 +185,7 @@ pub(crate) fn conv(
         None => None,
     };
     let linear = bias.as_deref().map(|b| (b, LinearAct::None));
-    let y = matmul::matmul(set, act, pool, scratch, &a, &wmat, linear)?;
+    let y = matmul::matmul(set, precision, pool, scratch, &a, &wmat, linear)?;
     let yv = y.as_f32()?;
 
     // [batch · positions, out_channels] → [batch, out_channels, positions..].
@@ -194,6 +197,9 @@ pub(crate) fn conv(
                 out[(b * m + oc) * out_n + o] = v;
             }
         }
+    }
+    if *act != LinearAct::None {
+        crate::elementwise::bias_act(set, std::iter::once(&mut out[..]), None, *act);
     }
     let mut dims = vec![n, m];
     dims.extend_from_slice(&g.out);
@@ -213,6 +219,7 @@ fn panels_take(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
         dilations,
         pads,
         group: 1,
+        ..
     } = op
     else {
         return false;
@@ -262,6 +269,7 @@ fn by_panels(
             strides,
             dilations,
             pads,
+            act,
             ..
         },
     ) = (
@@ -335,11 +343,23 @@ fn by_panels(
                         None,
                         None,
                     );
-                    if let Some(bias) = bias {
-                        for r in 0..nr {
-                            let seg = out.slice(at + r * positions..at + r * positions + nc);
-                            let v = bias[r0 + r];
-                            seg.iter_mut().for_each(|o| *o += v);
+                    if bias.is_some() || *act != LinearAct::None {
+                        let mut segs: [&mut [f32]; MR] = Default::default();
+                        for (r, seg) in segs.iter_mut().enumerate().take(nr) {
+                            *seg = out.slice(at + r * positions..at + r * positions + nc);
+                            if let Some(bias) = bias {
+                                let v = bias[r0 + r];
+                                seg.iter_mut().for_each(|o| *o += v);
+                            }
+                        }
+                        // The activation on the tile's rows while they are in L1.
+                        if *act != LinearAct::None {
+                            crate::elementwise::bias_act(
+                                set,
+                                segs.into_iter().take(nr),
+                                None,
+                                *act,
+                            );
                         }
                     }
                 }
@@ -418,8 +438,15 @@ fn grouped(
     g: &cyb_ops::WindowGeometry,
     inputs: &[Tensor],
 ) -> Result<Tensor> {
-    let Op::Conv { group, .. } = op else {
+    let Op::Conv { group, act, .. } = op else {
         return Err(Error::invalid("conv", "not a conv"));
+    };
+    let act = *act;
+    // The activation on each finished plane, still in cache.
+    let finish = |y: &mut [f32]| {
+        if act != LinearAct::None {
+            crate::elementwise::bias_act(par.set, std::iter::once(y), None, act);
+        }
     };
     let (x, w) = (&inputs[0], &inputs[1]);
     let (xd, wd) = (x.dims(), w.dims());
@@ -437,7 +464,8 @@ fn grouped(
     dims.extend_from_slice(&g.out);
     if oh == 0 || ow == 0 || kh == 0 || kw == 0 {
         return by_planes(par, &dims, |idx, y| {
-            y.fill(bias.map_or(0.0, |b| b[idx % m]))
+            y.fill(bias.map_or(0.0, |b| b[idx % m]));
+            finish(y);
         });
     }
     let rows = (oh - 1) * sh + (kh - 1) * dh + 1;
@@ -508,6 +536,7 @@ fn grouped(
                     yr.copy_from_slice(&ar[..ow]);
                 }
             }
+            finish(y);
         },
     )
 }
@@ -891,6 +920,37 @@ pub(crate) fn pool(par: crate::par::Par<'_>, op: &Op, inputs: &[Tensor]) -> Resu
     let xs = x.as_f32()?;
     let xs = &*xs;
     let kind = *kind;
+    let max = kind == PoolKind::Max;
+    // The windows read a padded plane: `ph` rows and `pw` columns before the input, as many
+    // after as the last window (ceil mode) or the end pads reach, each pad the fold's neutral
+    // value (-inf for max, which never wins; 0 for a sum, which changes no bit of it).
+    let (rows, cols) = (
+        ((oh - 1) * sh + (kh - 1) * dh + 1).max(ph + ih),
+        ((ow - 1) * sw + (kw - 1) * dw + 1).max(pw + iw),
+    );
+    let neutral = if max { f32::NEG_INFINITY } else { 0.0 };
+    // An average's divisor is separable: the taps of output (y, x) inside the input (or the
+    // padded input) are the row taps inside times the column taps inside.
+    let with_pads = kind
+        == PoolKind::Avg {
+            count_include_pad: true,
+        };
+    // Taps of output `o` along one dim at padded positions `o * s + t * d` (input position
+    // minus begin pad `p`): inside the input of `n`, or before its end pad `end`.
+    let inside = |o: usize, s: usize, k: usize, d: usize, p: usize, n: usize, end: usize| {
+        (0..k)
+            .map(|t| o * s + t * d)
+            .filter(|&at| {
+                if with_pads {
+                    at < p + n + end
+                } else {
+                    at >= p && at < p + n
+                }
+            })
+            .count()
+    };
+    let row_taps: Vec<usize> = (0..oh).map(|o| inside(o, sh, kh, dh, ph, ih, eh)).collect();
+    let col_taps: Vec<usize> = (0..ow).map(|o| inside(o, sw, kw, dw, pw, iw, ew)).collect();
     let mut dims = vec![xd[0], xd[1]];
     dims.extend_from_slice(&g.out);
     by_planes(
@@ -899,40 +959,44 @@ pub(crate) fn pool(par: crate::par::Par<'_>, op: &Op, inputs: &[Tensor]) -> Resu
         #[inline(always)]
         |idx, y| {
             let xp = &xs[idx * ih * iw..][..ih * iw];
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    let (mut acc, mut count, mut padded) = match kind {
-                        PoolKind::Max => (f32::NEG_INFINITY, 0usize, 0usize),
-                        _ => (0.0, 0, 0),
-                    };
-                    for ky in 0..kh {
-                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                        let row_in_pads = iy < (ih + eh) as isize;
-                        let row_inside = iy >= 0 && iy < ih as isize;
-                        for kx in 0..kw {
-                            let ix = (ox * sw + kx * dw) as isize - pw as isize;
-                            if row_in_pads && ix < (iw + ew) as isize {
-                                padded += 1;
+            let mut padded = vec![neutral; rows * cols];
+            for (r, src) in xp.chunks_exact(iw).enumerate() {
+                padded[(r + ph) * cols + pw..][..iw].copy_from_slice(src);
+            }
+            for (oy, acc) in y.chunks_exact_mut(ow).enumerate() {
+                acc.fill(neutral);
+                // Taps in the reference's order: rows, then columns.
+                for ky in 0..kh {
+                    let row = &padded[(oy * sh + ky * dh) * cols..][..cols];
+                    for kx in 0..kw {
+                        let taps = &row[kx * dw..];
+                        if sw == 1 {
+                            let taps = &taps[..ow];
+                            if max {
+                                for (a, &v) in acc.iter_mut().zip(taps) {
+                                    *a = if v > *a || v.is_nan() { v } else { *a };
+                                }
+                            } else {
+                                for (a, &v) in acc.iter_mut().zip(taps) {
+                                    *a += v;
+                                }
                             }
-                            if !row_inside || ix < 0 || ix >= iw as isize {
-                                continue;
+                        } else {
+                            for (ox, a) in acc.iter_mut().enumerate() {
+                                let v = taps[ox * sw];
+                                *a = match max {
+                                    true if v > *a || v.is_nan() => v,
+                                    true => *a,
+                                    false => *a + v,
+                                };
                             }
-                            let v = xp[iy as usize * iw + ix as usize];
-                            count += 1;
-                            acc = match kind {
-                                PoolKind::Max if v > acc || v.is_nan() => v,
-                                PoolKind::Max => acc,
-                                _ => acc + v,
-                            };
                         }
                     }
-                    y[oy * ow + ox] = match kind {
-                        PoolKind::Max => acc,
-                        PoolKind::Avg {
-                            count_include_pad: true,
-                        } => acc / padded.max(1) as f32,
-                        _ => acc / count.max(1) as f32,
-                    };
+                }
+                if !max {
+                    for (a, &c) in acc.iter_mut().zip(&col_taps) {
+                        *a /= (row_taps[oy] * c).max(1) as f32;
+                    }
                 }
             }
         },

@@ -1,5 +1,6 @@
-//! `CpuOptions::profile` (`CYB_CPU_PROFILE=1`): wall time per op kind (op name and output dims; for a matmul also its
-//! weight's dims and dtype), printed to stderr as a table when the backend is dropped. For
+//! `CpuOptions::profile` (`CYB_CPU_PROFILE=1`): wall time per op kind (op name and output
+//! dims; for a matmul also its weight's dims and dtype, for a convolution its kernel's dims),
+//! printed to stderr as a table when the backend is dropped. For
 //! finding where a model's time goes; off by default (one `Option` check per op). First calls
 //! (of each kind; for matmuls, of each weight, which repack it and fault its pages in) are
 //! counted apart; later calls show their median and longest time, and a matmul's also its rate
@@ -14,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// An op kind: its name, output dims and (matmuls) the weight's dims and dtype.
+/// An op kind: its name, output dims and (matmuls, convolutions) the weight's dims.
 type Kind = (&'static str, Vec<usize>, String);
 
 /// One kind's calls: first calls (see the module doc) and later ones, their times, and
@@ -55,6 +56,14 @@ impl OpProfile {
                 w.dtype().bytes_for(w.numel()).unwrap_or(0),
                 w.host_bytes().map(|b| b.as_ptr() as usize),
                 dims.iter().product::<usize>() * w.dims().last().copied().unwrap_or(0),
+            ),
+            // A convolution: its kernel's dims; multiply-adds per output value are the
+            // kernel's values per output channel.
+            (Op::Conv { .. }, [_, w, ..]) if w.dims().first().is_some_and(|&c| c > 0) => (
+                format!("{:?}", w.dims()),
+                w.dtype().bytes_for(w.numel()).unwrap_or(0),
+                None,
+                dims.iter().product::<usize>() * (w.numel() / w.dims()[0]),
             ),
             _ => (String::new(), 0, None, 0),
         };

@@ -6,7 +6,7 @@
 mod common;
 use common::{backends, check, Rng};
 use cyb_backend::Backend;
-use cyb_ops::{Op, PadSpec};
+use cyb_ops::{LinearAct, Op, PadSpec};
 use cyb_tensor::{Tensor, TensorInfo};
 
 fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
@@ -14,11 +14,42 @@ fn t(rng: &mut Rng, dims: &[usize]) -> Tensor {
 }
 
 fn conv(strides: &[usize], dilations: &[usize], pads: PadSpec, group: usize) -> Op {
+    conv_act(strides, dilations, pads, group, LinearAct::None)
+}
+
+fn conv_act(
+    strides: &[usize],
+    dilations: &[usize],
+    pads: PadSpec,
+    group: usize,
+    act: LinearAct,
+) -> Op {
     Op::Conv {
         strides: strides.to_vec(),
         dilations: dilations.to_vec(),
         pads,
         group,
+        act,
+    }
+}
+
+/// A fused activation on every path: the panel GEMM (with and without bias, a partial last
+/// panel), the grouped kernel, the window-matrix GEMM (3-D).
+#[test]
+fn fused_activations() {
+    let mut rng = Rng::new(37);
+    for act in [LinearAct::Silu, LinearAct::Relu, LinearAct::Tanh] {
+        let x = t(&mut rng, &[1, 5, 9, 11]);
+        let (w, b) = (t(&mut rng, &[14, 5, 3, 3]), t(&mut rng, &[14]));
+        let op = conv_act(&[1, 2], &[1, 1], PadSpec::SameUpper, 1, act);
+        check(&op, &[x.clone(), w.clone(), b], 1e-5, "conv + act");
+        check(&op, &[x.clone(), w], 1e-5, "conv + act, no bias");
+        let (w, b) = (t(&mut rng, &[5, 1, 3, 3]), t(&mut rng, &[5]));
+        let op = conv_act(&[1, 1], &[1, 1], PadSpec::SameUpper, 5, act);
+        check(&op, &[x, w, b], 1e-5, "depthwise + act");
+        let (x, w) = (t(&mut rng, &[1, 2, 4, 5, 6]), t(&mut rng, &[3, 2, 2, 2, 2]));
+        let op = conv_act(&[1, 1, 1], &[], PadSpec::Explicit(vec![]), 1, act);
+        check(&op, &[x, w], 1e-5, "3-D conv + act");
     }
 }
 
@@ -270,4 +301,25 @@ fn pooling() {
     }
     let op = pool(Max, &[3, 3], &[1, 1], PadSpec::SameUpper, false);
     check(&op, &[t(&mut rng, &[1, 64, 40, 40])], 0.0, "large max pool");
+    // Stride 1 (whole rows of taps at once), with begin pads larger than the end pads: the
+    // same folds in the same order as the reference, so the same bits.
+    let x = t(&mut rng, &[1, 6, 11, 9]);
+    for kind in [
+        Max,
+        Avg {
+            count_include_pad: false,
+        },
+        Avg {
+            count_include_pad: true,
+        },
+    ] {
+        let op = pool(
+            kind,
+            &[5, 4],
+            &[1, 1],
+            PadSpec::Explicit(vec![2, 3, 1, 0]),
+            false,
+        );
+        check(&op, std::slice::from_ref(&x), 0.0, "stride-1 pool");
+    }
 }

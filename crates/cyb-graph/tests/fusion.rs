@@ -280,3 +280,76 @@ fn written_out_hard_swish_becomes_one_op() {
         .insert(zero, Tensor::from_f32(&[], &[-1.0]).unwrap());
     assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
 }
+
+/// `y = conv(x) · sigmoid(conv(x))` (a YOLO block's conv and SiLU as exported), the product
+/// either way round; with `leak`, the conv's output is a graph output too.
+fn conv_silu(swap: bool, leak: bool) -> Graph {
+    let mut g = Graph::default();
+    let x = input(
+        &mut g,
+        "x",
+        &[Dim::Fixed(1), Dim::Fixed(3), Dim::Fixed(6), Dim::Fixed(5)],
+    );
+    let w = constant(&mut g, "w", &[4, 3, 3, 3], 3);
+    let b = constant(&mut g, "b", &[4], 4);
+    let conv = Op::Conv {
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: cyb_ops::PadSpec::Explicit(vec![1, 1, 1, 1]),
+        group: 1,
+        act: cyb_ops::LinearAct::None,
+    };
+    let c = op(&mut g, "conv", conv, &[x, w, b]);
+    let s = op(
+        &mut g,
+        "sigmoid",
+        Op::Unary {
+            f: cyb_ops::UnaryFn::Sigmoid,
+        },
+        &[c],
+    );
+    let ins = if swap { [s, c] } else { [c, s] };
+    let y = op(
+        &mut g,
+        "mul",
+        Op::Binary {
+            f: cyb_ops::BinaryFn::Mul,
+        },
+        &ins,
+    );
+    g.outputs = if leak { vec![y, c] } else { vec![y] };
+    infer_types(&mut g).unwrap();
+    g
+}
+
+#[test]
+fn conv_and_written_out_silu_become_one_op() {
+    let x = Tensor::from_f32(&[1, 3, 6, 5], &values(90, 12)).unwrap();
+    let d = Dispatcher::reference();
+    for swap in [false, true] {
+        let plain = conv_silu(swap, false);
+        let mut fused = plain.clone();
+        assert_eq!(fuse_for_backend(&mut fused, &ReferenceBackend), 2);
+        assert_eq!(fused.nodes.len(), 1);
+        assert!(matches!(
+            fused.nodes[0].op,
+            NodeOp::Op(Op::Conv {
+                act: cyb_ops::LinearAct::Silu,
+                ..
+            })
+        ));
+        let (want, got) = (run(&plain, &d, &x), run(&fused, &d, &x));
+        for (a, b) in got[0].iter().zip(&want[0]) {
+            assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+        }
+    }
+    // The conv's output read elsewhere: the SiLU fuses, the conv stays as it is.
+    let mut g = conv_silu(false, true);
+    assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 1);
+    assert_eq!((count(&g, "conv"), count(&g, "silu")), (1, 1));
+    // A sigmoid that gates another value is no SiLU.
+    let mut g = conv_silu(false, false);
+    let other = constant(&mut g, "other", &[1, 4, 6, 5], 5);
+    g.nodes[2].inputs[0] = Some(other);
+    assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
+}

@@ -80,9 +80,10 @@ pub enum GeluApprox {
     Tanh,
 }
 
-/// The activation that ends a fused [`Op::Linear`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The activation that ends a fused [`Op::Linear`] or [`Op::Conv`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LinearAct {
+    #[default]
     None,
     Relu,
     Silu,
@@ -332,12 +333,15 @@ pub enum Op {
     /// `y[n, o, p] = b[o] + Σ_{ci, q} x[n, g·c/group + ci, p·stride + q·dilation - pad_begin] ·
     /// w[o, ci, q]` with `g = o / (m/group)`, zero outside the input, summed in order of
     /// `(ci, q)`. One stride and dilation per spatial dim; empty `strides`/`dilations` mean 1 and
-    /// an empty `PadSpec::Explicit` means no padding. Output F32.
+    /// an empty `PadSpec::Explicit` means no padding. `act` (the fusion pass sets it) is applied
+    /// to every output value after the bias, as its own op would. Output F32.
     Conv {
         strides: Vec<usize>,
         dilations: Vec<usize>,
         pads: PadSpec,
         group: usize,
+        #[serde(default)]
+        act: LinearAct,
     },
     /// Sliding-window pooling over the spatial dims of `x` float `[n, c, d_1..d_k]`, one
     /// `kernel`, stride and dilation per spatial dim; the output size is as for `Conv`, or

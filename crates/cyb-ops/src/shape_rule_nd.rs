@@ -191,6 +191,7 @@ pub(crate) fn output_infos(op: &Op, inputs: &[TensorInfo]) -> Result<Vec<TensorI
             dilations,
             pads,
             group,
+            ..
         } => {
             arity(name, inputs, 2, 3)?;
             floats(name, inputs)?;

@@ -1,17 +1,19 @@
 //! Convolutions and pooling (the CNN and Whisper-stem ops).
 
 use crate::{Case, Rng};
-use cyb_ops::{Op, PadSpec, PoolKind};
+use cyb_ops::{LinearAct, Op, PadSpec, PoolKind};
 
 pub fn cases() -> Vec<Case> {
     let mut rng = Rng::new(8);
     let mut v = Vec::new();
-    let conv = |strides: Vec<usize>, pads: PadSpec, group| Op::Conv {
+    let with = |strides: Vec<usize>, pads: PadSpec, group, act| Op::Conv {
         strides,
         dilations: vec![],
         pads,
         group,
+        act,
     };
+    let conv = |strides, pads, group| with(strides, pads, group, LinearAct::None);
     // 2-D, odd sizes, bias, padding, stride.
     let x = rng.f32(&[1, 4, 11, 9], 1.0);
     let inputs = vec![x.clone(), rng.f32(&[6, 4, 3, 3], 1.0), rng.f32(&[6], 1.0)];
@@ -44,6 +46,24 @@ pub fn cases() -> Vec<Case> {
         conv(vec![2], PadSpec::Explicit(vec![1, 1]), 1),
         inputs,
         "1-D",
+    ));
+    // Fused activations: a SiLU after a 2-D conv with bias, a ReLU after a depthwise one.
+    let inputs = vec![x.clone(), rng.f32(&[6, 4, 3, 3], 1.0), rng.f32(&[6], 1.0)];
+    v.push(Case::new(
+        with(
+            vec![1, 1],
+            PadSpec::Explicit(vec![1, 1, 1, 1]),
+            1,
+            LinearAct::Silu,
+        ),
+        inputs,
+        "2-D, SiLU",
+    ));
+    let inputs = vec![x.clone(), rng.f32(&[4, 1, 3, 3], 1.0)];
+    v.push(Case::new(
+        with(vec![2, 2], PadSpec::SameUpper, 4, LinearAct::Relu),
+        inputs,
+        "depthwise, ReLU",
     ));
     let op = Op::ConvTranspose {
         strides: vec![2, 2],

@@ -11,7 +11,7 @@ use cyb_graph::{
 use cyb_graph::{
     CoordMode, GridMode, GridPadding, NearestMode, ResizeMode, RnnActivation, RnnCell, RnnSpec,
 };
-use cyb_ops::{Op, PadMode, PadSpec, PoolKind};
+use cyb_ops::{LinearAct, Op, PadMode, PadSpec, PoolKind};
 use cyb_tensor::Result;
 
 fn to_usizes(name: &str, t: &str, v: Option<Vec<i64>>) -> Result<Vec<usize>> {
@@ -106,6 +106,7 @@ pub(crate) fn map(
                 dilations: to_usizes(name, t, a.ints("dilations"))?,
                 pads: pad_spec(name, t, a)?,
                 group: a.i("group", 1).max(0) as usize,
+                act: LinearAct::None,
             };
             Ok(match t {
                 "Conv" => (op(conv), ins),

@@ -142,9 +142,14 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
             dilations,
             pads,
             group,
-        } => one(conv::conv(
-            strides, dilations, pads, *group, inputs, &outs[0],
-        )),
+            act,
+        } => {
+            let y = conv::conv(strides, dilations, pads, *group, inputs, &outs[0])?;
+            match act.op() {
+                Some(act) => execute(&act, &[y]),
+                None => Ok(vec![y]),
+            }
+        }
         Op::ConvTranspose {
             strides,
             dilations,
