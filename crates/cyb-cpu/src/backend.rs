@@ -6,7 +6,7 @@ use crate::matmul::quant_act::ActPrecision;
 use crate::options::CpuOptions;
 use crate::par::pool::ThreadPool;
 use crate::par::Par;
-use crate::{attention, conv, elementwise, matmul, norm};
+use crate::{attention, conv, elementwise, layout, matmul, norm};
 use cyb_backend::{Backend, ExecContext};
 use cyb_ops::Op;
 use cyb_tensor::{DType, Error, Result, Tensor, TensorInfo};
@@ -140,6 +140,7 @@ impl CpuBackend {
             }
             Op::ConvTranspose { .. } => conv::conv_transpose(par, op, inputs)?,
             Op::Pool { .. } => conv::pool(par, op, inputs)?,
+            Op::SliceNd { .. } | Op::Concat { .. } => layout::execute(op, inputs)?,
             _ => elementwise::execute(op, inputs, par)?,
         };
         Ok(vec![out])
@@ -223,6 +224,7 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
         Op::Conv { .. } => conv::supports(set, op, inputs),
         Op::ConvTranspose { .. } => conv::supports_transpose(op, inputs),
         Op::Pool { .. } => conv::supports_pool(op, inputs),
+        Op::SliceNd { .. } | Op::Concat { .. } => layout::supports(op, inputs),
         Op::LayerNorm { .. }
         | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. }

@@ -23,6 +23,10 @@ use crate::par::pool::ThreadPool;
 use cyb_ops::{LinearAct, Op, PoolKind};
 use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 
+/// Output positions (over the batch) below which a one-group conv takes the window-matrix
+/// GEMM rather than panels of positions.
+const FEW_POSITIONS: usize = 3;
+
 /// The largest gathered window matrix; bigger convolutions go to the reference.
 const MAX_COLS_BYTES: usize = 64 << 20;
 
@@ -123,8 +127,14 @@ pub(crate) fn conv(
     if let Some(g) = grouped_geometry(op, &infos) {
         return grouped(crate::par::Par { pool, set }, op, &g, inputs);
     }
-    if let Some(y) = by_panels(set, pool, op, inputs)? {
-        return Ok(y);
+    // Few output positions (a conv over a few frames): a panel of NR positions would be
+    // mostly padding, while the window matrix is small and the matmul reads the kernel as
+    // packed weights (packed once, then cached).
+    let few = cols_dims(op, &infos).is_some_and(|(rows, _)| rows < FEW_POSITIONS);
+    if !few {
+        if let Some(y) = by_panels(set, pool, op, inputs)? {
+            return Ok(y);
+        }
     }
     let (
         Some((rows, width)),

@@ -40,6 +40,7 @@ mod backend;
 mod conv;
 mod elementwise;
 mod features;
+mod layout;
 mod math;
 mod matmul;
 mod norm;

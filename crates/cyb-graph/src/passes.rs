@@ -12,6 +12,83 @@ const FOLD_LIMIT_BYTES: usize = 64 << 20;
 /// constant by then), against hostile nesting.
 const MAX_SPECIALIZE_ROUNDS: usize = 64;
 
+/// The load-time passes inside the bodies of `If`, `Loop` and `Scan` nodes (to
+/// [`MAX_SPECIALIZE_ROUNDS`] levels of nesting): what depends only on a body's constants (a
+/// recurrent cell's weights cut into gates, say) is computed once at load instead of on every
+/// run of the body. A body the passes cannot ready (untyped captured values, say) is kept as
+/// it was: it runs unprepared, as before.
+fn prepare_bodies(g: &mut Graph, depth: usize) {
+    if depth >= MAX_SPECIALIZE_ROUNDS {
+        return;
+    }
+    let constants = &g.constants;
+    for node in &mut g.nodes {
+        capture_constants(constants, node);
+        let NodeOp::Host(op) = &mut node.op else {
+            continue;
+        };
+        let bodies: Vec<&mut crate::SubGraph> = match op {
+            crate::HostOp::If {
+                then_branch,
+                else_branch,
+            } => vec![then_branch, else_branch],
+            crate::HostOp::Loop { body, .. } | crate::HostOp::Scan { body, .. } => vec![body],
+            _ => continue,
+        };
+        for body in bodies {
+            let mut b = (*body.0).clone();
+            if prepare_body(&mut b).is_ok() {
+                prepare_bodies(&mut b, depth + 1);
+                *body.0 = b;
+            }
+        }
+    }
+}
+
+/// An `If` whose captured values include constants of the enclosing graph: each becomes a
+/// constant of both branches (and leaves the node's inputs and the branches' inputs, which
+/// match by position), so that folding inside the branches sees it.
+fn capture_constants(constants: &BTreeMap<ValueId, Tensor>, node: &mut crate::graph::Node) {
+    let NodeOp::Host(crate::HostOp::If {
+        then_branch,
+        else_branch,
+    }) = &mut node.op
+    else {
+        return;
+    };
+    let captured = node.inputs.len().saturating_sub(1);
+    if node.inputs.iter().any(Option::is_none)
+        || then_branch.0.inputs.len() != captured
+        || else_branch.0.inputs.len() != captured
+    {
+        return;
+    }
+    for k in (0..captured).rev() {
+        let Some(t) = node.inputs[k + 1].and_then(|v| constants.get(&v)) else {
+            continue;
+        };
+        for body in [&mut then_branch.0, &mut else_branch.0] {
+            let id = body.inputs.remove(k);
+            body.values[id].ty = Some(crate::ValueType::fixed(t.dtype(), t.dims()));
+            body.constants.insert(id, t.clone());
+        }
+        node.inputs.remove(k + 1);
+    }
+}
+
+fn prepare_body(g: &mut Graph) -> Result<()> {
+    loop {
+        crate::infer_types(g)?;
+        if fold_constants(g)? == 0 {
+            break;
+        }
+    }
+    eliminate_dead_nodes(g);
+    crate::infer_types(g)?;
+    prefer_curated_ops(g);
+    Ok(())
+}
+
 /// Removes nodes whose outputs reach no graph output, then values nothing refers to.
 /// Returns how many nodes were removed.
 pub fn eliminate_dead_nodes(g: &mut Graph) -> usize {
@@ -293,6 +370,7 @@ pub fn prepare(g: &mut Graph) -> Result<()> {
     eliminate_dead_nodes(g);
     crate::infer_types(g)?;
     prefer_curated_ops(g);
+    prepare_bodies(g, 0);
     for (&o, want) in g.outputs.iter().zip(declared) {
         let got = g.values[o].ty.as_ref().map(|t| t.dtype);
         if let (Some(want), Some(got)) = (want, got) {

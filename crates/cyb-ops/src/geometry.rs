@@ -110,7 +110,7 @@ pub fn window_geometry(
 }
 
 /// numpy slicing for a step of either sign: first index and count.
-pub(crate) fn slice_steps(len: usize, start: isize, end: isize, step: isize) -> (isize, usize) {
+pub fn slice_steps(len: usize, start: isize, end: isize, step: isize) -> (isize, usize) {
     let n = len as i128;
     let (s, e, st) = (start as i128, end as i128, step as i128);
     let fix = |v: i128| if v < 0 { v + n } else { v };

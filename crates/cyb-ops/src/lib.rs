@@ -14,7 +14,7 @@ pub mod reference;
 mod shape_rule;
 mod shape_rule_nd;
 
-pub use geometry::{window_geometry, WindowGeometry};
+pub use geometry::{slice_steps, window_geometry, WindowGeometry};
 pub use op::{GeluApprox, LinearAct, Op, RopeLayout, RopeScaling, SdpaLayout};
 pub use op_params::{
     dtype_name, BinaryFn, PadMode, PadSpec, PoolKind, ReduceFn, ScatterReduction, UnaryFn,

@@ -1,0 +1,152 @@
+//! Ops that only move elements, for any dtype with a fixed element size: `SliceNd` (each
+//! output row one run of bytes where its step along the last axis is 1) and `Concat` (each
+//! input's block under one index of the leading dims one copy). The same bytes the reference
+//! moves one element at a time.
+
+use cyb_ops::Op;
+use cyb_tensor::{AlignedBuf, DType, Error, Result, Shape, Storage, Tensor, TensorInfo};
+use std::sync::Arc;
+
+/// Bytes of one element, for dtypes that have whole elements (not block formats).
+fn elem_bytes(dtype: DType) -> Option<usize> {
+    (!dtype.is_quantized())
+        .then(|| dtype.bytes_for(1))
+        .flatten()
+        .filter(|&b| b > 0)
+}
+
+pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
+    match op {
+        Op::SliceNd { .. } => {
+            matches!(inputs, [x] if x.shape.rank() > 0 && elem_bytes(x.dtype).is_some())
+        }
+        Op::Concat { .. } => inputs.first().is_some_and(|x| {
+            elem_bytes(x.dtype).is_some() && inputs.iter().all(|i| i.dtype == x.dtype)
+        }),
+        _ => false,
+    }
+}
+
+pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
+    let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
+    let out = cyb_ops::output_infos(op, &infos)?;
+    let od = out[0].shape.dims();
+    let dtype = inputs[0].dtype();
+    let es = elem_bytes(dtype).ok_or_else(|| Error::invalid(op.name(), "not whole elements"))?;
+    let n: usize = od.iter().product();
+    cyb_tensor::memory::check_tensor(op.name(), od, dtype)?;
+    // Every byte is written below.
+    let mut buf = AlignedBuf::for_overwrite(n * es);
+    let dst = buf.as_bytes_mut();
+    match op {
+        Op::SliceNd {
+            starts,
+            ends,
+            axes,
+            steps,
+        } => slice_nd(&inputs[0], (starts, ends, axes, steps), od, es, dst)?,
+        Op::Concat { axis } => concat(inputs, *axis, od, es, dst)?,
+        _ => return Err(Error::invalid(op.name(), "not a layout op")),
+    }
+    Tensor::new(Shape::new(od)?, dtype, Storage::Host(Arc::new(buf)))
+}
+
+fn bytes<'a>(op: &str, t: &'a Tensor) -> Result<&'a [u8]> {
+    t.host_bytes()
+        .ok_or_else(|| Error::invalid(op, "input not in host memory"))
+}
+
+/// `axis` of a rank-`rank` tensor (negative from the end).
+fn resolve(op: &str, axis: isize, rank: usize) -> Result<usize> {
+    let a = if axis < 0 { axis + rank as isize } else { axis };
+    usize::try_from(a)
+        .ok()
+        .filter(|&a| a < rank)
+        .ok_or_else(|| Error::invalid(op, format!("axis {axis} of a rank-{rank} tensor")))
+}
+
+fn slice_nd(
+    x: &Tensor,
+    (starts, ends, axes, steps): (&[isize], &[isize], &[isize], &[isize]),
+    od: &[usize],
+    es: usize,
+    dst: &mut [u8],
+) -> Result<()> {
+    let xd = x.dims();
+    let r = xd.len();
+    let (mut first, mut step) = (vec![0isize; r], vec![1isize; r]);
+    for (i, &axis) in axes.iter().enumerate() {
+        let a = resolve("slice_nd", axis, r)?;
+        first[a] = cyb_ops::slice_steps(xd[a], starts[i], ends[i], steps[i]).0;
+        step[a] = steps[i];
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let src = bytes("slice_nd", x)?;
+    // Element strides of the input.
+    let mut xs = vec![1isize; r];
+    for k in (0..r.saturating_sub(1)).rev() {
+        xs[k] = xs[k + 1] * xd[k + 1] as isize;
+    }
+    let row = od[r - 1];
+    let mut pos = vec![0usize; r - 1];
+    for out_row in dst.chunks_exact_mut(row * es) {
+        // The row's first element in the input.
+        let base = (0..r - 1)
+            .map(|k| (first[k] + pos[k] as isize * step[k]) * xs[k])
+            .sum::<isize>()
+            + first[r - 1];
+        let at = |j: usize| -> Result<usize> {
+            usize::try_from(base + j as isize * step[r - 1])
+                .ok()
+                .filter(|&e| (e + 1) * es <= src.len())
+                .map(|e| e * es)
+                .ok_or_else(|| Error::invalid("slice_nd", "element outside the input"))
+        };
+        if step[r - 1] == 1 {
+            let s = at(0)?;
+            let run = src
+                .get(s..s + row * es)
+                .ok_or_else(|| Error::invalid("slice_nd", "row outside the input"))?;
+            out_row.copy_from_slice(run);
+        } else {
+            for (j, o) in out_row.chunks_exact_mut(es).enumerate() {
+                let s = at(j)?;
+                o.copy_from_slice(&src[s..s + es]);
+            }
+        }
+        // The next row's index over the leading dims.
+        for k in (0..r - 1).rev() {
+            pos[k] += 1;
+            if pos[k] < od[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(())
+}
+
+fn concat(inputs: &[Tensor], axis: isize, od: &[usize], es: usize, dst: &mut [u8]) -> Result<()> {
+    let a = resolve("concat", axis, od.len())?;
+    let outer: usize = od[..a].iter().product();
+    let srcs: Vec<(&[u8], usize)> = inputs
+        .iter()
+        .map(|t| {
+            let block = t.dims()[a..].iter().product::<usize>() * es;
+            Ok((bytes("concat", t)?, block))
+        })
+        .collect::<Result<_>>()?;
+    let mut at = 0;
+    for o in 0..outer {
+        for &(src, block) in &srcs {
+            let run = src
+                .get(o * block..(o + 1) * block)
+                .ok_or_else(|| Error::invalid("concat", "input shorter than its shape"))?;
+            dst[at..at + block].copy_from_slice(run);
+            at += block;
+        }
+    }
+    Ok(())
+}
