@@ -50,6 +50,17 @@ fn fused_activations() {
         let (x, w) = (t(&mut rng, &[1, 2, 4, 5, 6]), t(&mut rng, &[3, 2, 2, 2, 2]));
         let op = conv_act(&[1, 1, 1], &[], PadSpec::Explicit(vec![]), 1, act);
         check(&op, &[x, w], 1e-5, "3-D conv + act");
+        // One and two output positions (a recurrent model's conv over its last frames): the
+        // window-matrix path.
+        for len in [3, 4] {
+            let (x, w, b) = (
+                t(&mut rng, &[1, 9, len]),
+                t(&mut rng, &[20, 9, 3]),
+                t(&mut rng, &[20]),
+            );
+            let op = conv_act(&[1], &[], PadSpec::Explicit(vec![0, 0]), 1, act);
+            check(&op, &[x, w, b], 1e-5, "conv over few positions + act");
+        }
     }
 }
 

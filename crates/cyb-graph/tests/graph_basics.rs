@@ -295,6 +295,87 @@ fn subgraphs_round_trip_and_run() {
     }
 }
 
+/// `prepare` readies the branches of an `If` that stays: a captured constant of the outer
+/// graph becomes a constant of both branches (no longer an input of the node), and what a
+/// branch computes from constants alone is folded; results are those of the plain graph.
+#[test]
+fn prepare_folds_constant_work_inside_branches() {
+    let branch = |then: bool| {
+        let mut b = Graph::default();
+        let x = b.add_value("x", Some(ValueType::fixed(DType::F32, &[2])));
+        let w = b.add_value("w", Some(ValueType::fixed(DType::F32, &[2])));
+        b.inputs = vec![x, w];
+        let (f, ins) = if then {
+            let ww = b.add_node(
+                "square",
+                NodeOp::Op(Op::Binary { f: BinaryFn::Mul }),
+                vec![Some(w), Some(w)],
+                &["ww"],
+            )[0];
+            (BinaryFn::Add, vec![Some(x), Some(ww)])
+        } else {
+            (BinaryFn::Sub, vec![Some(x), Some(w)])
+        };
+        let y = b.add_node("out", NodeOp::Op(Op::Binary { f }), ins, &["y"])[0];
+        b.outputs.push(y);
+        cyb_graph::SubGraph(Box::new(b))
+    };
+    let mut g = Graph::default();
+    let c = g.add_value("c", Some(ValueType::fixed(DType::Bool, &[])));
+    let x = g.add_value("x", Some(ValueType::fixed(DType::F32, &[2])));
+    g.inputs = vec![c, x];
+    let w = g.add_constant("w", Tensor::from_f32(&[2], &[3.0, -0.5]).unwrap());
+    let op = HostOp::If {
+        then_branch: branch(true),
+        else_branch: branch(false),
+    };
+    let y = g.add_node(
+        "if",
+        NodeOp::Host(op),
+        vec![Some(c), Some(x), Some(w)],
+        &["y"],
+    )[0];
+    g.outputs.push(y);
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    let node = &g.nodes[0];
+    assert_eq!(node.inputs.len(), 2, "the constant is no longer passed in");
+    let NodeOp::Host(HostOp::If {
+        then_branch,
+        else_branch,
+    }) = &node.op
+    else {
+        panic!("{:?}", node.op);
+    };
+    assert_eq!(then_branch.0.nodes.len(), 1, "the square is folded");
+    assert_eq!(then_branch.0.inputs.len(), 1);
+    assert_eq!(else_branch.0.inputs.len(), 1);
+    let d = Dispatcher::reference();
+    for cond in [1u8, 0] {
+        let inputs = HashMap::from([
+            (
+                "c".to_string(),
+                Tensor::from_bytes(&[], DType::Bool, &[cond]).unwrap(),
+            ),
+            (
+                "x".to_string(),
+                Tensor::from_f32(&[2], &[1.0, -2.0]).unwrap(),
+            ),
+        ]);
+        let run = |g: &Graph| {
+            let (outs, _) = Executor::new(g, &d).unwrap().run(&inputs).unwrap();
+            outs[0].1.to_f32_vec().unwrap()
+        };
+        let want = if cond == 1 {
+            [10.0, -1.75]
+        } else {
+            [-2.0, -1.5]
+        };
+        assert_eq!(run(&plain), want);
+        assert_eq!(run(&g), want);
+    }
+}
+
 /// `prepare` gives a matmul by a constant `[k, n]` matrix the weight transposed (`[n, k]`, the
 /// layout the fast backends multiply by); a constant that two matmuls read is copied, not
 /// changed under the other; results stay those of the plain graph.
