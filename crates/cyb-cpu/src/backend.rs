@@ -140,7 +140,7 @@ impl CpuBackend {
             }
             Op::ConvTranspose { .. } => conv::conv_transpose(par, op, inputs)?,
             Op::Pool { .. } => conv::pool(par, op, inputs)?,
-            Op::SliceNd { .. } | Op::Concat { .. } => layout::execute(op, inputs)?,
+            Op::SliceNd { .. } | Op::Concat { .. } | Op::Pad { .. } => layout::execute(op, inputs)?,
             _ => elementwise::execute(op, inputs, par)?,
         };
         Ok(vec![out])
@@ -224,7 +224,7 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
         Op::Conv { .. } => conv::supports(set, op, inputs),
         Op::ConvTranspose { .. } => conv::supports_transpose(op, inputs),
         Op::Pool { .. } => conv::supports_pool(op, inputs),
-        Op::SliceNd { .. } | Op::Concat { .. } => layout::supports(op, inputs),
+        Op::SliceNd { .. } | Op::Concat { .. } | Op::Pad { .. } => layout::supports(op, inputs),
         Op::LayerNorm { .. }
         | Op::AddLayerNorm { .. }
         | Op::RmsNorm { .. }

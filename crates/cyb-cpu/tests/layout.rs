@@ -94,3 +94,44 @@ fn concatenations_move_the_reference_bytes() {
         );
     }
 }
+
+#[test]
+fn pads_move_the_reference_bytes() {
+    use cyb_ops::PadMode;
+    let mut rng = Rng::new(53);
+    let pad = |pads: &[isize], mode| Op::Pad {
+        pads: pads.to_vec(),
+        mode,
+    };
+    let modes = [
+        PadMode::Constant { value: -2.5 },
+        PadMode::Reflect,
+        PadMode::Edge,
+    ];
+    for dtype in [DType::F32, DType::I64, DType::F16] {
+        let x = t(&mut rng, &[2, 3, 5], dtype);
+        for mode in modes {
+            if dtype != DType::F32 && matches!(mode, PadMode::Constant { .. }) {
+                continue;
+            }
+            for pads in [
+                [0, 1, 2, 0, 2, 3],
+                [1, 0, 0, 1, 0, 0],
+                [0, -1, 1, 0, 0, -2],
+                [0, 0, 7, 0, 0, 9],
+            ] {
+                same_bytes(
+                    &pad(&pads, mode),
+                    std::slice::from_ref(&x),
+                    &format!("{dtype} {mode:?} {pads:?}"),
+                );
+            }
+        }
+    }
+    let one = t(&mut rng, &[3, 1], DType::F32);
+    same_bytes(
+        &pad(&[1, 2, 0, 3], PadMode::Reflect),
+        &[one],
+        "reflect a dim of one",
+    );
+}
