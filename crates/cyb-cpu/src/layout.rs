@@ -57,6 +57,17 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor]) -> Result<Tensor> {
     Tensor::new(Shape::new(od)?, dtype, Storage::Host(Arc::new(buf)))
 }
 
+/// The next output row's index over the leading dims `pos` of `od` (row-major order).
+fn next_row(pos: &mut [usize], od: &[usize]) {
+    for k in (0..pos.len()).rev() {
+        pos[k] += 1;
+        if pos[k] < od[k] {
+            return;
+        }
+        pos[k] = 0;
+    }
+}
+
 fn bytes<'a>(op: &str, t: &'a Tensor) -> Result<&'a [u8]> {
     t.host_bytes()
         .ok_or_else(|| Error::invalid(op, "input not in host memory"))
@@ -122,14 +133,7 @@ fn slice_nd(
                 o.copy_from_slice(&src[s..s + es]);
             }
         }
-        // The next row's index over the leading dims.
-        for k in (0..r - 1).rev() {
-            pos[k] += 1;
-            if pos[k] < od[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        next_row(&mut pos, od);
     }
     Ok(())
 }
@@ -243,13 +247,7 @@ fn pad(
                     .for_each(|o| o.copy_from_slice(&fill)),
             }
         }
-        for k in (0..r - 1).rev() {
-            pos[k] += 1;
-            if pos[k] < od[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        next_row(&mut pos, od);
     }
     Ok(())
 }
