@@ -130,8 +130,8 @@ pub(crate) fn conv(
     // Few output positions (a conv over a few frames): a panel of NR positions would be
     // mostly padding, while the window matrix is small and the matmul reads the kernel as
     // packed weights (packed once, then cached).
-    let few = cols_dims(op, &infos).is_some_and(|(rows, _)| rows < FEW_POSITIONS);
-    if !few {
+    let cols = cols_dims(op, &infos);
+    if cols.is_none_or(|(rows, _)| rows >= FEW_POSITIONS) {
         if let Some(y) = by_panels(set, pool, op, inputs)? {
             return Ok(y);
         }
@@ -145,7 +145,7 @@ pub(crate) fn conv(
             act,
             ..
         },
-    ) = (cols_dims(op, &infos), op)
+    ) = (cols, op)
     else {
         return Err(Error::invalid("conv", "not a conv the cpu backend runs"));
     };

@@ -10,10 +10,7 @@ use std::sync::Arc;
 
 /// Bytes of one element, for dtypes that have whole elements (not block formats).
 fn elem_bytes(dtype: DType) -> Option<usize> {
-    (!dtype.is_quantized())
-        .then(|| dtype.bytes_for(1))
-        .flatten()
-        .filter(|&b| b > 0)
+    (!dtype.is_quantized()).then(|| dtype.block_bytes())
 }
 
 pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
@@ -73,15 +70,6 @@ fn bytes<'a>(op: &str, t: &'a Tensor) -> Result<&'a [u8]> {
         .ok_or_else(|| Error::invalid(op, "input not in host memory"))
 }
 
-/// `axis` of a rank-`rank` tensor (negative from the end).
-fn resolve(op: &str, axis: isize, rank: usize) -> Result<usize> {
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    usize::try_from(a)
-        .ok()
-        .filter(|&a| a < rank)
-        .ok_or_else(|| Error::invalid(op, format!("axis {axis} of a rank-{rank} tensor")))
-}
-
 fn slice_nd(
     x: &Tensor,
     (starts, ends, axes, steps): (&[isize], &[isize], &[isize], &[isize]),
@@ -93,7 +81,7 @@ fn slice_nd(
     let r = xd.len();
     let (mut first, mut step) = (vec![0isize; r], vec![1isize; r]);
     for (i, &axis) in axes.iter().enumerate() {
-        let a = resolve("slice_nd", axis, r)?;
+        let a = cyb_ops::resolve_axis("slice_nd", r, axis)?;
         first[a] = cyb_ops::slice_steps(xd[a], starts[i], ends[i], steps[i]).0;
         step[a] = steps[i];
     }
@@ -102,10 +90,11 @@ fn slice_nd(
     }
     let src = bytes("slice_nd", x)?;
     // Element strides of the input.
-    let mut xs = vec![1isize; r];
-    for k in (0..r.saturating_sub(1)).rev() {
-        xs[k] = xs[k + 1] * xd[k + 1] as isize;
-    }
+    let xs: Vec<isize> = Shape::new(xd)?
+        .strides()
+        .iter()
+        .map(|&s| s as isize)
+        .collect();
     let row = od[r - 1];
     let mut pos = vec![0usize; r - 1];
     for out_row in dst.chunks_exact_mut(row * es) {
@@ -139,7 +128,7 @@ fn slice_nd(
 }
 
 fn concat(inputs: &[Tensor], axis: isize, od: &[usize], es: usize, dst: &mut [u8]) -> Result<()> {
-    let a = resolve("concat", axis, od.len())?;
+    let a = cyb_ops::resolve_axis("concat", od.len(), axis)?;
     let outer: usize = od[..a].iter().product();
     let srcs: Vec<(&[u8], usize)> = inputs
         .iter()

@@ -69,15 +69,6 @@ fn act(a: &RnnActivation, x: f32) -> Result<f32> {
     })
 }
 
-/// A tensor's values as f32: borrowed when it is F32 already.
-fn floats(t: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
-    if t.dtype() == cyb_tensor::DType::F32 {
-        t.as_f32()
-    } else {
-        Ok(std::borrow::Cow::Owned(t.to_f32_vec()?))
-    }
-}
-
 /// `out[g] += Σ_k x[k] · w[(g0 + g) * n + k]` for `g` in `0..len`.
 fn matvec(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
     for (g, o) in out.iter_mut().enumerate().take(len) {
@@ -115,6 +106,7 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
         r.d.to_host(req(op, inputs, 1)?)?,
         r.d.to_host(req(op, inputs, 2)?)?,
     );
+    use cyb_ops::reference::floats;
     let (x, w, rr) = (floats(&x_h)?, floats(&w_h)?, floats(&r_h)?);
     let xd = x_t.dims();
     if xd.len() != 3 {

@@ -12,7 +12,7 @@ const FOLD_LIMIT_BYTES: usize = 64 << 20;
 /// constant by then), against hostile nesting.
 const MAX_SPECIALIZE_ROUNDS: usize = 64;
 
-/// The load-time passes inside the bodies of `If`, `Loop` and `Scan` nodes (to
+/// The load-time passes ([`ready`]) inside the bodies of `If`, `Loop` and `Scan` nodes (to
 /// [`MAX_SPECIALIZE_ROUNDS`] levels of nesting): what depends only on a body's constants (a
 /// recurrent cell's weights cut into gates, say) is computed once at load instead of on every
 /// run of the body. A body the passes cannot ready (untyped captured values, say) is kept as
@@ -37,8 +37,7 @@ fn prepare_bodies(g: &mut Graph, depth: usize) {
         };
         for body in bodies {
             let mut b = (*body.0).clone();
-            if prepare_body(&mut b).is_ok() {
-                prepare_bodies(&mut b, depth + 1);
+            if ready(&mut b, depth + 1).is_ok() {
                 *body.0 = b;
             }
         }
@@ -76,16 +75,25 @@ fn capture_constants(constants: &BTreeMap<ValueId, Tensor>, node: &mut crate::gr
     }
 }
 
-fn prepare_body(g: &mut Graph) -> Result<()> {
-    loop {
-        crate::infer_types(g)?;
-        if fold_constants(g)? == 0 {
+/// The load-time passes of [`prepare`] on a graph or a body `depth` levels down. Folding makes
+/// more types known (and so more shapes constant); an `If` whose condition became constant is
+/// replaced by its branch, which may fold further. A model's nesting depth bounds the rounds.
+fn ready(g: &mut Graph, depth: usize) -> Result<()> {
+    for _ in 0..MAX_SPECIALIZE_ROUNDS {
+        loop {
+            crate::infer_types(g)?;
+            if fold_constants(g)? == 0 {
+                break;
+            }
+        }
+        if crate::inline_constant_ifs(g)? == 0 {
             break;
         }
     }
     eliminate_dead_nodes(g);
     crate::infer_types(g)?;
     prefer_curated_ops(g);
+    prepare_bodies(g, depth);
     Ok(())
 }
 
@@ -353,24 +361,7 @@ pub fn prepare(g: &mut Graph) -> Result<()> {
         .iter()
         .map(|&o| g.values[o].ty.as_ref().map(|t| t.dtype))
         .collect();
-    // Folding makes more types known (and so more shapes constant); an `If` whose condition
-    // became constant is replaced by its branch, which may fold further. A model's nesting
-    // depth bounds the rounds.
-    for _ in 0..MAX_SPECIALIZE_ROUNDS {
-        loop {
-            crate::infer_types(g)?;
-            if fold_constants(g)? == 0 {
-                break;
-            }
-        }
-        if crate::inline_constant_ifs(g)? == 0 {
-            break;
-        }
-    }
-    eliminate_dead_nodes(g);
-    crate::infer_types(g)?;
-    prefer_curated_ops(g);
-    prepare_bodies(g, 0);
+    ready(g, 0)?;
     for (&o, want) in g.outputs.iter().zip(declared) {
         let got = g.values[o].ty.as_ref().map(|t| t.dtype);
         if let (Some(want), Some(got)) = (want, got) {

@@ -185,7 +185,7 @@ pub fn execute(op: &Op, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// The values of a tensor as f32: borrowed for aligned F32, converted otherwise.
-fn floats(t: &Tensor) -> Result<Cow<'_, [f32]>> {
+pub fn floats(t: &Tensor) -> Result<Cow<'_, [f32]>> {
     if t.dtype() == DType::F32 {
         t.as_f32()
     } else {
