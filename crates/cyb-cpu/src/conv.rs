@@ -25,7 +25,7 @@ use cyb_tensor::{DType, Error, Result, Shape, Tensor, TensorInfo};
 
 /// Output positions (over the batch) below which a one-group conv takes the window-matrix
 /// GEMM rather than panels of positions.
-const FEW_POSITIONS: usize = 3;
+const FEW_POSITIONS: usize = 8;
 
 /// The largest gathered window matrix; bigger convolutions go to the reference.
 const MAX_COLS_BYTES: usize = 64 << 20;

@@ -264,3 +264,39 @@ fn quantized_many_groups() {
         }
     }
 }
+
+/// A float weight in owned host memory (a graph's constant) is packed once and the copy kept
+/// while the weight lives: a second product adds nothing to the cache and gives the same bits,
+/// and the copy goes with the weight.
+#[test]
+fn owned_weights_are_packed_once() {
+    use cyb_backend::Backend;
+    use cyb_cpu::{CpuBackend, CpuOptions, KernelSet};
+    let cpu = CpuBackend::from_options(&CpuOptions::default()).unwrap();
+    if !matches!(KernelSet::detect(), Ok(KernelSet::Avx512 | KernelSet::Avx2)) {
+        eprintln!("skipped: the packed float GEMM is x86's (AVX2, AVX-512)");
+        return;
+    }
+    let mut rng = Rng::new(7);
+    let (m, n, k) = (3, 40, 96);
+    let a = Tensor::from_f32(&[m, k], &rng.vec(m * k)).unwrap();
+    let w = Tensor::from_f32(&[n, k], &rng.vec(n * k)).unwrap();
+    let run = |w: &Tensor| common::run(&cpu, &OP, &[a.clone(), w.clone()]);
+    let first = run(&w);
+    let held = cpu.cached_weight_bytes();
+    assert!(
+        held >= n * k * 4,
+        "the weight's panels are cached ({held} bytes)"
+    );
+    assert_eq!(run(&w), first, "the cached panels give the same bits");
+    assert_eq!(cpu.cached_weight_bytes(), held, "packed once");
+    let want = common::reference(&OP, &[a.clone(), w.clone()]);
+    assert!(common::rel_err(&first, &want) < 1e-5);
+    drop(w);
+    cpu.release_unowned();
+    assert_eq!(
+        cpu.cached_weight_bytes(),
+        0,
+        "the copy goes with the weight"
+    );
+}

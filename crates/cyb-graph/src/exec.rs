@@ -1,7 +1,7 @@
 //! The executor: runs the graph's nodes in order through a [`Dispatcher`], holding
 //! intermediates in the memory plan's slots and freeing each after its last reader.
 
-use crate::graph::{node_err, Dim, Graph, Node, NodeOp};
+use crate::graph::{node_err, Dim, Graph, Node, NodeOp, ValueId};
 use crate::host_op::HostRun;
 use crate::infer::input_mismatch;
 use crate::plan::MemoryPlan;
@@ -18,30 +18,120 @@ pub struct RunStats {
     pub max_live: usize,
 }
 
+/// Where a value's data comes from while its graph runs.
+#[derive(Clone, Debug)]
+enum Source {
+    /// Nothing defines it (an error when it is read).
+    Missing,
+    Constant(Tensor),
+    /// The graph input at this position.
+    Input(usize),
+    /// The memory plan's slot holding this computed value.
+    Slot(usize),
+}
+
+/// What running a graph takes besides the graph, made once from a validated graph: the memory
+/// plan, where each value's data comes from, and the plans of the subgraphs its nodes hold
+/// (reused by every run, branch taken and loop iteration).
+#[derive(Clone, Debug)]
+pub struct ExecPlan {
+    memory: MemoryPlan,
+    sources: Vec<Source>,
+    /// Per node: the plans of its subgraphs, in `HostOp::bodies` order.
+    bodies: Vec<Vec<ExecPlan>>,
+    /// Values, nodes, inputs and outputs of the graph it was made for.
+    counts: [usize; 4],
+}
+
+fn counts(g: &Graph) -> [usize; 4] {
+    [
+        g.values.len(),
+        g.nodes.len(),
+        g.inputs.len(),
+        g.outputs.len(),
+    ]
+}
+
+impl ExecPlan {
+    /// Validates `graph` (and its subgraphs) and plans its runs.
+    pub fn new(graph: &Graph) -> Result<ExecPlan> {
+        graph.validate()?;
+        let memory = MemoryPlan::new(graph);
+        let mut sources = vec![Source::Missing; graph.values.len()];
+        for (&id, &s) in &memory.slot_of {
+            sources[id] = Source::Slot(s);
+        }
+        for (k, &id) in graph.inputs.iter().enumerate() {
+            sources[id] = Source::Input(k);
+        }
+        for (&id, t) in &graph.constants {
+            sources[id] = Source::Constant(t.clone());
+        }
+        let bodies = graph
+            .nodes
+            .iter()
+            .map(|n| match &n.op {
+                NodeOp::Host(h) => h
+                    .bodies()
+                    .into_iter()
+                    .map(ExecPlan::new)
+                    .collect::<Result<Vec<_>>>()
+                    .map_err(|e| node_err(n, e)),
+                NodeOp::Op(_) => Ok(Vec::new()),
+            })
+            .collect::<Result<_>>()?;
+        Ok(ExecPlan {
+            memory,
+            sources,
+            bodies,
+            counts: counts(graph),
+        })
+    }
+
+    pub fn memory(&self) -> &MemoryPlan {
+        &self.memory
+    }
+}
+
 /// Runs one graph; reusable across calls.
 pub struct Executor<'a> {
     graph: &'a Graph,
-    plan: MemoryPlan,
+    plan: std::borrow::Cow<'a, ExecPlan>,
     dispatcher: &'a Dispatcher,
 }
 
 impl<'a> Executor<'a> {
-    /// Validates the graph and makes its memory plan.
+    /// Validates the graph and plans its runs.
     pub fn new(graph: &'a Graph, dispatcher: &'a Dispatcher) -> Result<Executor<'a>> {
-        graph.validate()?;
         Ok(Executor {
-            plan: MemoryPlan::new(graph),
+            plan: std::borrow::Cow::Owned(ExecPlan::new(graph)?),
             graph,
             dispatcher,
         })
     }
 
-    pub(crate) fn graph(&self) -> &'a Graph {
-        self.graph
+    /// An executor on a plan made earlier for this graph ([`ExecPlan::new`]), so that callers
+    /// that keep the graph keep its plan too; a plan of another graph's size is refused.
+    pub fn with_plan(
+        graph: &'a Graph,
+        plan: &'a ExecPlan,
+        dispatcher: &'a Dispatcher,
+    ) -> Result<Executor<'a>> {
+        if plan.counts != counts(graph) {
+            return Err(Error::invalid(
+                "graph",
+                "an execution plan made for another graph",
+            ));
+        }
+        Ok(Executor {
+            plan: std::borrow::Cow::Borrowed(plan),
+            graph,
+            dispatcher,
+        })
     }
 
     pub fn plan(&self) -> &MemoryPlan {
-        &self.plan
+        &self.plan.memory
     }
 
     /// Runs the graph on named inputs; returns the outputs (on the host) in graph order with
@@ -50,8 +140,23 @@ impl<'a> Executor<'a> {
         &self,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<(Vec<(String, Tensor)>, RunStats)> {
-        let given = self.bind(inputs)?;
-        let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.slots];
+        let g = self.graph;
+        let given = g
+            .inputs
+            .iter()
+            .map(|&id| {
+                let name = g.name_of(id);
+                inputs
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| Error::MissingTensor {
+                        name: name.to_string(),
+                        required_by: "graph input".into(),
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.check_inputs(&given)?;
+        let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.memory.slots];
         let mut ctx = ExecContext::default();
         self.dispatcher.begin_step(&mut ctx)?;
         let result = self.run_nodes(&mut slots, &given, &mut ctx);
@@ -59,11 +164,7 @@ impl<'a> Executor<'a> {
         let stats = result?;
         ended?;
         let outs = self.collect(&slots, &given)?;
-        let names = self
-            .graph
-            .outputs
-            .iter()
-            .map(|&o| self.graph.name_of(o).to_string());
+        let names = g.outputs.iter().map(|&o| g.name_of(o).to_string());
         let outs = names
             .zip(outs)
             .map(|(n, t)| Ok((n, self.dispatcher.to_host(&t)?)))
@@ -71,110 +172,105 @@ impl<'a> Executor<'a> {
         Ok((outs, stats))
     }
 
-    /// Runs the graph inside a step that is already open (a subgraph of `If`/`Loop`); outputs
-    /// stay where they were computed.
-    pub(crate) fn run_nested(
-        &self,
-        inputs: &HashMap<String, Tensor>,
-        ctx: &mut ExecContext,
-    ) -> Result<Vec<Tensor>> {
-        let given = self.bind(inputs)?;
-        let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.slots];
-        self.run_nodes(&mut slots, &given, ctx)?;
-        self.collect(&slots, &given)
-    }
-
-    /// The graph inputs by id, checked against their declared types.
-    fn bind(&self, inputs: &HashMap<String, Tensor>) -> Result<HashMap<usize, Tensor>> {
-        let g = self.graph;
-        let mut given: HashMap<usize, Tensor> = HashMap::new();
-        let mut bound: HashMap<&str, usize> = HashMap::new();
-        for &id in &g.inputs {
-            let name = g.name_of(id);
-            let t = inputs
-                .get(name)
-                .ok_or_else(|| Error::MissingTensor {
-                    name: name.to_string(),
-                    required_by: "graph input".into(),
-                })?
-                .clone();
-            if let Some(ty) = &g.values[id].ty {
-                let ok = t.dtype() == ty.dtype
-                    && ty.dims.as_ref().is_none_or(|d| {
-                        d.len() == t.dims().len()
-                            && d.iter().zip(t.dims()).all(|(want, &got)| match want {
-                                Dim::Fixed(n) => *n == got,
-                                Dim::Sym(s) => *bound.entry(s.as_str()).or_insert(got) == got,
-                            })
-                    });
-                if !ok {
-                    return Err(input_mismatch(name, ty, &t));
-                }
-            }
-            given.insert(id, t);
+    /// Runs the graph on its inputs in order inside a step that is already open (a subgraph
+    /// of `If`/`Loop`/`Scan`); outputs stay where they were computed.
+    pub(crate) fn run_nested(&self, args: &[Tensor], ctx: &mut ExecContext) -> Result<Vec<Tensor>> {
+        if args.len() != self.graph.inputs.len() {
+            return Err(Error::invalid(
+                "subgraph",
+                format!(
+                    "{} inputs given, it takes {}",
+                    args.len(),
+                    self.graph.inputs.len()
+                ),
+            ));
         }
-        Ok(given)
+        self.check_inputs(args)?;
+        let mut slots: Vec<Option<Tensor>> = vec![None; self.plan.memory.slots];
+        self.run_nodes(&mut slots, args, ctx)?;
+        self.collect(&slots, args)
     }
 
-    fn collect(
-        &self,
-        slots: &[Option<Tensor>],
-        given: &HashMap<usize, Tensor>,
-    ) -> Result<Vec<Tensor>> {
+    /// The graph inputs (in order) checked against their declared types.
+    fn check_inputs(&self, given: &[Tensor]) -> Result<()> {
+        let g = self.graph;
+        let mut bound: Vec<(&str, usize)> = Vec::new();
+        for (&id, t) in g.inputs.iter().zip(given) {
+            let Some(ty) = &g.values[id].ty else { continue };
+            let ok = t.dtype() == ty.dtype
+                && ty.dims.as_ref().is_none_or(|d| {
+                    d.len() == t.dims().len()
+                        && d.iter().zip(t.dims()).all(|(want, &got)| match want {
+                            Dim::Fixed(n) => *n == got,
+                            Dim::Sym(s) => match bound.iter().find(|(n, _)| *n == s.as_str()) {
+                                Some(&(_, v)) => v == got,
+                                None => {
+                                    bound.push((s.as_str(), got));
+                                    true
+                                }
+                            },
+                        })
+                });
+            if !ok {
+                return Err(input_mismatch(g.name_of(id), ty, t));
+            }
+        }
+        Ok(())
+    }
+
+    /// The data of value `id`, if it has any now.
+    fn value(&self, id: ValueId, slots: &[Option<Tensor>], given: &[Tensor]) -> Result<Tensor> {
+        let found = match self.plan.sources.get(id) {
+            Some(Source::Constant(t)) => Some(t),
+            Some(Source::Input(k)) => given.get(*k),
+            Some(Source::Slot(s)) => slots.get(*s).and_then(Option::as_ref),
+            Some(Source::Missing) | None => None,
+        };
+        found.cloned().ok_or_else(|| missing(self.graph, id))
+    }
+
+    fn collect(&self, slots: &[Option<Tensor>], given: &[Tensor]) -> Result<Vec<Tensor>> {
         let g = self.graph;
         g.outputs
             .iter()
-            .map(|&o| {
-                match (
-                    g.constants.get(&o),
-                    given.get(&o),
-                    self.plan.slot_of.get(&o),
-                ) {
-                    (Some(t), _, _) | (_, Some(t), _) => Ok(t.clone()),
-                    (_, _, Some(&s)) => slots[s].clone().ok_or_else(|| missing(g, o)),
-                    _ => Err(missing(g, o)),
-                }
-            })
+            .map(|&o| self.value(o, slots, given))
             .collect()
     }
 
     fn run_nodes(
         &self,
         slots: &mut [Option<Tensor>],
-        given: &HashMap<usize, Tensor>,
+        given: &[Tensor],
         ctx: &mut ExecContext,
     ) -> Result<RunStats> {
         let g = self.graph;
+        let plan = &*self.plan;
         let mut stats = RunStats::default();
         let mut live = 0usize;
+        let mut inputs: Vec<Option<Tensor>> = Vec::new();
         for (i, node) in g.nodes.iter().enumerate() {
-            let inputs: Vec<Option<Tensor>> = node
-                .inputs
-                .iter()
-                .map(|x| {
-                    x.map(|id| {
-                        g.constants
-                            .get(&id)
-                            .or_else(|| given.get(&id))
-                            .cloned()
-                            .or_else(|| self.plan.slot_of.get(&id).and_then(|&s| slots[s].clone()))
-                            .ok_or_else(|| missing(g, id))
-                    })
-                    .transpose()
-                })
-                .collect::<Result<_>>()?;
-            let outs =
-                run_node(node, &inputs, self.dispatcher, ctx).map_err(|e| node_err(node, e))?;
+            inputs.clear();
+            for x in &node.inputs {
+                inputs.push(match x {
+                    Some(id) => Some(self.value(*id, slots, given)?),
+                    None => None,
+                });
+            }
+            let bodies = plan.bodies.get(i).map_or(&[][..], Vec::as_slice);
+            let outs = run_node(node, &inputs, self.dispatcher, ctx, bodies)
+                .map_err(|e| node_err(node, e))?;
             for (&id, t) in node.outputs.iter().zip(outs) {
-                if let Some(&s) = self.plan.slot_of.get(&id) {
-                    slots[s] = Some(t);
-                    live += 1;
+                if let Some(Source::Slot(s)) = plan.sources.get(id) {
+                    if let Some(slot) = slots.get_mut(*s) {
+                        *slot = Some(t);
+                        live += 1;
+                    }
                 }
             }
             stats.max_live = stats.max_live.max(live);
-            for v in &self.plan.free_after[i] {
-                if let Some(&s) = self.plan.slot_of.get(v) {
-                    if slots[s].take().is_some() {
+            for &v in plan.memory.free_after.get(i).map_or(&[][..], Vec::as_slice) {
+                if let Some(Source::Slot(s)) = plan.sources.get(v) {
+                    if slots.get_mut(*s).and_then(Option::take).is_some() {
                         live -= 1;
                     }
                 }
@@ -208,12 +304,14 @@ pub(crate) fn run_checked(
     d.run_with(op, inputs, ctx)
 }
 
-/// Runs one node on its inputs (absent optional inputs as `None`).
+/// Runs one node on its inputs (absent optional inputs as `None`); `bodies` are the plans of
+/// its subgraphs when an executor has them (else each is planned for this run).
 pub(crate) fn run_node(
     node: &Node,
     inputs: &[Option<Tensor>],
     d: &Dispatcher,
     ctx: &mut ExecContext,
+    bodies: &[ExecPlan],
 ) -> Result<Vec<Tensor>> {
     let outs = match &node.op {
         NodeOp::Op(op) => {
@@ -233,7 +331,7 @@ pub(crate) fn run_node(
             run_checked(d, op, &ts, ctx)?
         }
         NodeOp::Host(h) => {
-            let mut r = HostRun { d, ctx };
+            let mut r = HostRun { d, ctx, bodies };
             crate::host_run::run(h, inputs, node.outputs.len(), &mut r)?
         }
     };

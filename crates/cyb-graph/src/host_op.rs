@@ -255,6 +255,9 @@ pub enum SoftmaxKind {
 pub(crate) struct HostRun<'a> {
     pub d: &'a Dispatcher,
     pub ctx: &'a mut ExecContext,
+    /// The plans of the node's subgraphs (in [`HostOp::bodies`] order), when an executor runs
+    /// it; elsewhere (folding, type inference) a body is planned for its run.
+    pub bodies: &'a [crate::exec::ExecPlan],
 }
 
 impl HostRun<'_> {
@@ -281,6 +284,18 @@ impl HostRun<'_> {
 }
 
 impl HostOp {
+    /// The subgraphs this op holds, in order (`If`: then, else; `Loop`, `Scan`: the body).
+    pub fn bodies(&self) -> Vec<&crate::Graph> {
+        match self {
+            HostOp::If {
+                then_branch,
+                else_branch,
+            } => vec![&then_branch.0, &else_branch.0],
+            HostOp::Loop { body, .. } | HostOp::Scan { body, .. } => vec![&body.0],
+            _ => Vec::new(),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             HostOp::Identity => "identity",

@@ -33,63 +33,178 @@ pub struct RnnSpec {
     pub batch_first: bool,
 }
 
-fn act(a: &RnnActivation, x: f32) -> Result<f32> {
-    let (al, be) = (a.alpha, a.beta);
-    Ok(match a.name.to_ascii_lowercase().as_str() {
-        "tanh" => x.tanh(),
-        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
-        "relu" => x.max(0.0),
-        "leakyrelu" => {
-            if x >= 0.0 {
-                x
-            } else {
-                al.unwrap_or(0.01) * x
-            }
-        }
-        "thresholdedrelu" => {
-            if x > al.unwrap_or(1.0) {
-                x
-            } else {
-                0.0
-            }
-        }
-        "scaledtanh" => al.unwrap_or(1.0) * (be.unwrap_or(1.0) * x).tanh(),
-        "hardsigmoid" => (al.unwrap_or(0.2) * x + be.unwrap_or(0.5)).clamp(0.0, 1.0),
-        "elu" => {
-            if x >= 0.0 {
-                x
-            } else {
-                al.unwrap_or(1.0) * x.exp_m1()
-            }
-        }
-        "softsign" => x / (1.0 + x.abs()),
-        "softplus" => x.exp().ln_1p(),
-        "affine" => al.unwrap_or(1.0) * x + be.unwrap_or(0.0),
-        n => return Err(Error::invalid("rnn", format!("activation {n}"))),
-    })
+/// An activation resolved from its ONNX name once per run.
+#[derive(Clone, Copy)]
+enum Act {
+    Tanh,
+    Sigmoid,
+    Relu,
+    LeakyRelu(f32),
+    ThresholdedRelu(f32),
+    ScaledTanh(f32, f32),
+    HardSigmoid(f32, f32),
+    Elu(f32),
+    Softsign,
+    Softplus,
+    Affine(f32, f32),
 }
 
-/// `out[g] += Σ_k x[k] · w[(g0 + g) * n + k]` for `g` in `0..len`.
+impl Act {
+    fn resolve(a: &RnnActivation) -> Result<Act> {
+        let (al, be) = (a.alpha, a.beta);
+        Ok(match a.name.to_ascii_lowercase().as_str() {
+            "tanh" => Act::Tanh,
+            "sigmoid" => Act::Sigmoid,
+            "relu" => Act::Relu,
+            "leakyrelu" => Act::LeakyRelu(al.unwrap_or(0.01)),
+            "thresholdedrelu" => Act::ThresholdedRelu(al.unwrap_or(1.0)),
+            "scaledtanh" => Act::ScaledTanh(al.unwrap_or(1.0), be.unwrap_or(1.0)),
+            "hardsigmoid" => Act::HardSigmoid(al.unwrap_or(0.2), be.unwrap_or(0.5)),
+            "elu" => Act::Elu(al.unwrap_or(1.0)),
+            "softsign" => Act::Softsign,
+            "softplus" => Act::Softplus,
+            "affine" => Act::Affine(al.unwrap_or(1.0), be.unwrap_or(0.0)),
+            n => return Err(Error::invalid("rnn", format!("activation {n}"))),
+        })
+    }
+
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            Act::Tanh => x.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Act::Relu => x.max(0.0),
+            Act::LeakyRelu(al) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    al * x
+                }
+            }
+            Act::ThresholdedRelu(al) => {
+                if x > al {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            Act::ScaledTanh(al, be) => al * (be * x).tanh(),
+            Act::HardSigmoid(al, be) => (al * x + be).clamp(0.0, 1.0),
+            Act::Elu(al) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    al * x.exp_m1()
+                }
+            }
+            Act::Softsign => x / (1.0 + x.abs()),
+            Act::Softplus => x.exp().ln_1p(),
+            Act::Affine(al, be) => al * x + be,
+        }
+    }
+}
+
+/// `out[g] += Σ_k x[k] · w[(g0 + g) * n + k]` for `g` in `0..len`, through the widest vectors
+/// this CPU has (the same sums in the same order whatever the width: no fused multiply-add).
 fn matvec(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
-    for (g, o) in out.iter_mut().enumerate().take(len) {
-        *o += dot(&w[(g0 + g) * n..(g0 + g + 1) * n], x);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F.
+            return unsafe { matvec_avx512(w, g0, len, n, x, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { matvec_avx2(w, g0, len, n, x, out) };
+        }
+    }
+    matvec_any(w, g0, len, n, x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn matvec_avx512(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
+    matvec_any(w, g0, len, n, x, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn matvec_avx2(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
+    matvec_any(w, g0, len, n, x, out)
+}
+
+/// Four rows at a time (four independent chains of sums), each row's dot as [`dot`]'s.
+#[inline(always)]
+fn matvec_any(w: &[f32], g0: usize, len: usize, n: usize, x: &[f32], out: &mut [f32]) {
+    let out = &mut out[..len];
+    let mut quads = out.chunks_exact_mut(ROWS);
+    for (q, o) in (&mut quads).enumerate() {
+        let g = g0 + q * ROWS;
+        let row = |r: usize| &w[(g + r) * n..(g + r + 1) * n];
+        let rows = [row(0), row(1), row(2), row(3)];
+        for (o, s) in o.iter_mut().zip(dots(rows, x)) {
+            *o += s;
+        }
+    }
+    let done = len - quads.into_remainder().len();
+    for g in done..len {
+        out[g] += dot(&w[(g0 + g) * n..(g0 + g + 1) * n], x);
     }
 }
 
-/// `Σ a[k] · b[k]` in 16 interleaved partial sums (lane `k mod 16`, so the loop vectorizes),
-/// added in lane order, then the tail: the same order on every machine.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
-    let (ta, tb) = (ca.remainder(), cb.remainder());
-    let mut acc = [0f32; L];
-    for (x, y) in ca.zip(cb) {
-        for i in 0..L {
-            acc[i] += x[i] * y[i];
+/// Rows [`matvec_any`] sums at once.
+const ROWS: usize = 4;
+/// Interleaved partial sums per dot product (lane `k mod LANES`, so the loop vectorizes).
+const LANES: usize = 16;
+
+/// [`dot`] of each row with `b`, the rows' sums interleaved.
+#[inline(always)]
+fn dots(a: [&[f32]; ROWS], b: &[f32]) -> [f32; ROWS] {
+    let n = b.len() / LANES * LANES;
+    let (mut s0, mut s1, mut s2, mut s3) =
+        ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
+    let chunks = |r: usize| a[r][..n].chunks_exact(LANES);
+    let all = b[..n]
+        .chunks_exact(LANES)
+        .zip(chunks(0))
+        .zip(chunks(1))
+        .zip(chunks(2))
+        .zip(chunks(3));
+    for ((((y, x0), x1), x2), x3) in all {
+        for i in 0..LANES {
+            s0[i] += x0[i] * y[i];
+            s1[i] += x1[i] * y[i];
+            s2[i] += x2[i] * y[i];
+            s3[i] += x3[i] * y[i];
         }
     }
+    let (y, tail) = (&b[n..], |r: usize| &a[r][n..]);
+    [
+        finish(&s0, tail(0), y),
+        finish(&s1, tail(1), y),
+        finish(&s2, tail(2), y),
+        finish(&s3, tail(3), y),
+    ]
+}
+
+/// `Σ a[k] · b[k]` in [`LANES`] interleaved partial sums, added in lane order, then the tail:
+/// the same order on every machine.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = b.len() / LANES * LANES;
+    let mut acc = [0f32; LANES];
+    for k in (0..n).step_by(LANES) {
+        for i in 0..LANES {
+            acc[i] += a[k + i] * b[k + i];
+        }
+    }
+    finish(&acc, &a[n..], &b[n..])
+}
+
+/// The partial sums added in lane order, then the tail's products one by one.
+#[inline(always)]
+fn finish(acc: &[f32; LANES], a: &[f32], b: &[f32]) -> f32 {
     let mut s = acc.iter().sum::<f32>();
-    for (x, y) in ta.iter().zip(tb) {
+    for (x, y) in a.iter().zip(b) {
         s += x * y;
     }
     s
@@ -197,7 +312,10 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
             &bias[d * 2 * gates * h + gates * h..(d + 1) * 2 * gates * h],
         );
         let p = &peep[d * 3 * h..(d + 1) * 3 * h];
-        let acts = &s.activations[d * per_dir..(d + 1) * per_dir];
+        let acts = s.activations[d * per_dir..(d + 1) * per_dir]
+            .iter()
+            .map(Act::resolve)
+            .collect::<Result<Vec<_>>>()?;
         for b in 0..batch {
             let mut hs = h0[(d * batch + b) * h..(d * batch + b + 1) * h].to_vec();
             let mut cs = c0[(d * batch + b) * h..(d * batch + b + 1) * h].to_vec();
@@ -216,7 +334,7 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
                 match s.cell {
                     RnnCell::Rnn => {
                         for k in 0..h {
-                            hs[k] = act(&acts[0], clip(xw[k] + hr[k]))?;
+                            hs[k] = acts[0].apply(clip(xw[k] + hr[k]));
                         }
                     }
                     RnnCell::Gru {
@@ -225,8 +343,8 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
                         let mut z = vec![0f32; h];
                         let mut rg = vec![0f32; h];
                         for k in 0..h {
-                            z[k] = act(&acts[0], clip(xw[k] + hr[k]))?;
-                            rg[k] = act(&acts[0], clip(xw[h + k] + hr[h + k]))?;
+                            z[k] = acts[0].apply(clip(xw[k] + hr[k]));
+                            rg[k] = acts[0].apply(clip(xw[h + k] + hr[h + k]));
                         }
                         let cand: Vec<f32> = if linear_before_reset {
                             (0..h)
@@ -241,23 +359,23 @@ pub(crate) fn rnn(r: &mut HostRun, s: &RnnSpec, inputs: &[Option<Tensor>]) -> Re
                                 .collect()
                         };
                         for k in 0..h {
-                            let hh = act(&acts[1], clip(cand[k]))?;
+                            let hh = acts[1].apply(clip(cand[k]));
                             hs[k] = (1.0 - z[k]) * hh + z[k] * hs[k];
                         }
                     }
                     RnnCell::Lstm { input_forget } => {
                         for k in 0..h {
                             let g = |i: usize| xw[i * h + k] + hr[i * h + k];
-                            let i_g = act(&acts[0], clip(g(0) + p[k] * cs[k]))?;
+                            let i_g = acts[0].apply(clip(g(0) + p[k] * cs[k]));
                             let f_g = if input_forget {
                                 1.0 - i_g
                             } else {
-                                act(&acts[0], clip(g(2) + p[2 * h + k] * cs[k]))?
+                                acts[0].apply(clip(g(2) + p[2 * h + k] * cs[k]))
                             };
-                            let c_g = act(&acts[1], clip(g(3)))?;
+                            let c_g = acts[1].apply(clip(g(3)));
                             cs[k] = f_g * cs[k] + i_g * c_g;
-                            let o_g = act(&acts[0], clip(g(1) + p[h + k] * cs[k]))?;
-                            hs[k] = o_g * act(&acts[2], cs[k])?;
+                            let o_g = acts[0].apply(clip(g(1) + p[h + k] * cs[k]));
+                            hs[k] = o_g * acts[2].apply(cs[k]);
                         }
                     }
                 }

@@ -308,6 +308,7 @@ fn host_types_by_running(
         &inputs,
         &Dispatcher::reference(),
         &mut ExecContext::default(),
+        &[],
     )
     .ok()?;
     Some(

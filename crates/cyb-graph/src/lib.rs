@@ -34,7 +34,7 @@ mod subgraph;
 mod text;
 mod text_value;
 
-pub use exec::{Executor, RunStats};
+pub use exec::{ExecPlan, Executor, RunStats};
 pub use fuse::fuse_for_backend;
 pub use graph::{Dim, Graph, Node, NodeOp, Value, ValueId, ValueType};
 pub use host_grid::{GridMode, GridPadding};

@@ -177,7 +177,7 @@ pub fn fold_constants(g: &mut Graph) -> Result<usize> {
             remaining.push(node);
             continue;
         };
-        let outs = run_node(&node, &inputs, &d, &mut ctx).map_err(|e| node_err(&node, e))?;
+        let outs = run_node(&node, &inputs, &d, &mut ctx, &[]).map_err(|e| node_err(&node, e))?;
         let size: usize = outs.iter().map(Tensor::byte_len).sum();
         if size > FOLD_LIMIT_BYTES {
             remaining.push(node);

@@ -9,7 +9,6 @@ use crate::host_op::{req, HostRun};
 use crate::text::{parse_graph, write_graph_limit};
 use cyb_ops::Op;
 use cyb_tensor::{Error, Result, Tensor};
-use std::collections::HashMap;
 
 /// A graph nested in a node.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,23 +29,13 @@ impl<'de> serde::Deserialize<'de> for SubGraph {
     }
 }
 
-/// Runs the executor's graph on positional inputs (matched to its inputs in order) inside the
-/// current step. Loops make the executor once and run it every iteration.
-fn run_sub(r: &mut HostRun, ex: &Executor, args: &[Tensor]) -> Result<Vec<Tensor>> {
-    let g = ex.graph();
-    if args.len() != g.inputs.len() {
-        return Err(Error::invalid(
-            "subgraph",
-            format!("{} inputs given, it takes {}", args.len(), g.inputs.len()),
-        ));
+/// An executor for subgraph `k` of the node `r` runs: on the plan its executor made, or planned
+/// now (outside an executor: folding, type inference).
+fn body_executor<'a>(r: &HostRun<'a>, body: &'a Graph, k: usize) -> Result<Executor<'a>> {
+    match r.bodies.get(k) {
+        Some(plan) => Executor::with_plan(body, plan, r.d),
+        None => Executor::new(body, r.d),
     }
-    let map: HashMap<String, Tensor> = g
-        .inputs
-        .iter()
-        .zip(args)
-        .map(|(&id, t)| (g.name_of(id).to_string(), t.clone()))
-        .collect();
-    ex.run_nested(&map, r.ctx)
 }
 
 fn truthy(r: &HostRun, t: &Tensor) -> Result<bool> {
@@ -65,8 +54,11 @@ pub(crate) fn run_if(
 ) -> Result<Vec<Tensor>> {
     let cond = truthy(r, req("if", inputs, 0)?)?;
     let captured: Vec<Tensor> = inputs[1..].iter().flatten().cloned().collect();
-    let ex = Executor::new(if cond { then_b } else { else_b }, r.d)?;
-    run_sub(r, &ex, &captured)
+    let ex = match cond {
+        true => body_executor(r, then_b, 0)?,
+        false => body_executor(r, else_b, 1)?,
+    };
+    ex.run_nested(&captured, r.ctx)
 }
 
 /// The most iterations a `Loop` may run, against hostile or runaway models.
@@ -104,7 +96,7 @@ pub(crate) fn run_loop(
         .checked_sub(1 + n_carried)
         .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
     let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); n_scan];
-    let ex = Executor::new(body, r.d)?;
+    let ex = body_executor(r, body, 0)?;
     let mut i = 0i64;
     let mut scanned = 0u128;
     while i < trips && cond {
@@ -120,7 +112,7 @@ pub(crate) fn run_loop(
         ];
         args.extend(carried.iter().cloned());
         args.extend(captured.iter().cloned());
-        let out = run_sub(r, &ex, &args)?;
+        let out = ex.run_nested(&args, r.ctx)?;
         cond = truthy(r, &out[0])?;
         carried = out[1..1 + n_carried].to_vec();
         for (k, t) in out[1 + n_carried..].iter().enumerate() {
@@ -191,7 +183,7 @@ pub(crate) fn run_scan(
         .checked_sub(s.n_state)
         .ok_or_else(|| Error::invalid(op, "body has too few outputs"))?;
     let mut outs: Vec<Vec<Tensor>> = vec![Vec::new(); n_out];
-    let ex = Executor::new(body, r.d)?;
+    let ex = body_executor(r, body, 0)?;
     for t in 0..len {
         let mut args = states.clone();
         for (j, x) in scan_in.iter().enumerate() {
@@ -208,7 +200,7 @@ pub(crate) fn run_scan(
             args.push(r.one(&Op::Gather { axis: a as isize }, &[x.clone(), idx])?);
         }
         args.extend(captured.iter().cloned());
-        let out = run_sub(r, &ex, &args)?;
+        let out = ex.run_nested(&args, r.ctx)?;
         states = out[..s.n_state].to_vec();
         for (k, y) in out[s.n_state..].iter().enumerate() {
             outs[k].push(y.clone());

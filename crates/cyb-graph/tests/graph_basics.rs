@@ -278,7 +278,12 @@ fn subgraphs_round_trip_and_run() {
     let back = parse_graph(&text, &|_| None).unwrap();
     assert_eq!(back, g, "{text}");
     let d = Dispatcher::reference();
-    let ex = Executor::new(&back, &d).unwrap();
+    // One plan (the branches' too) serves every run; a plan of another graph is refused.
+    let plan = cyb_graph::ExecPlan::new(&back).unwrap();
+    let ex = Executor::with_plan(&back, &plan, &d).unwrap();
+    let other = cyb_graph::ExecPlan::new(&branch(true).0).unwrap();
+    let refused = Executor::with_plan(&back, &other, &d).err().unwrap();
+    assert!(refused.to_string().contains("another graph"), "{refused}");
     for (cond, want) in [(1u8, [2.0f32, -4.0]), (0, [-1.0, 2.0])] {
         let inputs = HashMap::from([
             (

@@ -4,7 +4,7 @@
 
 use crate::Runtime;
 use cyb_backend::Dispatcher;
-use cyb_graph::Graph;
+use cyb_graph::{ExecPlan, Graph};
 use cyb_tensor::{Result, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +21,7 @@ pub fn read_graph(path: &Path) -> Result<Graph> {
 /// A prepared graph bound to a runtime's backend chain.
 pub struct GraphModel {
     graph: Graph,
+    plan: ExecPlan,
     dispatcher: Arc<Dispatcher>,
 }
 
@@ -34,6 +35,7 @@ impl Runtime {
             cyb_graph::fuse_for_backend(&mut graph, self.dispatcher().primary().as_ref());
         }
         Ok(GraphModel {
+            plan: ExecPlan::new(&graph)?,
             graph,
             dispatcher: self.dispatcher().clone(),
         })
@@ -47,7 +49,7 @@ impl GraphModel {
 
     /// Runs the graph on named inputs; the outputs come back on the host, in the graph's order.
     pub fn run(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let ex = cyb_graph::Executor::new(&self.graph, &self.dispatcher)?;
+        let ex = cyb_graph::Executor::with_plan(&self.graph, &self.plan, &self.dispatcher)?;
         let (outs, _) = ex.run(inputs)?;
         Ok(outs)
     }

@@ -91,7 +91,7 @@ pub(crate) fn supports(set: KernelSet, rhs_transposed: bool, inputs: &[TensorInf
 }
 
 /// Formats that only the repacked GEMM covers (no per-row kernel): their weights are repacked
-/// for the call when they are not in shared storage, where the repacking is cached.
+/// on first use and the repacking is cached while their owner lives.
 fn repacked_only(dtype: DType, set: KernelSet) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -206,9 +206,9 @@ fn repacked(
             };
         if let Some(tile) = sgemm::tile(w_t.dtype(), set).filter(|_| m >= panel_rows) {
             let dtype = w_t.dtype();
-            // Weights outside shared storage (tests, computed operands: the loaders share
-            // theirs) are packed for this call only, so a result never depends on where its
-            // weight lives.
+            // Weights in host memory are packed once and cached while their owner lives;
+            // others (a device's) for this call only. The same packing either way, so a
+            // result never depends on where its weight lives.
             let build = |d: &[u8], n, k| sgemm::pack(pool, dtype, d, n, k);
             let packed = scratch.panels.get(w_t, build).or_else(|| {
                 let [n, k] = *w_t.dims() else { return None };

@@ -12,7 +12,7 @@
 
 use super::speech_chunks::{speech_timestamps_from_probs, VadOptions};
 use cyb_backend::Dispatcher;
-use cyb_graph::{Executor, Graph};
+use cyb_graph::{ExecPlan, Executor, Graph};
 use cyb_tensor::{DType, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -32,6 +32,8 @@ const STATE_LEN: usize = 2 * 128;
 /// A loaded Silero VAD v5 model.
 pub struct SileroVad {
     graph: Graph,
+    /// The graph's execution plan, once it is specialized and prepared.
+    plan: Option<ExecPlan>,
     dispatcher: Arc<Dispatcher>,
     path: PathBuf,
 }
@@ -96,6 +98,7 @@ impl SileroVad {
             .map_err(|e| not_silero(path, &e.to_string()))?;
         let mut vad = SileroVad {
             graph,
+            plan: None,
             dispatcher,
             path: path.to_path_buf(),
         };
@@ -106,6 +109,11 @@ impl SileroVad {
             .and_then(|()| cyb_graph::fix_input_dims(g, "state", &STATE_DIMS))
             .and_then(|()| cyb_graph::prepare(g))
             .map_err(|e| not_silero(path, &e.to_string()))?;
+        // Convolutions absorb the activations after them where the backend has the kernel.
+        if cyb_graph::infer_types(g).is_ok() {
+            cyb_graph::fuse_for_backend(g, vad.dispatcher.primary().as_ref());
+        }
+        vad.plan = Some(ExecPlan::new(g).map_err(|e| not_silero(path, &e.to_string()))?);
         // One silent chunk: the outputs must be one probability and a state of the same shape,
         // and a graph that cannot run on it is no Silero VAD either.
         let mut state = VadState::default();
@@ -192,7 +200,10 @@ impl SileroVad {
                 Tensor::from_f32(&STATE_DIMS, &state.lstm)?,
             ),
         ]);
-        let ex = Executor::new(&self.graph, &self.dispatcher)?;
+        let ex = match &self.plan {
+            Some(plan) => Executor::with_plan(&self.graph, plan, &self.dispatcher)?,
+            None => Executor::new(&self.graph, &self.dispatcher)?,
+        };
         let (outs, _) = ex.run(&inputs)?;
         let [(_, prob), (_, next)] = outs.as_slice() else {
             return Err(not_silero(&self.path, "it returned other outputs"));

@@ -332,11 +332,13 @@ pub fn repack(pool: &ThreadPool, dtype: DType, w: &[u8], n: usize, k: usize) -> 
 }
 
 type Owner = Weak<dyn AsRef<[u8]> + Send + Sync>;
-/// Address and length of the original bytes, and their format.
-type Key = (usize, usize, DType);
+/// Address and length of the original bytes, their format and the weight's row length.
+type Key = (usize, usize, DType, usize);
 
-/// A derived form `T` of weights (repacked blocks, float panels) by (address, length, dtype) of
-/// their bytes, valid while their owner lives.
+/// A derived form `T` of weights (repacked blocks, float panels) by (address, length, dtype,
+/// row length) of their bytes, valid while their owner lives. Host buffers never change once
+/// made, like shared storage, so a graph's constants (and an operand computed once and read by
+/// several matmuls) are packed once too.
 pub struct WeightCache<T> {
     map: Mutex<HashMap<Key, (Owner, Arc<T>)>>,
 }
@@ -351,19 +353,20 @@ impl<T> Default for WeightCache<T> {
 
 impl<T> WeightCache<T> {
     /// The derived form of the rank-2 weight `w` (`[n, k]`), made by `build(bytes, n, k)` on
-    /// first use. `None` for weights that are not in shared (immutable) storage or that `build`
-    /// declines.
+    /// first use. `None` for weights on a device or that `build` declines.
     pub fn get(
         &self,
         w: &Tensor,
         build: impl FnOnce(&[u8], usize, usize) -> Option<T>,
     ) -> Option<Arc<T>> {
-        let Storage::Shared { owner, .. } = w.storage() else {
-            return None;
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = match w.storage() {
+            Storage::Shared { owner, .. } => owner.clone(),
+            Storage::Host(buf) => buf.clone(),
+            Storage::Device(_) => return None,
         };
         let data = w.host_bytes()?;
         let [n, k] = *w.dims() else { return None };
-        let key = (data.as_ptr() as usize, data.len(), w.dtype());
+        let key = (data.as_ptr() as usize, data.len(), w.dtype(), k);
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((o, r)) = map.get(&key) {
             // A live owner means the address still names the same bytes.
@@ -373,7 +376,7 @@ impl<T> WeightCache<T> {
         }
         map.retain(|_, (o, _)| o.strong_count() > 0);
         let r = Arc::new(build(data, n, k)?);
-        map.insert(key, (Arc::downgrade(owner), r.clone()));
+        map.insert(key, (Arc::downgrade(&owner), r.clone()));
         Some(r)
     }
 }
