@@ -3,7 +3,9 @@
 //! One-group convolutions over one or two spatial dims run as `y[b] = w · cols[b]` on the
 //! float GEMM with the output in NCHW directly (`by_panels`): the windows of 32 output
 //! positions at a time are packed into one panel of the GEMM's layout right before it is
-//! multiplied, and the kernel's rows are its activation rows. Other
+//! multiplied, and the kernel's rows are its activation rows; where those positions read
+//! consecutive input values under every tap (column stride 1, no padding under them) the
+//! AVX-512 tile reads the input in place instead, with the same sums in the same order. Other
 //! one-group convolutions (more spatial dims, or a CPU without the packed GEMM) gather each
 //! output position's window into one row (im2col) times the kernel as a weight matrix. Each
 //! output is one dot product in a fixed order, so the thread count does not change results.
@@ -313,22 +315,32 @@ fn by_panels(
         crate::par::pool::DisjointOut::new(bytemuck::cast_slice_mut::<u8, f32>(buf.as_bytes_mut()));
     let units = n * panels;
     let parts = crate::par::pool::balanced_parts(units, pool.threads(), panel_bytes);
+    let windows = WindowRuns {
+        set,
+        dims: [c, ih, iw, oh, ow, kh, kw],
+        geometry: [sh, sw, dh, dw, ph, pw],
+    };
     pool.run_parts(parts, &|t| {
         let mut panel = cyb_tensor::AlignedBuf::for_overwrite(panel_bytes);
         let mut part = [0f32; MR * NR];
         for u in crate::par::pool::split(units, parts, t) {
             let (b, p) = (u / panels, u % panels);
             let xb = &xs[b * c * ih * iw..][..c * ih * iw];
-            let dst: &mut [f32] = bytemuck::cast_slice_mut(panel.as_bytes_mut());
-            pack_windows(
-                xb,
-                dst,
-                p * NR,
-                (c, ih, iw),
-                (oh, ow),
-                (kh, kw),
-                [sh, sw, dh, dw, ph, pw],
-            );
+            // The taps read in place where the panel's positions are one run of consecutive
+            // input values under every tap, else packed.
+            let direct = windows.first_input(p * NR);
+            if direct.is_none() {
+                let dst: &mut [f32] = bytemuck::cast_slice_mut(panel.as_bytes_mut());
+                pack_windows(
+                    xb,
+                    dst,
+                    p * NR,
+                    (c, ih, iw),
+                    (oh, ow),
+                    (kh, kw),
+                    [sh, sw, dh, dw, ph, pw],
+                );
+            }
             let nc = NR.min(positions - p * NR);
             for r0 in (0..m).step_by(MR) {
                 let nr = MR.min(m - r0);
@@ -336,23 +348,36 @@ fn by_panels(
                 // Rows of image b are rows b·m.. of the output read as one [n·m, positions]
                 // matrix.
                 let (y0, at) = (b * m + r0, (b * m + r0) * positions + p * NR);
-                // SAFETY: `tile` is the F32 tile of this CPU's kernel set; columns
-                // p·NR.. of rows y0..y0 + nr belong to this unit only.
+                // SAFETY: `tile` is the F32 tile of this CPU's kernel set, and the window tile
+                // is only taken on AVX-512 (`WindowRuns::first_input`); columns p·NR.. of rows
+                // y0..y0 + nr belong to this unit only.
                 unsafe {
-                    matmul::sgemm::tile_into(
-                        tile,
-                        panel.as_bytes(),
-                        rows,
-                        k,
-                        k,
-                        (y0, nr),
-                        (p * NR, nc, positions),
-                        &out,
-                        &mut part,
-                        (true, true),
-                        None,
-                        None,
-                    );
+                    match direct {
+                        #[cfg(target_arch = "x86_64")]
+                        Some(first) => matmul::sgemm::x86::f32_window_tile(
+                            &xb[first..],
+                            windows.taps(),
+                            rows,
+                            k,
+                            nr,
+                            out.strided(at, at + (nr - 1) * positions + NR),
+                            positions,
+                        ),
+                        _ => matmul::sgemm::tile_into(
+                            tile,
+                            panel.as_bytes(),
+                            rows,
+                            k,
+                            k,
+                            (y0, nr),
+                            (p * NR, nc, positions),
+                            &out,
+                            &mut part,
+                            (true, true),
+                            None,
+                            None,
+                        ),
+                    }
                     if bias.is_some() || *act != LinearAct::None {
                         let mut segs: [&mut [f32]; MR] = Default::default();
                         for (r, seg) in segs.iter_mut().enumerate().take(nr) {
@@ -377,6 +402,45 @@ fn by_panels(
         }
     });
     crate::par::f32_tensor(&dims, buf).map(Some)
+}
+
+/// Where a conv's panels can be read in place (`f32_window_tile`): input and output dims
+/// `[c, ih, iw, oh, ow, kh, kw]` and `[sh, sw, dh, dw, ph, pw]` of one image.
+struct WindowRuns {
+    set: KernelSet,
+    dims: [usize; 7],
+    geometry: [usize; 6],
+}
+
+impl WindowRuns {
+    /// The input offset (in one image) under the first tap of output positions
+    /// `first..first + NR`, when these are one run of a row with column stride 1 and every
+    /// tap's run lies inside the input (no padding under it), on a CPU with the window tile.
+    fn first_input(&self, first: usize) -> Option<usize> {
+        use matmul::sgemm::tile::NR;
+        let [_, ih, iw, _, ow, kh, kw] = self.dims;
+        let [sh, sw, dh, dw, ph, pw] = self.geometry;
+        let usable = cfg!(target_arch = "x86_64") && self.set == KernelSet::Avx512;
+        if !usable || sw != 1 || kh == 0 || kw == 0 {
+            return None;
+        }
+        let (oy, ox) = (first / ow, first % ow);
+        let top = (oy * sh).checked_sub(ph)?;
+        let left = ox.checked_sub(pw)?;
+        let inside =
+            ox + NR <= ow && top + (kh - 1) * dh < ih && left + NR - 1 + (kw - 1) * dw < iw;
+        inside.then_some(top * iw + left)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn taps(&self) -> matmul::sgemm::x86::Taps {
+        let [c, ih, iw, _, _, kh, kw] = self.dims;
+        let [_, _, dh, dw, _, _] = self.geometry;
+        matmul::sgemm::x86::Taps {
+            counts: [c, kh, kw],
+            steps: [ih * iw, dh * iw, dw],
+        }
+    }
 }
 
 /// The panel of output positions `first..first + NR` (fewer at the end: zeros past them) of

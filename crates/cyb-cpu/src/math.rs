@@ -1,5 +1,5 @@
-//! Branch-free f32 `exp` and `erf` that vectorize (the libm calls do not), for the softmax of
-//! attention and the erf GELU of encoders.
+//! Branch-free f32 `exp`, `tanh` and `erf` that vectorize (the libm calls do not), for the
+//! softmax of attention, the GELUs of encoders and the gated activations of vocoders.
 
 /// `e^x` to about 1 ulp (Cephes' expf polynomial on `x - n·ln2`, `|x - n·ln2| ≤ ln2/2`);
 /// 0 below -87.3 (where f32 turns denormal), clamped above 88.3 (callers pass x ≤ 0).
@@ -25,6 +25,23 @@ pub(crate) fn exp(x: f32) -> f32 {
     } else {
         e * scale
     }
+}
+
+/// `tanh x` to a few ulp: Cephes' tanhf polynomial in x² below |x| = 0.625, `1 − 2/(e^{2|x|} + 1)`
+/// above (both computed, one kept, so the loop vectorizes); NaN stays NaN, ±∞ gives ±1.
+#[inline(always)]
+pub(crate) fn tanh(x: f32) -> f32 {
+    let z = x.abs();
+    // e^{2z} is past 2^63 from z = 22 on, where 2/(s + 1) no longer reaches 1's ulp.
+    let s = exp(2.0 * z.min(22.0));
+    let big = 1.0 - 2.0 / (s + 1.0);
+    let q = z * z;
+    let p = (((-5.704_988_7e-3 * q + 2.063_908_9e-2) * q - 5.373_971_6e-2) * q + 1.333_144_2e-1)
+        * q
+        - 3.333_328_2e-1;
+    let small = p * q * z + z;
+    let r = if z > 0.625 { big } else { small };
+    r.copysign(x)
 }
 
 /// erf by Abramowitz–Stegun 7.1.26 (absolute error ≤ 1.5e-7) in f32.
@@ -62,6 +79,18 @@ mod tests {
         }
         assert!(worst.0 < 3e-7, "exp relative error {}", worst.0);
         assert!(worst.1 < 1e-6, "gelu absolute error {}", worst.1);
+        let mut tanh_err = 0f64;
+        for i in -30_000..30_000 {
+            let x = i as f32 * 0.00071;
+            let want = (x as f64).tanh();
+            let err = (super::tanh(x) as f64 - want).abs() / want.abs().max(1e-30);
+            tanh_err = tanh_err.max(if x == 0.0 { 0.0 } else { err });
+        }
+        assert!(tanh_err < 4e-7, "tanh relative error {tanh_err}");
+        assert_eq!(super::tanh(0.0), 0.0);
+        assert_eq!(super::tanh(f32::INFINITY), 1.0);
+        assert_eq!(super::tanh(-50.0), -1.0);
+        assert!(super::tanh(f32::NAN).is_nan());
         assert_eq!(super::exp(-100.0), 0.0);
         assert_eq!(super::exp(f32::NEG_INFINITY), 0.0);
     }

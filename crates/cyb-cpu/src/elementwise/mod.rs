@@ -129,7 +129,7 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
         Op::Reduce { f, axes, .. } => reduce_rows(par, x, *f, axes, od),
         Op::Scale { factor } => unary(par, x, |v| v * factor),
         Op::Silu => unary(par, x, silu),
-        Op::Tanh => unary(par, x, f32::tanh),
+        Op::Tanh => unary(par, x, crate::math::tanh),
         Op::Relu => unary(par, x, |v| v.max(0.0)),
         Op::Gelu { approx } => match approx {
             cyb_ops::GeluApprox::Erf => unary(par, x, crate::math::gelu_erf),
@@ -306,6 +306,7 @@ fn unary_fn(par: Par<'_>, x: &Tensor, f: cyb_ops::UnaryFn) -> Result<Tensor> {
         // A closed form within 1.5e-7 of erf (the reference sums its series, exact to f32 and
         // many times slower).
         U::Erf => unary(par, x, crate::math::erf),
+        U::Tanh => unary(par, x, crate::math::tanh),
         f => unary(par, x, move |v| cyb_ops::reference::unary_f32(f, v)),
     }
 }
@@ -357,7 +358,7 @@ fn silu(x: f32) -> f32 {
 /// several times slower; encoders spend much of their time here.)
 fn gelu_tanh(x: f32) -> f32 {
     let k = (2.0 / std::f32::consts::PI).sqrt();
-    0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+    0.5 * x * (1.0 + crate::math::tanh(k * (x + 0.044715 * x * x * x)))
 }
 
 /// `f(a, b)` element-wise, `b` equal to `a`'s shape or repeated over its trailing rows.
@@ -625,7 +626,7 @@ pub(crate) fn bias_act<'a>(
             LinearAct::None => apply(rows, bias, |x| x),
             LinearAct::Relu => apply(rows, bias, |x| x.max(0.0)),
             LinearAct::Silu => apply(rows, bias, silu),
-            LinearAct::Tanh => apply(rows, bias, f32::tanh),
+            LinearAct::Tanh => apply(rows, bias, crate::math::tanh),
             LinearAct::Gelu(cyb_ops::GeluApprox::Erf) => apply(rows, bias, crate::math::gelu_erf),
             LinearAct::Gelu(cyb_ops::GeluApprox::Tanh) => apply(rows, bias, gelu_tanh),
         },

@@ -14,7 +14,7 @@
 
 pub(crate) mod tile;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use crate::par::pool::{balanced_parts, split, DisjointOut, ThreadPool};
 use cyb_tensor::{AlignedBuf, DType};

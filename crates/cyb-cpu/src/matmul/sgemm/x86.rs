@@ -129,6 +129,106 @@ sgemm_tile!(f32_tile, f32_rows, 4, load_f32);
 sgemm_tile!(f16_tile, f16_rows, 2, load_f16);
 sgemm_tile!(bf16_tile, bf16_rows, 2, load_bf16);
 
+/// The reach of a convolution's taps for [`f32_window_tile`]: `counts` `[c, kh, kw]` (input
+/// channels, kernel rows, kernel columns, the weight's order) and the element `steps` between
+/// consecutive ones in the input.
+#[derive(Clone, Copy)]
+pub struct Taps {
+    pub counts: [usize; 3],
+    pub steps: [usize; 3],
+}
+
+impl Taps {
+    /// The highest element offset a tile reads past its first one, plus one.
+    pub fn span(&self) -> usize {
+        let [c, kh, kw] = self.counts;
+        let [cs, rs, ts] = self.steps;
+        (c - 1) * cs + (kh - 1) * rs + (kw - 1) * ts + NR
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn window_rows<const R: usize>(
+    x: &[f32],
+    taps: Taps,
+    rows: &[f32],
+    lda: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let [c, kh, kw] = taps.counts;
+    let [cs, rs, ts] = taps.steps;
+    let k = c * kh * kw;
+    assert!(R <= MR && k > 0 && x.len() >= taps.span() && rows.len() >= (R - 1) * lda + k);
+    let mut lo = [_mm512_setzero_ps(); R];
+    let mut hi = [_mm512_setzero_ps(); R];
+    let (xp, ap) = (x.as_ptr(), rows.as_ptr());
+    let mut i = 0;
+    for ci in 0..c {
+        for ky in 0..kh {
+            for kx in 0..kw {
+                // SAFETY: every tap's NR values lie within `span()`, asserted above, and
+                // i < k keeps the weight reads inside the asserted rows.
+                unsafe {
+                    let b = xp.add(ci * cs + ky * rs + kx * ts);
+                    let (b0, b1) = (_mm512_loadu_ps(b), _mm512_loadu_ps(b.add(16)));
+                    for r in 0..R {
+                        let v = _mm512_set1_ps(*ap.add(r * lda + i));
+                        lo[r] = _mm512_fmadd_ps(v, b0, lo[r]);
+                        hi[r] = _mm512_fmadd_ps(v, b1, hi[r]);
+                    }
+                }
+                i += 1;
+            }
+        }
+    }
+    for r in 0..R {
+        // SAFETY: the caller's contract: NR = 32 writable values at each row of `out`.
+        unsafe {
+            _mm512_storeu_ps(out.add(r * ldo), lo[r]);
+            _mm512_storeu_ps(out.add(r * ldo + 16), hi[r]);
+        }
+    }
+}
+
+/// `nr` weight rows of a convolution (`rows`, `lda` apart, `c·kh·kw` values each) times the
+/// input under each of its taps for `NR` consecutive output positions that read consecutive
+/// input values (stride 1 along a row, no padding under them), read in place from `x`: tap
+/// `(ci, ky, kx)` is the `NR` values at `ci·cs + ky·rs + kx·ts`. The same sums in the same
+/// order as [`f32_tile`] on the packed panel of those windows, without packing it.
+///
+/// # Safety
+/// The CPU must have AVX-512F; `out` must have `NR` writable values at each of its `nr` rows,
+/// `ldo` apart.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn f32_window_tile(
+    x: &[f32],
+    taps: Taps,
+    rows: &[f32],
+    lda: usize,
+    nr: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    // SAFETY: same features as this fn; the tiles check their own bounds.
+    unsafe {
+        match nr {
+            1 => window_rows::<1>(x, taps, rows, lda, out, ldo),
+            2 => window_rows::<2>(x, taps, rows, lda, out, ldo),
+            3 => window_rows::<3>(x, taps, rows, lda, out, ldo),
+            4 => window_rows::<4>(x, taps, rows, lda, out, ldo),
+            5 => window_rows::<5>(x, taps, rows, lda, out, ldo),
+            6 => window_rows::<6>(x, taps, rows, lda, out, ldo),
+            7 => window_rows::<7>(x, taps, rows, lda, out, ldo),
+            8 => window_rows::<8>(x, taps, rows, lda, out, ldo),
+            9 => window_rows::<9>(x, taps, rows, lda, out, ldo),
+            10 => window_rows::<10>(x, taps, rows, lda, out, ldo),
+            11 => window_rows::<11>(x, taps, rows, lda, out, ldo),
+            _ => window_rows::<MR>(x, taps, rows, lda, out, ldo),
+        }
+    }
+}
+
 /// Bytes ahead of the current `k` step that the one-row kernels prefetch.
 const ROW_PREFETCH_BYTES: usize = 2048;
 
