@@ -36,9 +36,8 @@ pub(crate) fn tanh(x: f32) -> f32 {
     let s = exp(2.0 * z.min(22.0));
     let big = 1.0 - 2.0 / (s + 1.0);
     let q = z * z;
-    let p = (((-5.704_988_7e-3 * q + 2.063_908_9e-2) * q - 5.373_971_6e-2) * q + 1.333_144_2e-1)
-        * q
-        - 3.333_328_2e-1;
+    let p = (((-5.704_988_7e-3 * q + 2.063_909e-2) * q - 5.373_971_6e-2) * q + 1.333_144_2e-1) * q
+        - 3.333_328e-1;
     let small = p * q * z + z;
     let r = if z > 0.625 { big } else { small };
     r.copysign(x)
