@@ -18,7 +18,7 @@ use super::replay::StepKind;
 use super::weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_backend::{Dispatcher, ExecContext};
 use cyb_format::ModelFile;
-use cyb_graph::{Executor, Graph};
+use cyb_graph::{ExecPlan, Executor, Graph};
 use cyb_ops::{GeluApprox, Op, SdpaLayout};
 use cyb_tensor::{Error, Result, Tensor};
 use std::collections::HashMap;
@@ -68,6 +68,8 @@ fn check_fits(n: usize, cache: &KvCache) -> Result<()> {
 struct GraphTemplates {
     last: Graph,
     all: Graph,
+    /// Their execution plans, made once.
+    plans: [ExecPlan; 2],
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -197,9 +199,14 @@ impl LlamaModel {
             cyb_graph::fuse_for_backend(&mut g, self.dispatcher.primary().as_ref());
             Ok(g)
         };
+        let (last, all) = (
+            fused(self.template_graph(true)?)?,
+            fused(self.template_graph(false)?)?,
+        );
         self.graphs = Some(Box::new(GraphTemplates {
-            last: fused(self.template_graph(true)?)?,
-            all: fused(self.template_graph(false)?)?,
+            plans: [ExecPlan::new(&last)?, ExecPlan::new(&all)?],
+            last,
+            all,
         }));
         Ok(())
     }
@@ -349,8 +356,11 @@ impl LlamaModel {
             ctx: ExecContext::default(),
         };
         if let Some(graphs) = &self.graphs {
-            let graph = if last_only { &graphs.last } else { &graphs.all };
-            let logits = self.graph_step(graph, cache, ids, positions, n)?;
+            let (graph, plan) = match last_only {
+                true => (&graphs.last, &graphs.plans[0]),
+                false => (&graphs.all, &graphs.plans[1]),
+            };
+            let logits = self.graph_step(graph, plan, cache, ids, positions, n)?;
             let begun = self.dispatcher.begin_step(&mut step.ctx);
             let result = begun
                 .and_then(|()| Self::finish(&mut step, kind, logits))
@@ -497,12 +507,13 @@ impl LlamaModel {
     fn graph_step(
         &self,
         graph: &Graph,
+        plan: &ExecPlan,
         cache: &mut KvCache,
         ids: Tensor,
         positions: Tensor,
         n: usize,
     ) -> Result<Tensor> {
-        let exec = Executor::new(graph, &self.dispatcher)?;
+        let exec = Executor::with_plan(graph, plan, &self.dispatcher)?;
         let mut inputs = HashMap::new();
         inputs.insert("ids".to_string(), ids);
         inputs.insert("positions".to_string(), positions);
