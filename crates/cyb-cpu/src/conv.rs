@@ -505,6 +505,14 @@ fn pack_windows(
     }
 }
 
+thread_local! {
+    /// A thread's padded input plane and padded input row of the grouped kernel, and the
+    /// geometry they are laid out for.
+    #[allow(clippy::type_complexity)]
+    static PADDED: std::cell::RefCell<(Vec<f32>, Vec<f32>, Option<[usize; 12]>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), None)) };
+}
+
 /// A grouped conv of few channels per group over one or two spatial dims (see the module doc).
 fn grouped(
     par: crate::par::Par<'_>,
@@ -555,62 +563,98 @@ fn grouped(
         |idx, y| {
             let (b, oc) = (idx / m, idx % m);
             let gi = oc / mg;
-            let mut padded = vec![0f32; sw * phase];
-            // Sums on the wider rows (flat), or in place in `y`.
-            let b0 = bias.map_or(0.0, |b| b[oc]);
-            let mut acc = if flat { vec![b0; oh * wq] } else { Vec::new() };
-            if !flat {
-                y.fill(b0);
-            }
-            for ci in 0..cg {
-                let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
-                for r in 0..rows {
-                    let iy = r as isize - ph as isize;
-                    if iy < 0 || iy >= ih as isize {
-                        continue;
+            let geometry = [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw];
+            // This thread's padded plane (`sw` phases of `phase` values) and padded row
+            // (`sw · wq` values), zero outside the image; taken out of the thread's slot so
+            // the loops below stay in this function, compiled for the vector units.
+            let (mut padded, mut row, mut laid_out) = PADDED.take();
+            {
+                let (padded, row, laid_out) = (&mut padded, &mut row, &mut laid_out);
+                {
+                    // The cells no input value lands in are the same for every plane of this
+                    // geometry: zero once, then only the image's cells are written again.
+                    if *laid_out != Some(geometry) {
+                        padded.clear();
+                        padded.resize(sw * phase, 0.0);
+                        row.clear();
+                        row.resize(sw * wq, 0.0);
+                        *laid_out = Some(geometry);
                     }
-                    let xr = &xp[iy as usize * iw..][..iw];
-                    for q in 0..sw {
-                        let dst = &mut padded[q * phase + r * wq..][..wq];
-                        // Padded column q + j·sw is input column q + j·sw − pw.
-                        let shift = q as isize - pw as isize;
-                        let cols = inside(shift, sw, iw, wq);
-                        let first = ((cols.start * sw) as isize + shift) as usize;
-                        if sw == 1 {
-                            dst[cols.clone()].copy_from_slice(&xr[first..first + cols.len()]);
-                        } else {
-                            for (t, o) in dst[cols.clone()].iter_mut().enumerate() {
-                                *o = xr[first + t * sw];
+                    // Sums on the wider rows (flat), or in place in `y`.
+                    let b0 = bias.map_or(0.0, |b| b[oc]);
+                    let mut acc = if flat { vec![b0; oh * wq] } else { Vec::new() };
+                    if !flat {
+                        y.fill(b0);
+                    }
+                    for ci in 0..cg {
+                        let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
+                        for r in 0..rows {
+                            let iy = r as isize - ph as isize;
+                            if iy < 0 || iy >= ih as isize {
+                                continue;
+                            }
+                            let xr = &xp[iy as usize * iw..][..iw];
+                            if sw == 2 {
+                                // The padded row, then its even and odd columns in one pass.
+                                let start = pw.min(row.len());
+                                let take = iw.min(row.len() - start);
+                                row[start..start + take].copy_from_slice(&xr[..take]);
+                                let (even, odd) = padded.split_at_mut(phase);
+                                let (even, odd) =
+                                    (&mut even[r * wq..][..wq], &mut odd[r * wq..][..wq]);
+                                for ((e, o), pair) in
+                                    even.iter_mut().zip(odd).zip(row.chunks_exact(2))
+                                {
+                                    *e = pair[0];
+                                    *o = pair[1];
+                                }
+                                continue;
+                            }
+                            for q in 0..sw {
+                                let dst = &mut padded[q * phase + r * wq..][..wq];
+                                // Padded column q + j·sw is input column q + j·sw − pw.
+                                let shift = q as isize - pw as isize;
+                                let cols = inside(shift, sw, iw, wq);
+                                let first = ((cols.start * sw) as isize + shift) as usize;
+                                if sw == 1 {
+                                    dst[cols.clone()]
+                                        .copy_from_slice(&xr[first..first + cols.len()]);
+                                } else {
+                                    for (t, o) in dst[cols.clone()].iter_mut().enumerate() {
+                                        *o = xr[first + t * sw];
+                                    }
+                                }
+                            }
+                        }
+                        let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
+                        for (t, &wv) in wk.iter().enumerate() {
+                            let (ky, kx) = (t / kw, t % kw);
+                            let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
+                            let src = &padded[q * phase..][..phase];
+                            if flat {
+                                let run = &src[ky * dh * wq + off..][..oh * wq];
+                                for (o, &v) in acc.iter_mut().zip(run) {
+                                    *o += wv * v;
+                                }
+                            } else {
+                                for oy in 0..oh {
+                                    let run = &src[(oy * sh + ky * dh) * wq + off..][..ow];
+                                    for (o, &v) in y[oy * ow..][..ow].iter_mut().zip(run) {
+                                        *o += wv * v;
+                                    }
+                                }
                             }
                         }
                     }
-                }
-                let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
-                for (t, &wv) in wk.iter().enumerate() {
-                    let (ky, kx) = (t / kw, t % kw);
-                    let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
-                    let src = &padded[q * phase..][..phase];
                     if flat {
-                        let run = &src[ky * dh * wq + off..][..oh * wq];
-                        for (o, &v) in acc.iter_mut().zip(run) {
-                            *o += wv * v;
-                        }
-                    } else {
-                        for oy in 0..oh {
-                            let run = &src[(oy * sh + ky * dh) * wq + off..][..ow];
-                            for (o, &v) in y[oy * ow..][..ow].iter_mut().zip(run) {
-                                *o += wv * v;
-                            }
+                        for (yr, ar) in y.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
+                            yr.copy_from_slice(&ar[..ow]);
                         }
                     }
+                    finish(y);
                 }
             }
-            if flat {
-                for (yr, ar) in y.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
-                    yr.copy_from_slice(&ar[..ow]);
-                }
-            }
-            finish(y);
+            PADDED.set((padded, row, laid_out));
         },
     )
 }
