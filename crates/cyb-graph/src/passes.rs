@@ -93,6 +93,9 @@ fn ready(g: &mut Graph, depth: usize) -> Result<()> {
     eliminate_dead_nodes(g);
     crate::infer_types(g)?;
     prefer_curated_ops(g);
+    if fold_conv_affine(g) > 0 {
+        eliminate_dead_nodes(g);
+    }
     prepare_bodies(g, depth);
     Ok(())
 }
@@ -345,6 +348,138 @@ fn curated_matmul_or_norm(g: &Graph, i: usize) -> Option<cyb_ops::Op> {
             let y_only = node.outputs.len() == 1;
             (last && rank >= 1 && params_ok && y_only).then_some(Op::LayerNorm { eps: *eps })
         }
+        _ => None,
+    }
+}
+
+/// A convolution whose only reader multiplies it by a constant, or adds a constant, of one
+/// value or one value per output channel (a reparameterized block's scale and shift, a folded
+/// normalization written out) takes it into its weights and bias at load: `(x ∗ w + b) · s = x
+/// ∗ (w · s) + b · s` and `(x ∗ w + b) + a = x ∗ w + (b + a)`, so the backend runs one op
+/// instead of three passes over the output. Chains fold one step at a time. Returns how many
+/// nodes were folded (each then reads nothing; dead-node elimination drops them).
+pub fn fold_conv_affine(g: &mut Graph) -> usize {
+    use cyb_ops::{LinearAct, Op};
+    let mut folded = 0;
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let node = &g.nodes[i];
+        let (NodeOp::Op(Op::Conv { act, .. }), [Some(x), Some(w), bias @ ..], [y]) =
+            (&node.op, node.inputs.as_slice(), node.outputs.as_slice())
+        else {
+            i += 1;
+            continue;
+        };
+        let (x, w, y, b) = (*x, *w, *y, bias.first().copied().flatten());
+        let readers: Vec<usize> = (0..g.nodes.len())
+            .filter(|&j| g.nodes[j].inputs.contains(&Some(y)))
+            .collect();
+        let step = match (*act, readers.as_slice()) {
+            (LinearAct::None, &[j]) if !g.outputs.contains(&y) => conv_affine_step(g, w, b, y, j),
+            _ => None,
+        };
+        let Some((scale, shift, j)) = step else {
+            i += 1;
+            continue;
+        };
+        let (Some(wt), m) = (g.constants.get(&w), scale.len().max(shift.len())) else {
+            i += 1;
+            continue;
+        };
+        let Ok(wv) = wt.as_f32() else {
+            i += 1;
+            continue;
+        };
+        let per = wv.len() / m.max(1);
+        let bv: Vec<f32> = match b.and_then(|b| g.constants.get(&b)) {
+            Some(t) => t.to_f32_vec().unwrap_or_default(),
+            None => vec![0.0; m],
+        };
+        let (Ok(new_w), true) = (
+            Tensor::from_f32(
+                wt.dims(),
+                &wv.iter()
+                    .enumerate()
+                    .map(|(k, &v)| scale.get(k / per.max(1)).map_or(v, |s| v * s))
+                    .collect::<Vec<_>>(),
+            ),
+            bv.len() == m,
+        ) else {
+            i += 1;
+            continue;
+        };
+        let new_b: Vec<f32> = (0..m)
+            .map(|k| {
+                let v = scale.get(k).map_or(bv[k], |s| bv[k] * s);
+                shift.get(k).map_or(v, |a| v + a)
+            })
+            .collect();
+        let Ok(new_b) = Tensor::from_f32(&[m], &new_b) else {
+            i += 1;
+            continue;
+        };
+        let name = g.nodes[i].name.clone();
+        let wid = g.add_constant(&format!("{name}.folded_w{folded}"), new_w);
+        let bid = g.add_constant(&format!("{name}.folded_b{folded}"), new_b);
+        // The conv now computes what the folded node did; the folded node reads nothing.
+        let out = g.nodes[j].outputs[0];
+        g.nodes[i].inputs = vec![Some(x), Some(wid), Some(bid)];
+        g.nodes[i].outputs = vec![out];
+        g.nodes[j].inputs.clear();
+        g.nodes[j].outputs = vec![y];
+        folded += 1;
+        // The same conv may fold its next reader too.
+    }
+    folded
+}
+
+/// The scale (`Mul`) or shift (`Add`) node `j` applies to the conv output `y` of a conv with
+/// weight `w` and bias `b`: one value, or one per output channel broadcast along axis 1, as a
+/// list per output channel (`(scale, [], j)` or `([], shift, j)`).
+fn conv_affine_step(
+    g: &Graph,
+    w: ValueId,
+    b: Option<ValueId>,
+    y: ValueId,
+    j: usize,
+) -> Option<(Vec<f32>, Vec<f32>, usize)> {
+    use cyb_ops::Op;
+    let wt = g.constants.get(&w)?;
+    let m = *wt.dims().first()?;
+    if wt.dtype() != DType::F32 || b.is_some_and(|b| !g.constants.contains_key(&b)) {
+        return None;
+    }
+    let rank = g.values.get(y)?.ty.as_ref()?.dims.as_ref()?.len();
+    let node = &g.nodes[j];
+    let [Some(p), Some(q)] = node.inputs.as_slice() else {
+        return None;
+    };
+    let other = if *p == y { *q } else { *p };
+    if other == y || node.outputs.len() != 1 {
+        return None;
+    }
+    let c = g.constants.get(&other)?;
+    if c.dtype() != DType::F32 || c.dims().len() > rank {
+        return None;
+    }
+    let v = c.to_f32_vec().ok()?;
+    // One value, or `m` values along the output's axis 1 (right-aligned broadcast).
+    let per_channel = match v.len() {
+        1 => vec![v[0]; m],
+        n if n == m => {
+            let d = c.dims();
+            let channel_axis = (d.len() + 1).checked_sub(rank)?;
+            let only_channel =
+                d.iter()
+                    .enumerate()
+                    .all(|(k, &n)| if k == channel_axis { n == m } else { n == 1 });
+            only_channel.then_some(v)?
+        }
+        _ => return None,
+    };
+    match &node.op {
+        NodeOp::Op(Op::Mul) => Some((per_channel, Vec::new(), j)),
+        NodeOp::Op(Op::Add) => Some((Vec::new(), per_channel, j)),
         _ => None,
     }
 }

@@ -560,3 +560,70 @@ fn untyped_matmul_by_a_constant_takes_it_transposed() {
         }
     }
 }
+
+/// A conv whose only reader scales it by a constant (one value) and then shifts it (one value
+/// per channel) becomes one conv with scaled weights and a shifted bias; a conv whose output
+/// is read twice, or scaled by a computed value, keeps its readers. Values as the plain graph's.
+#[test]
+fn prepare_folds_constant_scale_and_shift_into_convs() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(ValueType::fixed(DType::F32, &[1, 2, 5, 6])));
+    let s = g.add_value("s", Some(ValueType::fixed(DType::F32, &[1])));
+    g.inputs.extend([x, s]);
+    let vals = |n: usize, k: f32| (0..n).map(|i| (i as f32 * k).sin()).collect::<Vec<_>>();
+    let w = g.add_constant(
+        "w",
+        Tensor::from_f32(&[3, 2, 3, 3], &vals(54, 0.7)).unwrap(),
+    );
+    let b = g.add_constant("b", Tensor::from_f32(&[3], &[0.5, -1.0, 0.25]).unwrap());
+    let scale = g.add_constant("scale", Tensor::from_f32(&[], &[1.75]).unwrap());
+    let shift = g.add_constant(
+        "shift",
+        Tensor::from_f32(&[1, 3, 1, 1], &[0.1, -0.2, 0.3]).unwrap(),
+    );
+    let conv = Op::Conv {
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: PadSpec::Explicit(vec![1, 1, 1, 1]),
+        group: 1,
+        act: cyb_ops::LinearAct::None,
+    };
+    let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<usize>| {
+        let ins = ins.into_iter().map(Some).collect();
+        g.add_node(name, NodeOp::Op(op), ins, &[name])[0]
+    };
+    let mul = Op::Binary { f: BinaryFn::Mul };
+    let add = Op::Binary { f: BinaryFn::Add };
+    let c1 = node(&mut g, "c1", conv.clone(), vec![x, w, b]);
+    let m1 = node(&mut g, "m1", mul.clone(), vec![scale, c1]);
+    let a1 = node(&mut g, "a1", add.clone(), vec![m1, shift]);
+    // Read twice: stays.
+    let c2 = node(&mut g, "c2", conv.clone(), vec![x, w]);
+    let m2 = node(&mut g, "m2", mul.clone(), vec![c2, scale]);
+    let a2 = node(&mut g, "a2", add.clone(), vec![c2, m2]);
+    // Scaled by an input: stays.
+    let c3 = node(&mut g, "c3", conv, vec![x, w, b]);
+    let m3 = node(&mut g, "m3", mul, vec![c3, s]);
+    g.outputs = vec![a1, a2, m3];
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["c1", "c2", "m2", "a2", "c3", "m3"], "{names:?}");
+    let inputs = HashMap::from([
+        (
+            "x".to_string(),
+            Tensor::from_f32(&[1, 2, 5, 6], &vals(60, 0.31)).unwrap(),
+        ),
+        ("s".to_string(), Tensor::from_f32(&[1], &[-0.5]).unwrap()),
+    ]);
+    let d = Dispatcher::reference();
+    let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
+    let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
+    for ((_, p), (_, q)) in want.iter().zip(&got) {
+        let (p, q) = (p.to_f32_vec().unwrap(), q.to_f32_vec().unwrap());
+        assert_eq!(p.len(), q.len());
+        for (a, b) in p.iter().zip(&q) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+    }
+}
