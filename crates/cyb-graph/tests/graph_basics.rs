@@ -441,13 +441,7 @@ fn prepare_transposes_constant_matmul_weights() {
     let d = Dispatcher::reference();
     let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
     let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
-    for ((_, p), (_, q)) in want.iter().zip(&got) {
-        let (p, q) = (p.to_f32_vec().unwrap(), q.to_f32_vec().unwrap());
-        assert_eq!(p.len(), q.len());
-        for (a, b) in p.iter().zip(&q) {
-            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
-        }
-    }
+    assert_close(&want, &got);
 }
 
 /// A reshape to a shape given at run time still has a known rank (its shape input's length),
@@ -506,13 +500,7 @@ fn reshape_to_a_run_time_shape_keeps_its_rank() {
     let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
     let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
     assert_eq!(got[0].1.dims(), [1, 2, 5]);
-    let (p, q) = (
-        want[0].1.to_f32_vec().unwrap(),
-        got[0].1.to_f32_vec().unwrap(),
-    );
-    for (a, b) in p.iter().zip(&q) {
-        assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
-    }
+    assert_close(&want, &got);
 }
 
 /// A matmul by a constant matrix whose left operand's type is unknown until run time takes
@@ -551,13 +539,7 @@ fn untyped_matmul_by_a_constant_takes_it_transposed() {
         let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
         let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
         assert_eq!(got[0].1.dims(), want[0].1.dims());
-        let (p, q) = (
-            want[0].1.to_f32_vec().unwrap(),
-            got[0].1.to_f32_vec().unwrap(),
-        );
-        for (a, b) in p.iter().zip(&q) {
-            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
-        }
+        assert_close(&want, &got);
     }
 }
 
@@ -619,7 +601,13 @@ fn prepare_folds_constant_scale_and_shift_into_convs() {
     let d = Dispatcher::reference();
     let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
     let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
-    for ((_, p), (_, q)) in want.iter().zip(&got) {
+    assert_close(&want, &got);
+}
+
+/// Each output of `got` within 1e-5 of `want`'s.
+fn assert_close(want: &[(String, Tensor)], got: &[(String, Tensor)]) {
+    assert_eq!(want.len(), got.len());
+    for ((_, p), (_, q)) in want.iter().zip(got) {
         let (p, q) = (p.to_f32_vec().unwrap(), q.to_f32_vec().unwrap());
         assert_eq!(p.len(), q.len());
         for (a, b) in p.iter().zip(&q) {
