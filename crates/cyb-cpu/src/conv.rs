@@ -331,14 +331,21 @@ fn by_panels(
             let direct = windows.first_input(p * NR);
             if direct.is_none() {
                 let dst: &mut [f32] = bytemuck::cast_slice_mut(panel.as_bytes_mut());
-                pack_windows(
-                    xb,
-                    dst,
-                    p * NR,
-                    (c, ih, iw),
-                    (oh, ow),
-                    (kh, kw),
-                    [sh, sw, dh, dw, ph, pw],
+                // Compiled for the vector units (strided runs become shuffles).
+                crate::par::wide(
+                    set,
+                    #[inline(always)]
+                    || {
+                        pack_windows(
+                            xb,
+                            dst,
+                            p * NR,
+                            (c, ih, iw),
+                            (oh, ow),
+                            (kh, kw),
+                            [sh, sw, dh, dw, ph, pw],
+                        )
+                    },
                 );
             }
             let nc = NR.min(positions - p * NR);
@@ -447,6 +454,7 @@ impl WindowRuns {
 /// one image `x` (`[c, ih, iw]`): for each input channel and tap (the kernel's order), the
 /// `NR` input values under it, zero where the window leaves the image. Positions in one output
 /// row are copied as runs.
+#[inline(always)]
 fn pack_windows(
     x: &[f32],
     dst: &mut [f32],
