@@ -513,12 +513,35 @@ fn pack_windows(
     }
 }
 
+/// A thread's buffers of the grouped kernel, kept from one plane (and call) to the next.
+struct GroupedScratch {
+    /// The padded input plane (`sw` phases of `phase` values), zero outside the image.
+    padded: Vec<f32>,
+    /// One padded input row (`sw · wq` values), zero outside the image.
+    row: Vec<f32>,
+    /// A plane's sums on rows `wq` wide (row stride 1).
+    acc: Vec<f32>,
+    /// Each tap's weight and offset in `padded`.
+    taps: Vec<(f32, usize)>,
+    /// The geometry `padded` and `row` are laid out for.
+    laid_out: Option<[usize; 12]>,
+}
+
+impl Default for GroupedScratch {
+    fn default() -> GroupedScratch {
+        GroupedScratch {
+            padded: Vec::new(),
+            row: Vec::new(),
+            acc: Vec::new(),
+            taps: Vec::new(),
+            laid_out: None,
+        }
+    }
+}
+
 thread_local! {
-    /// A thread's padded input plane and padded input row of the grouped kernel, and the
-    /// geometry they are laid out for.
-    #[allow(clippy::type_complexity)]
-    static PADDED: std::cell::RefCell<(Vec<f32>, Vec<f32>, Option<[usize; 12]>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new(), None)) };
+    static GROUPED: std::cell::RefCell<GroupedScratch> =
+        std::cell::RefCell::new(GroupedScratch::default());
 }
 
 /// A grouped conv of few channels per group over one or two spatial dims (see the module doc).
@@ -572,99 +595,132 @@ fn grouped(
             let (b, oc) = (idx / m, idx % m);
             let gi = oc / mg;
             let geometry = [ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw];
-            // This thread's padded plane (`sw` phases of `phase` values) and padded row
-            // (`sw · wq` values), zero outside the image; taken out of the thread's slot so
-            // the loops below stay in this function, compiled for the vector units.
-            let (mut padded, mut row, mut laid_out) = PADDED.take();
-            {
-                let (padded, row, laid_out) = (&mut padded, &mut row, &mut laid_out);
-                {
-                    // The cells no input value lands in are the same for every plane of this
-                    // geometry: zero once, then only the image's cells are written again.
-                    if *laid_out != Some(geometry) {
-                        padded.clear();
-                        padded.resize(sw * phase, 0.0);
-                        row.clear();
-                        row.resize(sw * wq, 0.0);
-                        *laid_out = Some(geometry);
+            // This thread's buffers, taken out of its slot so the loops below stay in this
+            // function, compiled for the vector units.
+            let mut scratch = GROUPED.take();
+            let GroupedScratch {
+                padded,
+                row,
+                acc,
+                taps,
+                laid_out,
+            } = &mut scratch;
+            // The cells no input value lands in are the same for every plane of this
+            // geometry: zero once, then only the image's cells are written again.
+            if *laid_out != Some(geometry) {
+                padded.clear();
+                padded.resize(sw * phase, 0.0);
+                row.clear();
+                row.resize(sw * wq, 0.0);
+                *laid_out = Some(geometry);
+            }
+            // Sums on the wider rows (flat), or in place in `y`.
+            let b0 = bias.map_or(0.0, |b| b[oc]);
+            if flat {
+                acc.clear();
+                acc.resize(oh * wq, b0);
+            } else {
+                y.fill(b0);
+            }
+            for ci in 0..cg {
+                let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
+                for r in 0..rows {
+                    let iy = r as isize - ph as isize;
+                    if iy < 0 || iy >= ih as isize {
+                        continue;
                     }
-                    // Sums on the wider rows (flat), or in place in `y`.
-                    let b0 = bias.map_or(0.0, |b| b[oc]);
-                    let mut acc = if flat { vec![b0; oh * wq] } else { Vec::new() };
-                    if !flat {
-                        y.fill(b0);
-                    }
-                    for ci in 0..cg {
-                        let xp = &xs[(b * c + gi * cg + ci) * ih * iw..][..ih * iw];
-                        for r in 0..rows {
-                            let iy = r as isize - ph as isize;
-                            if iy < 0 || iy >= ih as isize {
-                                continue;
-                            }
-                            let xr = &xp[iy as usize * iw..][..iw];
-                            if sw == 2 {
-                                // The padded row, then its even and odd columns in one pass.
-                                let start = pw.min(row.len());
-                                let take = iw.min(row.len() - start);
-                                row[start..start + take].copy_from_slice(&xr[..take]);
-                                let (even, odd) = padded.split_at_mut(phase);
-                                let (even, odd) =
-                                    (&mut even[r * wq..][..wq], &mut odd[r * wq..][..wq]);
-                                for ((e, o), pair) in
-                                    even.iter_mut().zip(odd).zip(row.chunks_exact(2))
-                                {
-                                    *e = pair[0];
-                                    *o = pair[1];
-                                }
-                                continue;
-                            }
-                            for q in 0..sw {
-                                let dst = &mut padded[q * phase + r * wq..][..wq];
-                                // Padded column q + j·sw is input column q + j·sw − pw.
-                                let shift = q as isize - pw as isize;
-                                let cols = inside(shift, sw, iw, wq);
-                                let first = ((cols.start * sw) as isize + shift) as usize;
-                                if sw == 1 {
-                                    dst[cols.clone()]
-                                        .copy_from_slice(&xr[first..first + cols.len()]);
-                                } else {
-                                    for (t, o) in dst[cols.clone()].iter_mut().enumerate() {
-                                        *o = xr[first + t * sw];
-                                    }
-                                }
-                            }
+                    let xr = &xp[iy as usize * iw..][..iw];
+                    if sw == 2 {
+                        // The padded row, then its even and odd columns in one pass.
+                        let start = pw.min(row.len());
+                        let take = iw.min(row.len() - start);
+                        row[start..start + take].copy_from_slice(&xr[..take]);
+                        let (even, odd) = padded.split_at_mut(phase);
+                        let (even, odd) = (&mut even[r * wq..][..wq], &mut odd[r * wq..][..wq]);
+                        for ((e, o), pair) in even.iter_mut().zip(odd).zip(row.chunks_exact(2)) {
+                            *e = pair[0];
+                            *o = pair[1];
                         }
-                        let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
-                        for (t, &wv) in wk.iter().enumerate() {
-                            let (ky, kx) = (t / kw, t % kw);
-                            let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
-                            let src = &padded[q * phase..][..phase];
-                            if flat {
-                                let run = &src[ky * dh * wq + off..][..oh * wq];
-                                for (o, &v) in acc.iter_mut().zip(run) {
-                                    *o += wv * v;
-                                }
-                            } else {
-                                for oy in 0..oh {
-                                    let run = &src[(oy * sh + ky * dh) * wq + off..][..ow];
-                                    for (o, &v) in y[oy * ow..][..ow].iter_mut().zip(run) {
-                                        *o += wv * v;
-                                    }
-                                }
+                        continue;
+                    }
+                    for q in 0..sw {
+                        let dst = &mut padded[q * phase + r * wq..][..wq];
+                        // Padded column q + j·sw is input column q + j·sw − pw.
+                        let shift = q as isize - pw as isize;
+                        let cols = inside(shift, sw, iw, wq);
+                        let first = ((cols.start * sw) as isize + shift) as usize;
+                        if sw == 1 {
+                            dst[cols.clone()].copy_from_slice(&xr[first..first + cols.len()]);
+                        } else {
+                            for (t, o) in dst[cols.clone()].iter_mut().enumerate() {
+                                *o = xr[first + t * sw];
                             }
                         }
                     }
-                    if flat {
-                        for (yr, ar) in y.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
-                            yr.copy_from_slice(&ar[..ow]);
+                }
+                let wk = &ws[(oc * cg + ci) * kh * kw..][..kh * kw];
+                let tap = |t: usize| {
+                    let (ky, kx) = (t / kw, t % kw);
+                    let (q, off) = ((kx * dw) % sw, (kx * dw) / sw);
+                    (q * phase + ky * dh * wq + off, q * phase + off)
+                };
+                if flat {
+                    // Every tap is one run over all output rows: blocks of outputs stay in
+                    // registers while the taps pass over them (each output still sums the
+                    // taps in order).
+                    taps.clear();
+                    taps.extend(wk.iter().enumerate().map(|(t, &wv)| (wv, tap(t).0)));
+                    accumulate_taps(acc, padded, taps);
+                    continue;
+                }
+                for (t, &wv) in wk.iter().enumerate() {
+                    let ky = t / kw;
+                    let at = tap(t).1;
+                    for oy in 0..oh {
+                        let run = &padded[at + (oy * sh + ky * dh) * wq..][..ow];
+                        for (o, &v) in y[oy * ow..][..ow].iter_mut().zip(run) {
+                            *o += wv * v;
                         }
                     }
-                    finish(y);
                 }
             }
-            PADDED.set((padded, row, laid_out));
+            if flat {
+                for (yr, ar) in y.chunks_exact_mut(ow).zip(acc.chunks_exact(wq)) {
+                    yr.copy_from_slice(&ar[..ow]);
+                }
+            }
+            finish(y);
+            GROUPED.set(scratch);
         },
     )
+}
+
+/// `acc[o] += Σ_taps w · src[at + o]` for every `o`, the taps added in order, `TAP_BLOCK`
+/// outputs at a time held in registers across all the taps.
+#[inline(always)]
+fn accumulate_taps(acc: &mut [f32], src: &[f32], taps: &[(f32, usize)]) {
+    const TAP_BLOCK: usize = 64;
+    let n = acc.len();
+    let mut o0 = 0;
+    while o0 + TAP_BLOCK <= n {
+        let block = &mut acc[o0..o0 + TAP_BLOCK];
+        let mut a: [f32; TAP_BLOCK] = block.try_into().expect("a block of TAP_BLOCK");
+        for &(w, at) in taps {
+            let run: &[f32; TAP_BLOCK] = src[at + o0..at + o0 + TAP_BLOCK]
+                .try_into()
+                .expect("a run of TAP_BLOCK");
+            for i in 0..TAP_BLOCK {
+                a[i] += w * run[i];
+            }
+        }
+        block.copy_from_slice(&a);
+        o0 += TAP_BLOCK;
+    }
+    for &(w, at) in taps {
+        for (o, &v) in acc[o0..].iter_mut().zip(&src[at + o0..at + n]) {
+            *o += w * v;
+        }
+    }
 }
 
 /// The `j` in `0..count` for which `j·stride + shift` lies in `0..limit`.
