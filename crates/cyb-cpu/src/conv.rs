@@ -514,6 +514,7 @@ fn pack_windows(
 }
 
 /// A thread's buffers of the grouped kernel, kept from one plane (and call) to the next.
+#[derive(Default)]
 struct GroupedScratch {
     /// The padded input plane (`sw` phases of `phase` values), zero outside the image.
     padded: Vec<f32>,
@@ -525,18 +526,6 @@ struct GroupedScratch {
     taps: Vec<(f32, usize)>,
     /// The geometry `padded` and `row` are laid out for.
     laid_out: Option<[usize; 12]>,
-}
-
-impl Default for GroupedScratch {
-    fn default() -> GroupedScratch {
-        GroupedScratch {
-            padded: Vec::new(),
-            row: Vec::new(),
-            acc: Vec::new(),
-            taps: Vec::new(),
-            laid_out: None,
-        }
-    }
 }
 
 thread_local! {
