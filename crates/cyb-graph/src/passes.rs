@@ -93,7 +93,7 @@ fn ready(g: &mut Graph, depth: usize) -> Result<()> {
     eliminate_dead_nodes(g);
     crate::infer_types(g)?;
     prefer_curated_ops(g);
-    if fold_conv_affine(g) > 0 {
+    if fold_conv_affine(g) + fold_affine_into_conv(g) > 0 {
         eliminate_dead_nodes(g);
     }
     prepare_bodies(g, depth);
@@ -458,30 +458,138 @@ fn conv_affine_step(
     if other == y || node.outputs.len() != 1 {
         return None;
     }
-    let c = g.constants.get(&other)?;
-    if c.dtype() != DType::F32 || c.dims().len() > rank {
-        return None;
-    }
-    let v = c.to_f32_vec().ok()?;
-    // One value, or `m` values along the output's axis 1 (right-aligned broadcast).
-    let per_channel = match v.len() {
-        1 => vec![v[0]; m],
-        n if n == m => {
-            let d = c.dims();
-            let channel_axis = (d.len() + 1).checked_sub(rank)?;
-            let only_channel =
-                d.iter()
-                    .enumerate()
-                    .all(|(k, &n)| if k == channel_axis { n == m } else { n == 1 });
-            only_channel.then_some(v)?
-        }
-        _ => return None,
-    };
+    let per_channel = channel_values(g, other, rank, m)?;
     match &node.op {
         NodeOp::Op(Op::Mul) => Some((per_channel, Vec::new(), j)),
         NodeOp::Op(Op::Add) => Some((Vec::new(), per_channel, j)),
         _ => None,
     }
+}
+
+/// The F32 constant `c` as `m` values along axis 1 of a rank-`rank` tensor it is broadcast
+/// against: one value repeated, or `m` values on that axis (right-aligned, every other dim 1).
+fn channel_values(g: &Graph, c: ValueId, rank: usize, m: usize) -> Option<Vec<f32>> {
+    let t = g.constants.get(&c)?;
+    if t.dtype() != DType::F32 || t.dims().len() > rank {
+        return None;
+    }
+    let v = t.to_f32_vec().ok()?;
+    match v.len() {
+        1 => Some(vec![v[0]; m]),
+        n if n == m => {
+            let d = t.dims();
+            let channel_axis = (d.len() + 1).checked_sub(rank)?;
+            let only_channel =
+                d.iter()
+                    .enumerate()
+                    .all(|(k, &n)| if k == channel_axis { n == m } else { n == 1 });
+            only_channel.then_some(v)
+        }
+        _ => None,
+    }
+}
+
+/// A one-group convolution without padding whose input is a constant scale or shift of
+/// another value (one value, or one per input channel), read by nothing else, takes it into
+/// its weights and bias: `(s·h + a) ∗ w + b = h ∗ (w·s) + (b + Σ w·a)`. (With padding the
+/// zeros around the image would be shifted too, so those are left.) Returns how many nodes
+/// were folded; they then read nothing, and dead-node elimination drops them.
+pub fn fold_affine_into_conv(g: &mut Graph) -> usize {
+    let mut folded = 0;
+    let mut k = 0;
+    while k < g.nodes.len() {
+        let Some((j, h, new_w, new_b)) = affine_into_conv_step(g, k) else {
+            k += 1;
+            continue;
+        };
+        let name = g.nodes[k].name.clone();
+        let wid = g.add_constant(&format!("{name}.input_folded_w{folded}"), new_w);
+        let bid = g.add_constant(&format!("{name}.input_folded_b{folded}"), new_b);
+        g.nodes[k].inputs = vec![Some(h), Some(wid), Some(bid)];
+        g.nodes[j].inputs.clear();
+        folded += 1;
+        // The conv's new input may be a scale or shift too.
+    }
+    folded
+}
+
+/// For [`fold_affine_into_conv`]: the node `j` that scales or shifts conv `k`'s input, the
+/// value `h` it scales or shifts, and the conv's new weight and bias.
+fn affine_into_conv_step(g: &Graph, k: usize) -> Option<(usize, ValueId, Tensor, Tensor)> {
+    use cyb_ops::{Op, PadSpec};
+    let node = &g.nodes[k];
+    let NodeOp::Op(Op::Conv {
+        group: 1,
+        pads: PadSpec::Explicit(pads),
+        ..
+    }) = &node.op
+    else {
+        return None;
+    };
+    let (Some(Some(x)), Some(Some(w))) = (node.inputs.first(), node.inputs.get(1)) else {
+        return None;
+    };
+    let (x, w, b) = (*x, *w, node.inputs.get(2).copied().flatten());
+    let wt = g.constants.get(&w)?;
+    let (&[m, c, ..], DType::F32) = (wt.dims(), wt.dtype()) else {
+        return None;
+    };
+    if pads.iter().any(|&p| p != 0) || b.is_some_and(|b| !g.constants.contains_key(&b)) {
+        return None;
+    }
+    let single_reader = !g.outputs.contains(&x)
+        && g.nodes
+            .iter()
+            .filter(|n| n.inputs.contains(&Some(x)))
+            .count()
+            == 1;
+    let j = g.nodes.iter().position(|n| n.outputs.contains(&x))?;
+    let producer = &g.nodes[j];
+    let ([Some(p), Some(q)], true) = (producer.inputs.as_slice(), single_reader) else {
+        return None;
+    };
+    let rank = g.values.get(x)?.ty.as_ref()?.dims.as_ref()?.len();
+    let (h, v) = match (
+        channel_values(g, *q, rank, c),
+        channel_values(g, *p, rank, c),
+    ) {
+        (Some(v), _) if !g.constants.contains_key(p) => (*p, v),
+        (_, Some(v)) if !g.constants.contains_key(q) => (*q, v),
+        _ => return None,
+    };
+    let is_mul = match &producer.op {
+        NodeOp::Op(Op::Mul) => true,
+        NodeOp::Op(Op::Add) => false,
+        _ => return None,
+    };
+    let wv = wt.as_f32().ok()?;
+    let per = (wv.len() / (m * c).max(1)).max(1);
+    let mut bias = match b {
+        Some(b) => g.constants.get(&b)?.to_f32_vec().ok()?,
+        None => vec![0.0; m],
+    };
+    if bias.len() != m || wv.len() != m * c * per {
+        return None;
+    }
+    let new_w: Vec<f32> = if is_mul {
+        wv.iter()
+            .enumerate()
+            .map(|(i, &x)| x * v[(i / per) % c])
+            .collect()
+    } else {
+        for (o, bo) in bias.iter_mut().enumerate() {
+            let row = &wv[o * c * per..(o + 1) * c * per];
+            *bo += row
+                .chunks_exact(per)
+                .zip(&v)
+                .map(|(taps, &a)| taps.iter().sum::<f32>() * a)
+                .sum::<f32>();
+        }
+        wv.to_vec()
+    };
+    let new_w = Tensor::from_f32(wt.dims(), &new_w).ok()?;
+    let new_b = Tensor::from_f32(&[m], &bias).ok()?;
+    Some((j, h, new_w, new_b))
 }
 
 /// The load-time passes, in order: infers types, folds constants, replaces `If`s whose

@@ -615,3 +615,58 @@ fn assert_close(want: &[(String, Tensor)], got: &[(String, Tensor)]) {
         }
     }
 }
+
+/// A conv without padding whose input is a constant scale (one value per channel) and shift
+/// (one value) of another value takes them into its weights and bias; a padded conv's input
+/// shift stays (the padding's zeros are not shifted). Values as the plain graph's.
+#[test]
+fn prepare_folds_constant_scale_and_shift_of_a_conv_input() {
+    let mut g = Graph::default();
+    let x = g.add_value("x", Some(ValueType::fixed(DType::F32, &[1, 2, 4, 5])));
+    g.inputs.push(x);
+    let vals = |n: usize, k: f32| (0..n).map(|i| (i as f32 * k).cos()).collect::<Vec<_>>();
+    let w = g.add_constant("w", Tensor::from_f32(&[3, 2, 1, 1], &vals(6, 0.9)).unwrap());
+    let w3 = g.add_constant(
+        "w3",
+        Tensor::from_f32(&[3, 2, 3, 3], &vals(54, 0.4)).unwrap(),
+    );
+    let b = g.add_constant("b", Tensor::from_f32(&[3], &[0.5, -1.0, 0.25]).unwrap());
+    let scale = g.add_constant(
+        "scale",
+        Tensor::from_f32(&[2, 1, 1], &[1.5, -0.75]).unwrap(),
+    );
+    let shift = g.add_constant("shift", Tensor::from_f32(&[1], &[0.3]).unwrap());
+    let conv = |pad: usize| Op::Conv {
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: PadSpec::Explicit(vec![pad; 4]),
+        group: 1,
+        act: cyb_ops::LinearAct::None,
+    };
+    let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<usize>| {
+        let ins = ins.into_iter().map(Some).collect();
+        g.add_node(name, NodeOp::Op(op), ins, &[name])[0]
+    };
+    let mul = Op::Binary { f: BinaryFn::Mul };
+    let add = Op::Binary { f: BinaryFn::Add };
+    let m1 = node(&mut g, "m1", mul.clone(), vec![x, scale]);
+    let a1 = node(&mut g, "a1", add.clone(), vec![shift, m1]);
+    let c1 = node(&mut g, "c1", conv(0), vec![a1, w, b]);
+    let m2 = node(&mut g, "m2", mul, vec![scale, x]);
+    let a2 = node(&mut g, "a2", add, vec![m2, shift]);
+    let c2 = node(&mut g, "c2", conv(1), vec![a2, w3]);
+    g.outputs = vec![c1, c2];
+    let plain = g.clone();
+    cyb_graph::prepare(&mut g).unwrap();
+    let names: Vec<&str> = g.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["c1", "m2", "a2", "c2"], "{names:?}");
+    assert_eq!(g.nodes[0].inputs[0], Some(x));
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        Tensor::from_f32(&[1, 2, 4, 5], &vals(40, 0.37)).unwrap(),
+    )]);
+    let d = Dispatcher::reference();
+    let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
+    let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
+    assert_close(&want, &got);
+}
