@@ -563,19 +563,11 @@ fn prepare_folds_constant_scale_and_shift_into_convs() {
         "shift",
         Tensor::from_f32(&[1, 3, 1, 1], &[0.1, -0.2, 0.3]).unwrap(),
     );
-    let conv = Op::Conv {
-        strides: vec![1, 1],
-        dilations: vec![1, 1],
-        pads: PadSpec::Explicit(vec![1, 1, 1, 1]),
-        group: 1,
-        act: cyb_ops::LinearAct::None,
-    };
-    let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<usize>| {
-        let ins = ins.into_iter().map(Some).collect();
-        g.add_node(name, NodeOp::Op(op), ins, &[name])[0]
-    };
-    let mul = Op::Binary { f: BinaryFn::Mul };
-    let add = Op::Binary { f: BinaryFn::Add };
+    let conv = plain_conv(1);
+    let (mul, add) = (
+        Op::Binary { f: BinaryFn::Mul },
+        Op::Binary { f: BinaryFn::Add },
+    );
     let c1 = node(&mut g, "c1", conv.clone(), vec![x, w, b]);
     let m1 = node(&mut g, "m1", mul.clone(), vec![scale, c1]);
     let a1 = node(&mut g, "a1", add.clone(), vec![m1, shift]);
@@ -636,19 +628,11 @@ fn prepare_folds_constant_scale_and_shift_of_a_conv_input() {
         Tensor::from_f32(&[2, 1, 1], &[1.5, -0.75]).unwrap(),
     );
     let shift = g.add_constant("shift", Tensor::from_f32(&[1], &[0.3]).unwrap());
-    let conv = |pad: usize| Op::Conv {
-        strides: vec![1, 1],
-        dilations: vec![1, 1],
-        pads: PadSpec::Explicit(vec![pad; 4]),
-        group: 1,
-        act: cyb_ops::LinearAct::None,
-    };
-    let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<usize>| {
-        let ins = ins.into_iter().map(Some).collect();
-        g.add_node(name, NodeOp::Op(op), ins, &[name])[0]
-    };
-    let mul = Op::Binary { f: BinaryFn::Mul };
-    let add = Op::Binary { f: BinaryFn::Add };
+    let conv = plain_conv;
+    let (mul, add) = (
+        Op::Binary { f: BinaryFn::Mul },
+        Op::Binary { f: BinaryFn::Add },
+    );
     let m1 = node(&mut g, "m1", mul.clone(), vec![x, scale]);
     let a1 = node(&mut g, "a1", add.clone(), vec![shift, m1]);
     let c1 = node(&mut g, "c1", conv(0), vec![a1, w, b]);
@@ -669,4 +653,21 @@ fn prepare_folds_constant_scale_and_shift_of_a_conv_input() {
     let (want, _) = Executor::new(&plain, &d).unwrap().run(&inputs).unwrap();
     let (got, _) = Executor::new(&g, &d).unwrap().run(&inputs).unwrap();
     assert_close(&want, &got);
+}
+
+/// A one-group 2-D conv of stride 1 with `pad` zeros on every side, no activation.
+fn plain_conv(pad: usize) -> Op {
+    Op::Conv {
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: PadSpec::Explicit(vec![pad; 4]),
+        group: 1,
+        act: cyb_ops::LinearAct::None,
+    }
+}
+
+/// Adds a node of one output named after it, reading `ins`.
+fn node(g: &mut Graph, name: &str, op: Op, ins: Vec<usize>) -> usize {
+    let ins = ins.into_iter().map(Some).collect();
+    g.add_node(name, NodeOp::Op(op), ins, &[name])[0]
 }
