@@ -87,10 +87,6 @@ impl ExecPlan {
             counts: counts(graph),
         })
     }
-
-    pub fn memory(&self) -> &MemoryPlan {
-        &self.memory
-    }
 }
 
 /// Runs one graph; reusable across calls.

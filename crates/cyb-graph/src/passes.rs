@@ -359,62 +359,10 @@ fn curated_matmul_or_norm(g: &Graph, i: usize) -> Option<cyb_ops::Op> {
 /// instead of three passes over the output. Chains fold one step at a time. Returns how many
 /// nodes were folded (each then reads nothing; dead-node elimination drops them).
 pub fn fold_conv_affine(g: &mut Graph) -> usize {
-    use cyb_ops::{LinearAct, Op};
     let mut folded = 0;
     let mut i = 0;
     while i < g.nodes.len() {
-        let node = &g.nodes[i];
-        let (NodeOp::Op(Op::Conv { act, .. }), [Some(x), Some(w), bias @ ..], [y]) =
-            (&node.op, node.inputs.as_slice(), node.outputs.as_slice())
-        else {
-            i += 1;
-            continue;
-        };
-        let (x, w, y, b) = (*x, *w, *y, bias.first().copied().flatten());
-        let readers: Vec<usize> = (0..g.nodes.len())
-            .filter(|&j| g.nodes[j].inputs.contains(&Some(y)))
-            .collect();
-        let step = match (*act, readers.as_slice()) {
-            (LinearAct::None, &[j]) if !g.outputs.contains(&y) => conv_affine_step(g, w, b, y, j),
-            _ => None,
-        };
-        let Some((scale, shift, j)) = step else {
-            i += 1;
-            continue;
-        };
-        let (Some(wt), m) = (g.constants.get(&w), scale.len().max(shift.len())) else {
-            i += 1;
-            continue;
-        };
-        let Ok(wv) = wt.as_f32() else {
-            i += 1;
-            continue;
-        };
-        let per = wv.len() / m.max(1);
-        let bv: Vec<f32> = match b.and_then(|b| g.constants.get(&b)) {
-            Some(t) => t.to_f32_vec().unwrap_or_default(),
-            None => vec![0.0; m],
-        };
-        let (Ok(new_w), true) = (
-            Tensor::from_f32(
-                wt.dims(),
-                &wv.iter()
-                    .enumerate()
-                    .map(|(k, &v)| scale.get(k / per.max(1)).map_or(v, |s| v * s))
-                    .collect::<Vec<_>>(),
-            ),
-            bv.len() == m,
-        ) else {
-            i += 1;
-            continue;
-        };
-        let new_b: Vec<f32> = (0..m)
-            .map(|k| {
-                let v = scale.get(k).map_or(bv[k], |s| bv[k] * s);
-                shift.get(k).map_or(v, |a| v + a)
-            })
-            .collect();
-        let Ok(new_b) = Tensor::from_f32(&[m], &new_b) else {
+        let Some((j, new_w, new_b)) = conv_output_affine(g, i) else {
             i += 1;
             continue;
         };
@@ -422,8 +370,12 @@ pub fn fold_conv_affine(g: &mut Graph) -> usize {
         let wid = g.add_constant(&format!("{name}.folded_w{folded}"), new_w);
         let bid = g.add_constant(&format!("{name}.folded_b{folded}"), new_b);
         // The conv now computes what the folded node did; the folded node reads nothing.
-        let out = g.nodes[j].outputs[0];
-        g.nodes[i].inputs = vec![Some(x), Some(wid), Some(bid)];
+        let (x, y, out) = (
+            g.nodes[i].inputs[0],
+            g.nodes[i].outputs[0],
+            g.nodes[j].outputs[0],
+        );
+        g.nodes[i].inputs = vec![x, Some(wid), Some(bid)];
         g.nodes[i].outputs = vec![out];
         g.nodes[j].inputs.clear();
         g.nodes[j].outputs = vec![y];
@@ -433,16 +385,73 @@ pub fn fold_conv_affine(g: &mut Graph) -> usize {
     folded
 }
 
+/// The node that alone reads `v`, when `v` is not a graph output.
+fn only_reader(g: &Graph, v: ValueId) -> Option<usize> {
+    let mut readers = (0..g.nodes.len()).filter(|&j| g.nodes[j].inputs.contains(&Some(v)));
+    match (readers.next(), readers.next(), g.outputs.contains(&v)) {
+        (Some(j), None, false) => Some(j),
+        _ => None,
+    }
+}
+
+/// For [`fold_conv_affine`]: the node `j` that scales or shifts conv `i`'s output, and the
+/// conv's new weight and bias.
+fn conv_output_affine(g: &Graph, i: usize) -> Option<(usize, Tensor, Tensor)> {
+    use cyb_ops::{LinearAct, Op};
+    let node = &g.nodes[i];
+    let (
+        NodeOp::Op(Op::Conv {
+            act: LinearAct::None,
+            ..
+        }),
+        [Some(_), Some(w), bias @ ..],
+        [y],
+    ) = (&node.op, node.inputs.as_slice(), node.outputs.as_slice())
+    else {
+        return None;
+    };
+    let b = bias.first().copied().flatten();
+    let j = only_reader(g, *y)?;
+    let (scale, shift) = conv_affine_step(g, *w, b, *y, j)?;
+    let wt = g.constants.get(w)?;
+    let wv = wt.as_f32().ok()?;
+    let m = scale.len().max(shift.len());
+    let per = (wv.len() / m.max(1)).max(1);
+    let bv: Vec<f32> = match b {
+        Some(b) => g.constants.get(&b)?.to_f32_vec().ok()?,
+        None => vec![0.0; m],
+    };
+    if bv.len() != m {
+        return None;
+    }
+    let scaled: Vec<f32> = wv
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| scale.get(k / per).map_or(v, |s| v * s))
+        .collect();
+    let new_b: Vec<f32> = (0..m)
+        .map(|k| {
+            let v = scale.get(k).map_or(bv[k], |s| bv[k] * s);
+            shift.get(k).map_or(v, |a| v + a)
+        })
+        .collect();
+    Some((
+        j,
+        Tensor::from_f32(wt.dims(), &scaled).ok()?,
+        Tensor::from_f32(&[m], &new_b).ok()?,
+    ))
+}
+
 /// The scale (`Mul`) or shift (`Add`) node `j` applies to the conv output `y` of a conv with
 /// weight `w` and bias `b`: one value, or one per output channel broadcast along axis 1, as a
-/// list per output channel (`(scale, [], j)` or `([], shift, j)`).
+/// list per output channel (`(scale, [])` or `([], shift)`).
 fn conv_affine_step(
     g: &Graph,
     w: ValueId,
     b: Option<ValueId>,
     y: ValueId,
     j: usize,
-) -> Option<(Vec<f32>, Vec<f32>, usize)> {
+) -> Option<(Vec<f32>, Vec<f32>)> {
     use cyb_ops::Op;
     let wt = g.constants.get(&w)?;
     let m = *wt.dims().first()?;
@@ -460,8 +469,8 @@ fn conv_affine_step(
     }
     let per_channel = channel_values(g, other, rank, m)?;
     match &node.op {
-        NodeOp::Op(Op::Mul) => Some((per_channel, Vec::new(), j)),
-        NodeOp::Op(Op::Add) => Some((Vec::new(), per_channel, j)),
+        NodeOp::Op(Op::Mul) => Some((per_channel, Vec::new())),
+        NodeOp::Op(Op::Add) => Some((Vec::new(), per_channel)),
         _ => None,
     }
 }
@@ -537,15 +546,10 @@ fn affine_into_conv_step(g: &Graph, k: usize) -> Option<(usize, ValueId, Tensor,
     if pads.iter().any(|&p| p != 0) || b.is_some_and(|b| !g.constants.contains_key(&b)) {
         return None;
     }
-    let single_reader = !g.outputs.contains(&x)
-        && g.nodes
-            .iter()
-            .filter(|n| n.inputs.contains(&Some(x)))
-            .count()
-            == 1;
+    only_reader(g, x)?;
     let j = g.nodes.iter().position(|n| n.outputs.contains(&x))?;
     let producer = &g.nodes[j];
-    let ([Some(p), Some(q)], true) = (producer.inputs.as_slice(), single_reader) else {
+    let [Some(p), Some(q)] = producer.inputs.as_slice() else {
         return None;
     };
     let rank = g.values.get(x)?.ty.as_ref()?.dims.as_ref()?.len();
