@@ -8,7 +8,9 @@
 
 use crate::context::GpuContext;
 use crate::kernels::Kernels;
-use crate::memory::{padded, padded_vec, shadow, DeviceView, GpuBuf, HostShadow, ResidentKey};
+use crate::memory::{
+    padded, padded_vec, shadow, DeviceView, GpuBuf, HostShadow, MemKind, ResidentKey,
+};
 use crate::ops;
 use cyb_backend::{Backend, BufferUsage, ExecContext, FrameAllocator};
 use cyb_ops::Op;
@@ -52,6 +54,10 @@ pub struct WgpuBackend {
     pub(crate) coop: std::sync::atomic::AtomicBool,
     /// Bytes of the buffers this backend made that are alive, and the most at once.
     memory: Arc<crate::memory::MemoryCounter>,
+    /// Print the memory by kind at exit (`WgpuOptions::memory_report`).
+    memory_report: bool,
+    /// Bytes written through staging copies since they were last submitted and waited for.
+    staged: std::sync::atomic::AtomicU64,
 }
 
 /// Launches after which the recorded work is submitted mid-step, so the GPU runs the first part
@@ -74,6 +80,9 @@ impl Drop for WgpuBackend {
         }
         if let Some(g) = &self.lock().gpu_time {
             eprint!("{}", g.report());
+        }
+        if self.memory_report {
+            eprint!("{}", self.memory.report());
         }
     }
 }
@@ -128,6 +137,10 @@ pub(crate) struct State {
 
 /// Writes larger than this run on the recording thread (`WgpuBackend::write`).
 const DIRECT_WRITE: usize = 1 << 16;
+
+/// Bytes written through staging copies after which they are submitted and waited for, so the
+/// driver frees the copies (`WgpuBackend::write`).
+const STAGING_FLUSH: u64 = 256 << 20;
 
 /// Uploads up to this many bytes are shared within a frame (`State::small_uploads`).
 const SMALL_UPLOAD: usize = 256;
@@ -224,6 +237,8 @@ impl WgpuBackend {
             replayed: std::sync::atomic::AtomicU64::new(0),
             mvq_min_rows: std::sync::atomic::AtomicUsize::new(crate::ops::matmul::MVQ_MIN_ROWS),
             memory: Arc::default(),
+            memory_report: options.memory_report,
+            staged: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -334,7 +349,12 @@ impl WgpuBackend {
         self.coop.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub(crate) fn create(&self, size: u64, usage: BufferUsage) -> Result<Arc<GpuBuf>> {
+    pub(crate) fn create(
+        &self,
+        size: u64,
+        usage: BufferUsage,
+        kind: MemKind,
+    ) -> Result<Arc<GpuBuf>> {
         if size > self.ctx.limits.max_buffer_size {
             return Err(Error::OutOfMemory {
                 what: format!(
@@ -360,7 +380,7 @@ impl WgpuBackend {
             usage,
             mapped_at_creation: false,
         });
-        Ok(Arc::new(GpuBuf::counted(buffer, &self.memory)))
+        Ok(Arc::new(GpuBuf::counted(buffer, &self.memory, kind)))
     }
 
     /// A frame buffer of at least `bytes` (rounded to 4) that no live tensor holds, for the host
@@ -398,7 +418,7 @@ impl WgpuBackend {
         loop {
             let b = st
                 .frame
-                .alloc_reusing(size, usage, idle, |s| self.create(s, usage))?;
+                .alloc_reusing(size, usage, idle, |s| self.create(s, usage, MemKind::Frame))?;
             // The allocator and this handle hold two references; more means a tensor from an
             // earlier step still uses it (it stays checked out until the next reset).
             if Arc::strong_count(&b) <= 2 {
@@ -464,6 +484,20 @@ impl WgpuBackend {
             self.ctx.queue.write_buffer(buf, 0, data);
         } else {
             self.ctx.queue.write_buffer(buf, 0, &padded_vec(data));
+        }
+        // Each write holds a staging copy of its bytes in the driver until a submission that
+        // carries it has completed. A model's weights are written while its first step is
+        // recorded, so without this every weight would be held twice at once.
+        let staged = self
+            .staged
+            .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed)
+            + len as u64;
+        if staged >= STAGING_FLUSH {
+            self.staged.store(0, std::sync::atomic::Ordering::Relaxed);
+            // Pending writes always run before the next submission's commands, so submitting
+            // them now orders nothing differently.
+            self.ctx.queue.submit(std::iter::empty());
+            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
         }
     }
 
@@ -634,7 +668,11 @@ impl WgpuBackend {
         if let Some(c) = st.capture.as_mut() {
             c.spoil("a weight was uploaded");
         }
-        let buf = self.create(padded(data.len()) + WEIGHT_TAIL, BufferUsage::Storage)?;
+        let buf = self.create(
+            padded(data.len()) + WEIGHT_TAIL,
+            BufferUsage::Storage,
+            MemKind::Weights,
+        )?;
         self.write(&buf.buffer, data);
         let host = shadow(data);
         let resident = Resident {
@@ -733,7 +771,7 @@ impl Backend for WgpuBackend {
             .bytes_for(shape.numel())
             .ok_or_else(|| Error::invalid("alloc", format!("{dtype} {shape}")))?;
         // A fresh buffer, not a frame one: the caller may keep it across steps. wgpu zeroes it.
-        let buf = self.create(padded(len), BufferUsage::Storage)?;
+        let buf = self.create(padded(len), BufferUsage::Storage, MemKind::Kept)?;
         let view = DeviceView {
             buf,
             len,

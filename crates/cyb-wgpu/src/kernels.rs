@@ -38,12 +38,34 @@ fn activations(family: Family, src: &str) -> String {
 
 /// dequant.wgsl's readers for weight binding `W{i}`: every reader renamed with the suffix `i`
 /// (one kernel reads several weight buffers, and WGSL functions cannot take a buffer).
-fn numbered_dequant(i: usize) -> String {
-    let mut s = DEQUANT.replace("W[", &format!("W{i}["));
-    for f in ["rb", "rsb", "rh", "rw", "kscale_min", "deq"] {
+fn numbered_dequant(i: usize, wide: bool) -> String {
+    let mut s = dequant(wide).replace("W[", &format!("W{i}["));
+    for f in ["wu", "wq", "rb", "rsb", "rh", "rw", "kscale_min", "deq"] {
         s = s.replace(&format!("{f}("), &format!("{f}{i}("));
     }
     s
+}
+
+/// Whether kernels bind weights of this kind (dequant.wgsl's numbering) as 16-byte words: Q4_K
+/// and Q5_K, whose blocks (144 and 176 bytes) start at multiples of 16 bytes, so that the decode
+/// matvec reads a unit's levels and a block's scales in one load each (matvec_fast.wgsl's
+/// `kdot`). The others are bound as u32 words.
+fn wide_words(kind: u32) -> bool {
+    matches!(kind, 7 | 8)
+}
+
+/// dequant.wgsl behind its word readers for the weight binding `W` (of element type `WT`, which
+/// `source` defines): `wu(i)` the u32 word i, `wq(i)` the 16 bytes from byte 16i.
+fn dequant(wide: bool) -> String {
+    let readers = if wide {
+        "fn wu(i: u32) -> u32 { return W[i >> 2u][i & 3u]; }\n\
+         fn wq(i: u32) -> vec4<u32> { return W[i]; }\n"
+    } else {
+        "fn wu(i: u32) -> u32 { return W[i]; }\n\
+         fn wq(i: u32) -> vec4<u32> {\n    \
+         return vec4<u32>(W[4u * i], W[4u * i + 1u], W[4u * i + 2u], W[4u * i + 3u]);\n}\n"
+    };
+    format!("{readers}{DEQUANT}")
 }
 
 /// What every kernel starts with: `SG`, the subgroup size (0: no subgroup operations), `SGD`
@@ -96,6 +118,9 @@ pub enum Family {
     /// (sdpa_merge.wgsl).
     SdpaPart,
     SdpaMerge,
+    /// Decode attention over one chunk of keys for all query heads of a kv head
+    /// (sdpa_dec.wgsl), merged by `SdpaMerge`.
+    SdpaDec,
     BinaryPair,
     NormPair,
     /// Prefill matmuls on cooperative matrices (matmul_coop.wgsl; needs the device's f16 and
@@ -127,6 +152,7 @@ impl Family {
             Family::SdpaRope => include_str!("shaders/sdpa_rope.wgsl"),
             Family::SdpaPart => include_str!("shaders/sdpa_part.wgsl"),
             Family::SdpaMerge => include_str!("shaders/sdpa_merge.wgsl"),
+            Family::SdpaDec => include_str!("shaders/sdpa_dec.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
             Family::AddNorm => include_str!("shaders/add_norm.wgsl"),
@@ -143,7 +169,7 @@ impl Family {
             | Family::Norm
             | Family::Rope => (2, 1),
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
-            Family::Sdpa | Family::SdpaPart => (3, 2),
+            Family::Sdpa | Family::SdpaPart | Family::SdpaDec => (3, 2),
             Family::SdpaMerge => (1, 1),
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
@@ -288,7 +314,8 @@ impl Kernels {
             // Units of eight values per block for the decode matvec (matvec_fast.wgsl's `udot`).
             let upb = match kind {
                 0 | 1 => 1,
-                7..=9 => 32,
+                7 | 8 => crate::ops::matmul::K_UNITS,
+                9 => 32,
                 _ => 4,
             };
             // Q4_0 decode matvecs walk their blocks in pairs of one alignment each
@@ -296,17 +323,20 @@ impl Kernels {
             // 14.48 µs per launch. Q8_0's 34-byte blocks alternate too, but walked in pairs
             // its merged launches gained 0.5 µs and its residual matvecs lost 0.4: no gain.
             let pairwalk = kind == 3;
+            let wide = wide_words(kind);
+            let wt = if wide { "vec4<u32>" } else { "u32" };
             src.push_str(&format!(
                 "const KIND: u32 = {kind}u;\nconst BLOCK: u32 = {block}u;\n\
                  const BYTES: u32 = {bytes}u;\nconst MB: u32 = {mb}u;\nconst LPR: u32 = {lpr}u;\n\
-                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\nconst PAIRWALK: bool = {pairwalk};\n"
+                 const UPB: u32 = {upb}u;\nconst MR: u32 = {mr}u;\nconst PAIRWALK: bool = {pairwalk};\n\
+                 alias WT = {wt};\n"
             ));
             // The weight buffer must be declared before dequant.wgsl's readers use it; the
             // family source declares it, and WGSL allows use before declaration at module scope.
             let multi = matches!(key.family, Family::MatVecMulti | Family::MatVecNorm);
             if multi {
                 for i in 0..3 {
-                    src.push_str(&numbered_dequant(i));
+                    src.push_str(&numbered_dequant(i, wide));
                     src.push_str(&MATVEC_DOT.replace('@', &i.to_string()));
                     src.push_str(&activations(
                         key.family,
@@ -314,7 +344,7 @@ impl Kernels {
                     ));
                 }
             } else {
-                src.push_str(DEQUANT);
+                src.push_str(&dequant(wide));
             }
             if multi || matches!(key.family, Family::MatMul | Family::MatVecRes) {
                 src.push_str(MATVEC_FAST_COMMON);
@@ -339,7 +369,7 @@ impl Kernels {
             Family::BinaryPair => src.push_str(include_str!("shaders/broadcast.wgsl")),
             // `rows`: values per load of q and k (sdpa.wgsl), plus 8 when v is read four
             // values at a time (sdpa_rope.wgsl: always both).
-            Family::Sdpa | Family::SdpaRope | Family::SdpaPart => {
+            Family::Sdpa | Family::SdpaRope | Family::SdpaPart | Family::SdpaDec => {
                 src.push_str(if key.rows & 4 != 0 {
                     "alias QK = vec4<f32>;\nconst QW: u32 = 4u;\n\
                      fn qk_mul(a: QK, b: QK) -> f32 { return dot(a, b); }\n"
@@ -355,7 +385,7 @@ impl Kernels {
                     "alias VV = f32;\nconst VW: u32 = 1u;\n\
                      fn store_o(at: u32, o: VV) { O[at] = o; }\n"
                 });
-                if key.family == Family::SdpaPart {
+                if matches!(key.family, Family::SdpaPart | Family::SdpaDec) {
                     src.push_str(if key.rows & 8 != 0 {
                         "fn store_p(at: u32, o: VV) {\n\
                          PART[at] = o.x; PART[at + 1u] = o.y; PART[at + 2u] = o.z; \
@@ -363,7 +393,9 @@ impl Kernels {
                     } else {
                         "fn store_p(at: u32, o: VV) { PART[at] = o; }\n"
                     });
-                    src.push_str(include_str!("shaders/reduce.wgsl"));
+                    if key.family == Family::SdpaPart {
+                        src.push_str(include_str!("shaders/reduce.wgsl"));
+                    }
                 } else {
                     if key.family == Family::SdpaRope {
                         src.push_str("const SP: u32 = 16u;\n");

@@ -836,10 +836,14 @@ impl WgpuBackend {
             Some(s) => s.clone(),
             None => {
                 let s = [
-                    self.create(16, BufferUsage::Storage)?,
-                    self.create(16, BufferUsage::Storage)?,
-                    self.create(16, BufferUsage::Storage)?,
-                    self.create(4 * u64::from(NORM_FUSE_MAX_D), BufferUsage::Storage)?,
+                    self.create(16, BufferUsage::Storage, crate::memory::MemKind::Other)?,
+                    self.create(16, BufferUsage::Storage, crate::memory::MemKind::Other)?,
+                    self.create(16, BufferUsage::Storage, crate::memory::MemKind::Other)?,
+                    self.create(
+                        4 * u64::from(NORM_FUSE_MAX_D),
+                        BufferUsage::Storage,
+                        crate::memory::MemKind::Other,
+                    )?,
                 ];
                 st.spare = Some(s.clone());
                 s

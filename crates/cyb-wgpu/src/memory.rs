@@ -23,17 +23,52 @@ pub fn shadow(data: &[u8]) -> HostShadow {
     (data.len() <= HOST_SHADOW_MAX).then(|| Arc::from(data))
 }
 
-/// Bytes of the buffers a backend made that are still alive, and the most at once.
+/// What a buffer holds, for the memory report (`CYB_WGPU_MEMORY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Model weights uploaded once and kept (`resident_upload`).
+    Weights = 0,
+    /// Buffers a caller keeps across steps (`Backend::alloc`: KV caches).
+    Kept = 1,
+    /// Frame buffers: activations, uploads and scratch, pooled between steps.
+    Frame = 2,
+    /// Parameters of replayed steps and small spare bindings.
+    Other = 3,
+}
+
+const KINDS: usize = 4;
+const KIND_NAMES: [&str; KINDS] = ["weights", "kept (KV caches)", "frame buffers", "other"];
+
+/// Bytes of the buffers a backend made that are still alive, and the most at once, in all and
+/// by kind.
 #[derive(Debug, Default)]
 pub struct MemoryCounter {
     current: AtomicU64,
     peak: AtomicU64,
+    by_kind: [AtomicU64; KINDS],
+    /// Each kind's bytes when the total peaked.
+    at_peak: [AtomicU64; KINDS],
+    kind_peak: [AtomicU64; KINDS],
+    largest: [AtomicU64; KINDS],
 }
 
 impl MemoryCounter {
-    fn add(&self, bytes: u64) {
+    fn add(&self, bytes: u64, kind: MemKind) {
+        let k = kind as usize;
+        let mine = self.by_kind[k].fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.kind_peak[k].fetch_max(mine, Ordering::Relaxed);
+        self.largest[k].fetch_max(bytes, Ordering::Relaxed);
         let now = self.current.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
+        if self.peak.fetch_max(now, Ordering::Relaxed) < now {
+            for (at, by) in self.at_peak.iter().zip(&self.by_kind) {
+                at.store(by.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn sub(&self, bytes: u64, kind: MemKind) {
+        self.by_kind[kind as usize].fetch_sub(bytes, Ordering::Relaxed);
+        self.current.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     pub fn get(&self) -> cyb_backend::DeviceMemory {
@@ -41,6 +76,27 @@ impl MemoryCounter {
             current: self.current.load(Ordering::Relaxed),
             peak: self.peak.load(Ordering::Relaxed),
         }
+    }
+
+    /// What the memory report prints: the peak, what each kind held then, each kind's own
+    /// peak and its largest buffer.
+    pub fn report(&self) -> String {
+        let mib = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / (1 << 20) as f64;
+        let mut out = format!(
+            "wgpu device memory: peak {:.1} MiB, now {:.1} MiB\n",
+            mib(&self.peak),
+            mib(&self.current)
+        );
+        for k in 0..KINDS {
+            out.push_str(&format!(
+                "  {:<17} {:>10.1} MiB at the peak, {:>10.1} MiB at most, largest buffer {:.1} MiB\n",
+                KIND_NAMES[k],
+                mib(&self.at_peak[k]),
+                mib(&self.kind_peak[k]),
+                mib(&self.largest[k])
+            ));
+        }
+        out
     }
 }
 
@@ -53,27 +109,27 @@ pub struct GpuBuf {
     pub id: u64,
     /// Where its bytes are counted while it lives.
     counter: Arc<MemoryCounter>,
+    kind: MemKind,
 }
 
 impl GpuBuf {
-    /// A buffer whose size `counter` holds until it is dropped.
-    pub fn counted(buffer: wgpu::Buffer, counter: &Arc<MemoryCounter>) -> GpuBuf {
+    /// A buffer of `kind` whose size `counter` holds until it is dropped.
+    pub fn counted(buffer: wgpu::Buffer, counter: &Arc<MemoryCounter>, kind: MemKind) -> GpuBuf {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        counter.add(buffer.size());
+        counter.add(buffer.size(), kind);
         GpuBuf {
             buffer,
             id,
             counter: counter.clone(),
+            kind,
         }
     }
 }
 
 impl Drop for GpuBuf {
     fn drop(&mut self) {
-        self.counter
-            .current
-            .fetch_sub(self.buffer.size(), Ordering::Relaxed);
+        self.counter.sub(self.buffer.size(), self.kind);
     }
 }
 

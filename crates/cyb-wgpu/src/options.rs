@@ -27,6 +27,9 @@ pub struct WgpuOptions {
     pub gpu_time: Option<bool>,
     /// Host time spent in the backend per call, printed at exit (a profiling knob).
     pub host_time: bool,
+    /// Device memory by kind (weights, kept buffers, frame buffers) at the peak, printed at
+    /// exit (a profiling knob).
+    pub memory_report: bool,
 }
 
 impl Default for WgpuOptions {
@@ -40,6 +43,7 @@ impl Default for WgpuOptions {
             profile: false,
             gpu_time: None,
             host_time: false,
+            memory_report: false,
         }
     }
 }
@@ -75,6 +79,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
         "CYB_WGPU_HOST_TIME",
         "`host_time`: `1` prints the backend's host time per call at exit",
     ),
+    (
+        "CYB_WGPU_MEMORY",
+        "`memory_report`: `1` prints device memory by kind at exit",
+    ),
 ];
 
 impl WgpuOptions {
@@ -99,6 +107,7 @@ impl WgpuOptions {
                 .filter(|v| v != "0")
                 .map(|v| v == "kernels"),
             host_time: on("CYB_WGPU_HOST_TIME", false),
+            memory_report: on("CYB_WGPU_MEMORY", false),
         })
     }
 }

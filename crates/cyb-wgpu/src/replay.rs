@@ -320,7 +320,11 @@ impl WgpuBackend {
             .chain(written)
             .filter_map(|id| frame.remove(&id))
             .collect();
-        let params = self.create(stride * launch_events.len() as u64, BufferUsage::Uniform)?;
+        let params = self.create(
+            stride * launch_events.len() as u64,
+            BufferUsage::Uniform,
+            crate::memory::MemKind::Other,
+        )?;
         let launches = launch_events
             .into_iter()
             .enumerate()

@@ -429,6 +429,39 @@ fn argmax_rows_with_ties_and_nan() {
 /// Rows of more than 256 keys are split over chunks of 256 and merged (sdpa_part.wgsl,
 /// sdpa_merge.wgsl): chunks past the keys, chunks a sliding window hides entirely, a softcap,
 /// grouped heads, several query rows, and value widths with and without four-value loads.
+/// Decode rows (one query per head) on the kernel grouped by kv head (sdpa_dec.wgsl, where the
+/// adapter has subgroups): groups of 1 to 8 query heads (7: chunks that are not a power of two
+/// of the group's keys), heads of sizes that are not multiples of four, one key, keys over
+/// many chunks (merged), windows, softcaps and batches.
+#[test]
+fn decode_attention_grouped_by_kv_head() {
+    // (batch, hq, hkv, d, dv, lk, window, softcap)
+    for (b, hq, hkv, d, dv, lk, window, softcap) in [
+        (1, 8, 1, 64, 64, 1, None, None),
+        (1, 32, 8, 64, 64, 700, None, None),
+        (1, 6, 2, 12, 4, 37, Some(5), Some(20.0)),
+        (1, 7, 1, 16, 20, 300, None, None),
+        (2, 4, 2, 8, 8, 90, Some(40), None),
+        (1, 2, 1, 64, 64, 5000, None, Some(5.0)),
+        (1, 12, 1, 8, 8, 50, None, None),
+    ] {
+        let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
+            scale: 0.2,
+            causal: true,
+            sliding_window: window,
+            softcap,
+            alibi_max_bias: None,
+        };
+        let inputs = [
+            f32t(&[b, hq, 1, d], 61),
+            f32t(&[b, hkv, lk, d], 62),
+            f32t(&[b, hkv, lk, dv], 63),
+        ];
+        check(&sdpa, &inputs, 1e-4);
+    }
+}
+
 #[test]
 fn attention_split_over_many_keys() {
     for (lq, lk, d, dv, window, softcap) in [

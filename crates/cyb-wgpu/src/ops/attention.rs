@@ -184,6 +184,89 @@ fn in_place(t: &Tensor, lk: usize) -> Result<(Arc<GpuBuf>, usize)> {
     }
 }
 
+/// Query heads per kv head, head size (values) and keys per chunk the grouped decode kernel
+/// holds in workgroup memory (sdpa_dec.wgsl's GMAX, `qs` and `ws`), and values of a key one lane
+/// keeps in registers (KPL).
+const DEC_MAX_GROUP: usize = 8;
+const DEC_MAX_VALUES: usize = 1024;
+const DEC_VALUES_PER_LANE: usize = 8;
+/// The fewest and most keys per chunk of the grouped decode kernel, and the workgroups it aims
+/// for (chunks get smaller until a launch has about this many, so that a short context still
+/// spreads over a large GPU).
+const DEC_MIN_CHUNK: usize = 32;
+const DEC_MAX_CHUNK: usize = 256;
+const DEC_TARGET_GROUPS: usize = 256;
+
+/// Keys per chunk of the grouped decode kernel (sdpa_dec.wgsl) for one query row per head
+/// (`lq` 1), `hq` query heads on `hkv` kv heads of `d` values, `rows` query rows in all and
+/// `keys` the power of two at or above the key count; `None` where it does not apply (no
+/// subgroups, a prompt, heads too large or groups too wide), and the other kernels run.
+/// Chunks follow `keys` alone, so a grid holds for one power of two (replay.rs).
+pub(crate) fn grouped_decode_chunk(
+    sg: usize,
+    lq: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    rows: usize,
+    keys: usize,
+) -> Option<usize> {
+    if sg == 0 || lq != 1 || hkv == 0 || !hq.is_multiple_of(hkv) {
+        return None;
+    }
+    let g = hq / hkv;
+    if g > DEC_MAX_GROUP || g * d > DEC_MAX_VALUES || d > DEC_VALUES_PER_LANE * sg {
+        return None;
+    }
+    let units = rows / hq * hkv;
+    let most = (DEC_MAX_VALUES / g).min(DEC_MAX_CHUNK);
+    let most = 1 << most.ilog2();
+    let ch = (keys * units / DEC_TARGET_GROUPS)
+        .max(1)
+        .next_power_of_two()
+        .clamp(DEC_MIN_CHUNK, most);
+    Some(ch)
+}
+
+/// Decode attention on the grouped kernel (sdpa_dec.wgsl): `keys / ch` chunks per kv head,
+/// merged by sdpa_merge.wgsl where there are several.
+#[allow(clippy::too_many_arguments)]
+fn grouped_decode(
+    gpu: &WgpuBackend,
+    st: &mut State,
+    mut params: Vec<u32>,
+    [q, k, v, ybuf]: [&Arc<GpuBuf>; 4],
+    (rows, dv): (usize, usize),
+    keys: usize,
+    ch: usize,
+    rows_key: u32,
+) -> Result<()> {
+    let (hq, hkv) = (params[1] as usize, params[4] as usize);
+    let units = rows / hq * hkv;
+    let chunks = keys.div_ceil(ch);
+    let groups = u32::try_from(units * chunks)
+        .map_err(|_| cyb_tensor::Error::invalid("sdpa", "too many kv heads for one launch"))?;
+    params.extend([chunks as u32, ch as u32]);
+    // One float per chunk when there is no merge: the kernel binds PART either way.
+    let parts = gpu.frame_out(st, rows * chunks * (dv + 2) * 4)?;
+    let key = KernelKey {
+        rows: rows_key,
+        ..KernelKey::plain(Family::SdpaDec, "sdpa_dec")
+    };
+    gpu.dispatch(st, &key, &params, &[q, k, v, ybuf, &parts], groups)?;
+    if chunks > 1 {
+        let merge = KernelKey::plain(Family::SdpaMerge, "sdpa_merge");
+        gpu.dispatch(
+            st,
+            &merge,
+            &[rows as u32, dv as u32, chunks as u32],
+            &[&parts, ybuf],
+            rows as u32,
+        )?;
+    }
+    Ok(())
+}
+
 pub(crate) fn sdpa(
     gpu: &WgpuBackend,
     st: &mut State,
@@ -242,6 +325,20 @@ pub(crate) fn sdpa(
     // keep one buffer and one grid (the frame allocator pools buffers by exact size, and a
     // replay plan holds for one power of two).
     let keys = lk.next_power_of_two();
+    if let Some(ch) = grouped_decode_chunk(gpu.subgroup_size() as usize, lq, hq, hkv, d, rows, keys)
+    {
+        return grouped_decode(
+            gpu,
+            st,
+            params,
+            [&q, &k, &v, &ybuf],
+            (rows, dv),
+            keys,
+            ch,
+            rows_key,
+        )
+        .map(|()| y);
+    }
     if keys <= SPLIT_KEYS {
         // One workgroup per query row, its scores in a scratch buffer.
         let scores = gpu.frame_out(st, rows * keys * 4)?;
@@ -279,4 +376,39 @@ pub(crate) fn sdpa(
         rows as u32,
     )?;
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks are powers of two from 32 keys, fit the kernel's workgroup memory for the group,
+    /// shrink until a launch has about 256 workgroups, and the kernel is declined where it does
+    /// not apply.
+    #[test]
+    fn grouped_decode_chunks() {
+        let ch = |hq, hkv, d, keys| grouped_decode_chunk(32, 1, hq, hkv, d, hq, keys);
+        // Llama 3 8B: 32 query heads on 8 kv heads of 128.
+        assert_eq!(ch(32, 8, 128, 1), Some(32));
+        assert_eq!(ch(32, 8, 128, 1024), Some(32));
+        assert_eq!(ch(32, 8, 128, 8192), Some(256));
+        assert_eq!(ch(32, 8, 128, 16384), Some(256));
+        // Groups of 8 and of 7 keep G · CH ≤ 1024.
+        assert_eq!(ch(8, 1, 64, 1 << 20), Some(128));
+        assert_eq!(ch(7, 1, 64, 1 << 20), Some(128));
+        for (hq, hkv, d) in [(32, 8, 128), (8, 1, 64), (7, 1, 64), (2, 2, 256)] {
+            for keys in (0..20).map(|p| 1usize << p) {
+                let c = ch(hq, hkv, d, keys).unwrap();
+                assert!(c.is_power_of_two() && (32..=256).contains(&c));
+                assert!(hq / hkv * c <= 1024 && hq / hkv * d <= 1024);
+            }
+        }
+        // No subgroups, a prompt, groups over 8, heads over 8 lanes' values or G · d over 1024.
+        assert_eq!(grouped_decode_chunk(0, 1, 32, 8, 128, 32, 64), None);
+        assert_eq!(grouped_decode_chunk(32, 2, 32, 8, 128, 64, 64), None);
+        assert_eq!(ch(16, 1, 64, 64), None);
+        assert_eq!(grouped_decode_chunk(8, 1, 8, 8, 128, 8, 64), None);
+        assert_eq!(ch(8, 1, 256, 64), None);
+        assert_eq!(ch(6, 4, 64, 64), None);
+    }
 }

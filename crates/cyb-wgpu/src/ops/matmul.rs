@@ -30,16 +30,28 @@ fn whole_words(dtype: DType, k: usize) -> bool {
 /// 32 lanes against 183 µs with 64 on the H200.
 pub(crate) const MV_LEAST_LANES: u32 = 32;
 
+/// Units per Q4_K / Q5_K block in the decode matvec: a lane takes 32 values of a block
+/// (matvec_fast.wgsl's `kdot`), its scales decoded once for them. With a unit of 8 values, as
+/// the other formats, every lane decoded the block's scales for 8 values.
+pub(crate) const K_UNITS: u32 = 8;
+
+/// Weight values one lane of the decode matvec takes per step: four for F32/F16, one unit of a
+/// block for the quantized formats (matvec_fast.wgsl).
+fn values_per_lane_step(dtype: DType) -> usize {
+    match weight_format(dtype) {
+        Some((_, 1, _)) => 4,
+        Some((7 | 8, block, _)) => block as usize / K_UNITS as usize,
+        _ => 8,
+    }
+}
+
 /// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values of `dtype`:
 /// enough that the launch has about 2^18 threads (a large GPU full; with fewer, each lane
 /// waits on its loads alone), but no more than a row has values for one step of every lane
 /// (four per lane for F32/F16, eight for the quantized formats), and 32 .. 256.
 pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
     let least = MV_LEAST_LANES as usize;
-    let per_lane = match weight_format(dtype) {
-        Some((_, 1, _)) => 4,
-        _ => 8,
-    };
+    let per_lane = values_per_lane_step(dtype);
     let mut lanes = ((1usize << 18) / n.max(1))
         .next_power_of_two()
         .clamp(least, 256);
@@ -286,7 +298,11 @@ mod tests {
                         "{dt} {n} {k}: {l}"
                     );
                     // Values one step of a lane takes (matvec_fast.wgsl).
-                    let per = if dt.block_elems() == 1 { 4 } else { 8 };
+                    let per = match dt {
+                        DType::Q4_K | DType::Q5_K => 32,
+                        _ if dt.block_elems() == 1 => 4,
+                        _ => 8,
+                    };
                     assert!(l == least || l * per <= k, "{dt} {n} {k}: {l} lanes idle");
                     if l * per <= k / 2 && l < 256 {
                         assert!(n * l * 2 > 1 << 18, "{dt} {n} {k}: {l} lanes too few");

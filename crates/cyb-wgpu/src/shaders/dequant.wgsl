@@ -1,11 +1,12 @@
-// Weight element readers: the weight buffer W is the tensor's packed bytes as u32 words
-// (GGUF block layouts, little-endian). `o` is a block's byte offset, `e` the element in it.
+// Weight element readers: the weight buffer W is the tensor's packed bytes (GGUF block layouts,
+// little-endian), read as u32 words through `wu` and 16-byte words through `wq` (kernels.rs
+// defines both for the binding's element type, `WT`). `o` is a block's byte offset, `e` the element in it.
 // The host prepends `const BLOCK`, `const BYTES` and `const KIND` (0 F32, 1 F16, 2 Q8_0, 3 Q4_0,
 // 4 Q4_1, 5 Q5_0, 6 Q5_1, 7 Q4_K, 8 Q5_K, 9 Q6_K).
 
-fn rb(i: u32) -> u32 { return (W[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu; }
+fn rb(i: u32) -> u32 { return (wu(i >> 2u) >> ((i & 3u) * 8u)) & 0xffu; }
 fn rsb(i: u32) -> f32 { return f32(bitcast<i32>(rb(i) << 24u) >> 24u); }
-fn rh(o: u32) -> f32 { return unpack2x16float((W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu).x; }
+fn rh(o: u32) -> f32 { return unpack2x16float((wu(o >> 2u) >> ((o & 2u) * 8u)) & 0xffffu).x; }
 fn rw(o: u32) -> u32 { return rb(o) | (rb(o + 1u) << 8u) | (rb(o + 2u) << 16u) | (rb(o + 3u) << 24u); }
 
 fn kscale_min(o: u32, j: u32) -> vec2<f32> {
@@ -20,7 +21,7 @@ fn kscale_min(o: u32, j: u32) -> vec2<f32> {
 
 fn deq(o: u32, e: u32) -> f32 {
     switch KIND {
-        case 0u: { return bitcast<f32>(W[o >> 2u]); }
+        case 0u: { return bitcast<f32>(wu(o >> 2u)); }
         case 1u: { return rh(o); }
         case 2u: { return rsb(o + 2u + e) * rh(o); }
         case 3u: {

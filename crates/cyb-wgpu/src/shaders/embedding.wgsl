@@ -1,7 +1,7 @@
 // y[r, c] = table[ids[r], c], dequantized (dequant.wgsl). Ids were range-checked on the host.
 // Params: 0 rows, 1 dim, 2 bytes per table row, 3 id stride in u32 words (1 for I32, 2 for I64).
 
-@group(0) @binding(1) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> W: array<WT>;
 @group(0) @binding(2) var<storage, read> IDS: array<u32>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 

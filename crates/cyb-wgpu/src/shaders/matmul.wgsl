@@ -8,7 +8,7 @@
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 // The same activations four at a time, for `mv` (matvec_fast.wgsl; k is a multiple of 4 there).
 @group(0) @binding(1) var<storage, read> A4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> W: array<u32>;
+@group(0) @binding(2) var<storage, read> W: array<WT>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 // `mvq` reads the row `qact` quantized (matvec_q16.wgsl): levels as (low, high) byte words per
 // four values, then the blocks' scales; `qact` writes it.

@@ -11,7 +11,7 @@
 // Params as matmul.wgsl's `main`: 0 m, 1 n, 2 k, 4 bytes per weight row, 5 tiles.
 
 @group(0) @binding(1) var<storage, read> X: array<f32>;
-@group(0) @binding(2) var<storage, read> W: array<u32>;
+@group(0) @binding(2) var<storage, read> W: array<WT>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 
 const CT: u32 = 64u;

@@ -13,7 +13,9 @@
 // and high nibbles of one word of levels are values 32 or 64 apart, 16 apart within Q4_0's
 // 32), so a lane reads one word of levels and two `vec4`s of activations per step; the lanes of
 // one block read neighbouring words. Two units per lane-step would need wider loads than the
-// blocks' 2-byte alignment allows.
+// blocks' 2-byte alignment allows. Q4_K and Q5_K take wider units of 32 values (`kdot`), their
+// 16-aligned blocks read a word at a time, so that a lane decodes a block's packed scales once
+// per 32 values.
 //
 // Loops are unrolled four times so that every lane has several loads in flight.
 // A template: `@` is replaced by the weight binding's number (or by nothing for matmul.wgsl's
@@ -28,8 +30,8 @@
 // bytes (backend.rs), and what is read there is never used.
 fn u32w@(o: u32) -> u32 {
     let w = o >> 2u;
-    let a = W@[w];
-    let b = W@[w + 1u];
+    let a = wu@(w);
+    let b = wu@(w + 1u);
     return select((a >> 16u) | (b << 16u), a, (o & 2u) == 0u);
 }
 
@@ -41,11 +43,11 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
     switch KIND {
         case 0u: {
             let w = o >> 2u;
-            return bitcast<vec4<f32>>(vec4<u32>(W@[w], W@[w + 1u], W@[w + 2u], W@[w + 3u]));
+            return bitcast<vec4<f32>>(vec4<u32>(wu@(w), wu@(w + 1u), wu@(w + 2u), wu@(w + 3u)));
         }
         case 1u: {
             let w = o >> 2u;
-            return vec4<f32>(unpack2x16float(W@[w]), unpack2x16float(W@[w + 1u]));
+            return vec4<f32>(unpack2x16float(wu@(w)), unpack2x16float(wu@(w + 1u)));
         }
         // Q8_0: d, 32 signed bytes.
         case 2u: {
@@ -72,9 +74,9 @@ fn w4@(o: u32, g: u32) -> vec4<f32> {
         case 7u, 8u: {
             let sub = g / 32u;
             let e = g % 32u;
-            var q = (W@[(o + BYTES - 128u + 32u * (g / 64u) + e) >> 2u] >> ((sub & 1u) * 4u))
+            var q = (wu@((o + BYTES - 128u + 32u * (g / 64u) + e) >> 2u) >> ((sub & 1u) * 4u))
                     & 0x0f0f0f0fu;
-            if (KIND == 8u) { q |= ((W@[(o + 16u + e) >> 2u] >> sub) & 0x01010101u) << 4u; }
+            if (KIND == 8u) { q |= ((wu@((o + 16u + e) >> 2u) >> sub) & 0x01010101u) << 4u; }
             let sm = kscale_min@(o + 4u, sub);
             return (rh@(o) * sm.x) * ubytes(q) - rh@(o + 2u) * sm.y;
         }
@@ -127,28 +129,6 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
             return d * (dot(mbytes(lo) - M23, x0) + dot(mbytes(hi) - M23, x1))
                 + rh@(o + 2u) * (dot(x0, one) + dot(x1, one));
         }
-        // Q4_K / Q5_K: word w = 8i + e/4 of the 128 bytes that end the block holds values
-        // 64i + e .. (low nibbles, scale and minimum 2i) and 64i + 32 + e .. (high, 2i + 1); Q5_K's
-        // fifth bits are bits 2i, 2i + 1 of bytes e .. of the 32 after the scales.
-        case 7u, 8u: {
-            let i = w / 8u;
-            let e = (w % 8u) * 4u;
-            let q = W@[(o + BYTES - 128u + 4u * w) >> 2u];
-            var lo = q & 0x0f0f0f0fu;
-            var hi = (q >> 4u) & 0x0f0f0f0fu;
-            if (KIND == 8u) {
-                let qh = W@[(o + 16u + e) >> 2u];
-                lo |= ((qh >> (2u * i)) & 0x01010101u) << 4u;
-                hi |= ((qh >> (2u * i + 1u)) & 0x01010101u) << 4u;
-            }
-            let d = rh@(o);
-            let dm = rh@(o + 2u);
-            let s0 = kscale_min@(o + 4u, 2u * i);
-            let s1 = kscale_min@(o + 4u, 2u * i + 1u);
-            let one = vec4<f32>(1.0);
-            return (d * s0.x) * dot(mbytes(lo) - M23, x0) - (dm * s0.y) * dot(x0, one)
-                + (d * s1.x) * dot(mbytes(hi) - M23, x1) - (dm * s1.y) * dot(x1, one);
-        }
         // Q6_K: w = 16h + 8s + e/4 (s < 2): the word of low bits at byte 64h + 32s + e holds
         // values 128h + 32s + e .. (low nibbles) and 128h + 32(s + 2) + e .. (high); their top
         // two bits are bits 2s and 2(s + 2) of the word at byte 128 + 32h + e; signed scale bytes
@@ -169,10 +149,78 @@ fn udot@(o: u32, w: u32, x0: vec4<f32>, x1: vec4<f32>) -> f32 {
     }
 }
 
+// The activations of a wide Q4_K / Q5_K unit (`kdot`): four `vec4`s from A4[x] (the low
+// nibbles' values) and four from A4[x + 8] (the high nibbles', 32 values on).
+fn kacts@(x: u32) -> KActs {
+    return KActs(mat4x4<f32>(A4[x], A4[x + 1u], A4[x + 2u], A4[x + 3u]),
+                 mat4x4<f32>(A4[x + 8u], A4[x + 9u], A4[x + 10u], A4[x + 11u]));
+}
+
+// Unit w (< 8) of the Q4_K / Q5_K block at byte `o` times its activations `a` (`kacts`). The
+// unit is 32 values: w = 2i + h takes the four words of levels at byte 32i + 16h of the 128
+// that end the block, whose low nibbles are values 64i + 16h .. + 15 (scale and minimum 2i) and
+// high nibbles the 16 values 32 further on (2i + 1); Q5_K's fifth bits are bits 2i and 2i + 1 of
+// the bytes 16h .. 16h + 15 of the 32 after the scales. Blocks of 144 and 176 bytes start at
+// multiples of 16 bytes (rows are whole blocks), and these kernels bind the weights as 16-byte
+// words (`wq`, kernels.rs): the unit's levels are one load, its fifth bits another, and d, the
+// minimum's scale and the 12 scale bytes a third, which all lanes of the block share. Both
+// sub-blocks' 6-bit scales and minimums come out of those words without a branch.
+fn kdot@(o: u32, w: u32, a: KActs) -> f32 {
+    let i = w / 2u;
+    // d and the minimum's scale, then the 12 scale bytes: the block's first 16 bytes.
+    let head = wq@(o >> 4u);
+    let dm = unpack2x16float(head.x);
+    let sh = 16u * (i & 1u);
+    let p0 = (head.y >> sh) & 0xffffu;
+    let p1 = (head.z >> sh) & 0xffffu;
+    let p2 = (head.w >> sh) & 0xffffu;
+    let hi_sub = i >= 2u;
+    let sc = select(p0 & 0x3f3fu, (p2 & 0x0f0fu) | ((p0 >> 2u) & 0x3030u), hi_sub);
+    let mn = select(p1 & 0x3f3fu, ((p2 >> 4u) & 0x0f0fu) | ((p1 >> 2u) & 0x3030u), hi_sub);
+    let q = wq@((o + BYTES - 128u + 16u * w) >> 4u);
+    var lo = q & vec4<u32>(0x0f0f0f0fu);
+    var hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
+    if (KIND == 8u) {
+        let h = wq@((o + 16u + 16u * (w & 1u)) >> 4u);
+        lo |= ((h >> vec4<u32>(2u * i)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+        hi |= ((h >> vec4<u32>(2u * i + 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u);
+    }
+    var slo = 0.0;
+    var shi = 0.0;
+    for (var c = 0u; c < 4u; c++) {
+        slo += dot(mbytes(lo[c]) - M23, a.lo[c]);
+        shi += dot(mbytes(hi[c]) - M23, a.hi[c]);
+    }
+    let one = vec4<f32>(1.0);
+    let xlo = dot((a.lo[0] + a.lo[1]) + (a.lo[2] + a.lo[3]), one);
+    let xhi = dot((a.hi[0] + a.hi[1]) + (a.hi[2] + a.hi[3]), one);
+    return dm.x * (f32(sc & 0xffu) * slo + f32(sc >> 8u) * shi)
+        - dm.y * (f32(mn & 0xffu) * xlo + f32(mn >> 8u) * xhi);
+}
+
+// `vdot` for Q4_K / Q5_K: lane l takes wide unit l % 8 (`kdot`) of its blocks, two blocks per
+// turn.
+fn vdotk@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
+    let u = unit_walk(j, l, k, rb);
+    var b = u.b;
+    var o = u.o;
+    var x = u.x + u.cols.x;
+    var a0 = 0.0;
+    var a1 = 0.0;
+    for (; b + u.bstep < u.nb; b += 2u * u.bstep) {
+        a0 += kdot@(o, u.w, kacts@(x));
+        a1 += kdot@(o + u.ostep, u.w, kacts@(x + u.xstep));
+        o += 2u * u.ostep;
+        x += 2u * u.xstep;
+    }
+    if (b < u.nb) { a0 += kdot@(o, u.w, kacts@(x)); }
+    return a0 + a1;
+}
+
 // The word at the even byte offset `o`, known to be 4-aligned (`al`) or not: callers pass a
 // constant, so an aligned word is one load where `u32w` takes two.
 fn wd@(o: u32, al: bool) -> u32 {
-    if (al) { return W@[o >> 2u]; }
+    if (al) { return wu@(o >> 2u); }
     return u32w@(o);
 }
 
@@ -228,6 +276,7 @@ fn vdotp_al@(j: u32, l: u32, k: u32, rb: u32, ev: bool) -> f32 {
 fn vdot@(j: u32, l: u32, k: u32, rb: u32) -> f32 {
     if (KIND <= 1u) { return vdot4@(j, l, k, rb); }
     if (PAIRWALK) { return vdotp@(j, l, k, rb); }
+    if (KIND == 7u || KIND == 8u) { return vdotk@(j, l, k, rb); }
     let u = unit_walk(j, l, k, rb);
     var b = u.b;
     var o = u.o;

@@ -31,7 +31,7 @@ fn ucols(w: u32) -> vec2<u32> {
     switch KIND {
         case 2u: { return vec2<u32>(2u * w, 2u * w + 1u); }
         case 7u, 8u: {
-            let c = 16u * (w / 8u) + w % 8u;
+            let c = 16u * (w / 2u) + 4u * (w % 2u);
             return vec2<u32>(c, c + 8u);
         }
         case 9u: {
@@ -41,6 +41,10 @@ fn ucols(w: u32) -> vec2<u32> {
         default: { return vec2<u32>(w, w + 4u); }
     }
 }
+
+// A wide Q4_K / Q5_K unit's activations (matvec_fast.wgsl's `kacts`): the four `vec4`s its low
+// nibbles multiply, and the four its high nibbles do.
+struct KActs { lo: mat4x4<f32>, hi: mat4x4<f32> }
 
 // How lane l walks weight row j (k values, rb bytes) of a quantized format in `udot` units: unit
 // w of blocks b, b + bstep, ... (< nb), the first at byte o with its activations from A4[x];

@@ -188,6 +188,7 @@ fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
         if (pair_even_aligned(j, rb)) { return vdot_pairp(j, l, k, rb, true); }
         return vdot_pairp(j, l, k, rb, false);
     }
+    if (KIND == 7u || KIND == 8u) { return vdot_pairk(j, l, k, rb); }
     let u = unit_walk(j, l, k, rb);
     var b = u.b;
     var o = u.o;
@@ -234,6 +235,30 @@ fn vdot_pair(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
         a0 += vec2<f32>(udot0(o, u.w, x0, x1), udot1(o, u.w, x0, x1));
         o += u.ostep;
         x += u.xstep;
+    }
+    return a0 + a1;
+}
+
+// vdot_pair for Q4_K / Q5_K (matvec_fast.wgsl's `vdotk`): each unit's activations loaded once
+// for both rows.
+fn vdot_pairk(j: u32, l: u32, k: u32, rb: u32) -> vec2<f32> {
+    let u = unit_walk(j, l, k, rb);
+    var b = u.b;
+    var o = u.o;
+    var x = u.x + u.cols.x;
+    var a0 = vec2<f32>(0.0);
+    var a1 = vec2<f32>(0.0);
+    for (; b + u.bstep < u.nb; b += 2u * u.bstep) {
+        let p = kacts0(x);
+        let q = kacts0(x + u.xstep);
+        a0 += vec2<f32>(kdot0(o, u.w, p), kdot1(o, u.w, p));
+        a1 += vec2<f32>(kdot0(o + u.ostep, u.w, q), kdot1(o + u.ostep, u.w, q));
+        o += 2u * u.ostep;
+        x += 2u * u.xstep;
+    }
+    if (b < u.nb) {
+        let p = kacts0(x);
+        a0 += vec2<f32>(kdot0(o, u.w, p), kdot1(o, u.w, p));
     }
     return a0 + a1;
 }

@@ -10,9 +10,9 @@
 
 @group(0) @binding(1) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> A4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> W0: array<u32>;
-@group(0) @binding(3) var<storage, read> W1: array<u32>;
-@group(0) @binding(4) var<storage, read> W2: array<u32>;
+@group(0) @binding(2) var<storage, read> W0: array<WT>;
+@group(0) @binding(3) var<storage, read> W1: array<WT>;
+@group(0) @binding(4) var<storage, read> W2: array<WT>;
 @group(0) @binding(5) var<storage, read> SW4: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> Y0: array<f32>;
 @group(0) @binding(7) var<storage, read_write> Y1: array<f32>;
