@@ -121,6 +121,8 @@ pub enum Family {
     /// Decode attention over one chunk of keys for all query heads of a kv head
     /// (sdpa_dec.wgsl), merged by `SdpaMerge`.
     SdpaDec,
+    /// Prompt attention over tiles of queries and keys (sdpa_tile.wgsl).
+    SdpaTile,
     BinaryPair,
     NormPair,
     /// Prefill matmuls on cooperative matrices (matmul_coop.wgsl; needs the device's f16 and
@@ -153,6 +155,7 @@ impl Family {
             Family::SdpaPart => include_str!("shaders/sdpa_part.wgsl"),
             Family::SdpaMerge => include_str!("shaders/sdpa_merge.wgsl"),
             Family::SdpaDec => include_str!("shaders/sdpa_dec.wgsl"),
+            Family::SdpaTile => include_str!("shaders/sdpa_tile.wgsl"),
             Family::ArgMax => include_str!("shaders/argmax.wgsl"),
             Family::LayerNorm => include_str!("shaders/layer_norm.wgsl"),
             Family::AddNorm => include_str!("shaders/add_norm.wgsl"),
@@ -171,6 +174,7 @@ impl Family {
             Family::Unary | Family::Softmax | Family::Copy | Family::ArgMax => (1, 1),
             Family::Sdpa | Family::SdpaPart | Family::SdpaDec => (3, 2),
             Family::SdpaMerge => (1, 1),
+            Family::SdpaTile => (3, 1),
             Family::LayerNorm => (3, 1),
             Family::AddNorm => (3, 2),
             Family::MatVecMulti => (4, 4),

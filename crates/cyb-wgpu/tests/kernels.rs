@@ -462,6 +462,37 @@ fn decode_attention_grouped_by_kv_head() {
     }
 }
 
+/// Prompts (16 query rows or more) on the tiled kernel (sdpa_tile.wgsl): partial tiles of
+/// queries and keys, earlier context before the prompt, causal and not, windows that start
+/// inside a key tile, softcaps, grouped heads, batches, and the largest heads it takes.
+#[test]
+fn prompt_attention_in_tiles() {
+    // (batch, hq, hkv, lq, lk, d, dv, causal, window, softcap)
+    for (b, hq, hkv, lq, lk, d, dv, causal, window, softcap) in [
+        (1, 4, 2, 16, 16, 8, 8, true, None, None),
+        (1, 2, 1, 37, 37, 64, 64, true, None, None),
+        (2, 4, 4, 40, 300, 16, 12, true, Some(50), Some(20.0)),
+        (1, 2, 2, 20, 20, 128, 128, false, None, None),
+        (1, 1, 1, 17, 1000, 32, 32, true, None, None),
+        (1, 3, 1, 33, 70, 96, 64, false, Some(9), None),
+    ] {
+        let sdpa = Op::Sdpa {
+            layout: SdpaLayout::HeadMajor,
+            scale: 0.2,
+            causal,
+            sliding_window: window,
+            softcap,
+            alibi_max_bias: None,
+        };
+        let inputs = [
+            f32t(&[b, hq, lq, d], 71),
+            f32t(&[b, hkv, lk, d], 72),
+            f32t(&[b, hkv, lk, dv], 73),
+        ];
+        check(&sdpa, &inputs, 1e-4);
+    }
+}
+
 #[test]
 fn attention_split_over_many_keys() {
     for (lq, lk, d, dv, window, softcap) in [

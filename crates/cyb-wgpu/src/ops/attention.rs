@@ -184,6 +184,14 @@ fn in_place(t: &Tensor, lk: usize) -> Result<(Arc<GpuBuf>, usize)> {
     }
 }
 
+/// Query rows per tile of the prompt attention kernel (sdpa_tile.wgsl's BR): from this many
+/// query rows on it takes the prompt's attention.
+const TILE_ROWS: usize = 16;
+/// The largest head (query/key and value sizes) sdpa_tile.wgsl's tiles hold.
+const TILE_MAX_VALUES: usize = 128;
+/// Workgroup memory sdpa_tile.wgsl declares (its `qt`, `kv` and `pt`).
+const TILE_STORAGE: u32 = 512 * 16 + 1056 * 16 + 512 * 4;
+
 /// Query heads per kv head, head size (values) and keys per chunk the grouped decode kernel
 /// holds in workgroup memory (sdpa_dec.wgsl's GMAX, `qs` and `ws`), and values of a key one lane
 /// keeps in registers (KPL).
@@ -338,6 +346,17 @@ pub(crate) fn sdpa(
             rows_key,
         )
         .map(|()| y);
+    }
+    if lq >= TILE_ROWS
+        && [d, dv].iter().all(|&n| n % 4 == 0 && n <= TILE_MAX_VALUES)
+        && gpu.ctx.limits.max_compute_workgroup_storage_size >= TILE_STORAGE
+    {
+        let tiles = lq.div_ceil(TILE_ROWS);
+        let groups = u32::try_from(rows / lq * tiles)
+            .map_err(|_| cyb_tensor::Error::invalid("sdpa", "too many heads for one launch"))?;
+        let key = KernelKey::plain(Family::SdpaTile, "sdpa_tile");
+        gpu.dispatch(st, &key, &params, &[&q, &k, &v, &ybuf], groups)?;
+        return Ok(y);
     }
     if keys <= SPLIT_KEYS {
         // One workgroup per query row, its scores in a scratch buffer.
