@@ -82,6 +82,12 @@ fn sdpa_tile(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: 
             kv[c * ks + x % d4] = v;
         }
         workgroupBarrier();
+        // Both keys' dot products in one pass over the query row.
+        var a = vec2<f32>(0.0);
+        for (var x = 0u; x < d4; x++) {
+            let qx = qt[r * d4 + x];
+            a += vec2<f32>(dot(qx, kv[j * ks + x]), dot(qx, kv[(j + TPR) * ks + x]));
+        }
         for (var cc = 0u; cc < 2u; cc++) {
             let c = j + cc * TPR;
             let key = kb + c;
@@ -89,9 +95,7 @@ fn sdpa_tile(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: 
             let hidden = key >= lk || (causal && kk > pos) || (win > 0i && kk <= pos - win);
             var s = neg_inf;
             if (live && !hidden) {
-                var a = 0.0;
-                for (var x = 0u; x < d4; x++) { a += dot(qt[r * d4 + x], kv[c * ks + x]); }
-                s = a * scale;
+                s = a[cc] * scale;
                 if (cap != 0.0) { s = cap * tanh(clamp(s / cap, -15.0, 15.0)); }
             }
             pt[r * BC + c] = s;
@@ -103,17 +107,13 @@ fn sdpa_tile(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: 
         // written back over them once all have been read.
         var corr = 1.0;
         if (mx != neg_inf && m != neg_inf) { corr = exp(m - mx); }
-        var sum = 0.0;
         var p = array<f32, 2>(0.0, 0.0);
         for (var cc = 0u; cc < 2u; cc++) {
             let s = pt[r * BC + j + cc * TPR];
             if (s != neg_inf) { p[cc] = exp(s - mx); }
         }
-        for (var c = 0u; c < BC; c++) {
-            let s = pt[r * BC + c];
-            if (s != neg_inf) { sum += exp(s - mx); }
-        }
-        l = l * corr + sum;
+        // The new weights are summed into l as they are applied below.
+        l *= corr;
         acc0 *= corr;
         acc1 *= corr;
         m = mx;
@@ -130,6 +130,7 @@ fn sdpa_tile(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: 
         workgroupBarrier();
         for (var c = 0u; c < BC; c++) {
             let w = pt[r * BC + c];
+            l += w;
             if (j < dv4) { acc0 += w * kv[c * dv4 + j]; }
             if (j + TPR < dv4) { acc1 += w * kv[c * dv4 + j + TPR]; }
         }
