@@ -87,10 +87,10 @@ impl MemoryCounter {
             mib(&self.peak),
             mib(&self.current)
         );
-        for k in 0..KINDS {
+        for (k, name) in KIND_NAMES.iter().enumerate() {
             out.push_str(&format!(
                 "  {:<17} {:>10.1} MiB at the peak, {:>10.1} MiB at most, largest buffer {:.1} MiB\n",
-                KIND_NAMES[k],
+                name,
                 mib(&self.at_peak[k]),
                 mib(&self.kind_peak[k]),
                 mib(&self.largest[k])
