@@ -102,13 +102,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .map(crate::fetch::model_path)
             .collect::<Result<_>>()?
     };
+    // --lora / --lora-scaled apply to the models loaded at start (not to ones loaded later
+    // through the admin API).
+    let loras = args.engine.loras()?;
     let mut served = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let id = match args.alias.get(i) {
             Some(a) => a.clone(),
             None => cyb_hub::cached_repo_of(path).unwrap_or_else(|| model_id(path)),
         };
-        let model = rt.load(path)?;
+        let model = rt.load_with_lora(path, &loras)?;
         eprintln!(
             "loaded {} as {id:?} in {:.0} ms",
             path.display(),

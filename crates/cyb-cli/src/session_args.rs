@@ -32,6 +32,14 @@ pub struct EngineArgs {
     /// Check every tensor of a `.model` file against its blake3 before loading it.
     #[arg(long)]
     pub verify: bool,
+    /// A LoRA adapter applied at run time, unmerged (a llama.cpp GGUF adapter or a PEFT
+    /// directory); repeat for several.
+    #[arg(long = "lora", value_name = "FILE")]
+    pub lora: Vec<PathBuf>,
+    /// A LoRA adapter with the scale it is applied at: `--lora-scaled FILE SCALE`; repeat
+    /// for several.
+    #[arg(long = "lora-scaled", num_args = 2, value_names = ["FILE", "SCALE"])]
+    pub lora_scaled: Vec<String>,
 }
 
 impl EngineArgs {
@@ -76,7 +84,35 @@ impl EngineArgs {
         if self.verify {
             cyb_format::open(&path)?.verify()?;
         }
-        rt.load(path)
+        rt.load_with_lora(path, &self.loras()?)
+    }
+
+    /// The adapters of `--lora` (scale 1) and `--lora-scaled`, in that order.
+    pub fn loras(&self) -> Result<Vec<cyb_runtime::Lora>> {
+        let mut out: Vec<cyb_runtime::Lora> = self
+            .lora
+            .iter()
+            .map(|p| cyb_runtime::Lora {
+                path: p.clone(),
+                scale: 1.0,
+            })
+            .collect();
+        for pair in self.lora_scaled.chunks(2) {
+            let [file, scale] = pair else {
+                return Err(Error::invalid("--lora-scaled", "takes FILE SCALE"));
+            };
+            let scale: f32 = scale.parse().map_err(|_| {
+                Error::invalid(
+                    "--lora-scaled",
+                    format!("scale {scale:?} of {file} is not a number"),
+                )
+            })?;
+            out.push(cyb_runtime::Lora {
+                path: PathBuf::from(file),
+                scale,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -24,6 +24,6 @@ pub use bert::{
 pub use encdec::CrossKv;
 pub use llama::{
     Activation, BatchSeq, KvCache, LayerAttention, LlamaConfig, LlamaModel, LlamaVariant,
-    WeightNaming, SUPPORTED_ARCHITECTURES,
+    LoraAdapter, LoraPair, LoraTarget, WeightNaming, SUPPORTED_ARCHITECTURES,
 };
 pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};

@@ -45,7 +45,7 @@ pub use kl_divergence::{KldBaseWriter, KldComparison, KldReport};
 pub use logprobs::TokenLogprobs;
 pub use model::Model;
 pub use perplexity::PerplexityReport;
-pub use runtime::{auto_backend, BackendChoice, ExecPath, Runtime, RuntimeOptions};
+pub use runtime::{auto_backend, BackendChoice, ExecPath, Lora, Runtime, RuntimeOptions};
 pub use sampling::{Sampler, SamplingParams, StopMatcher, TokenConstraint};
 pub use tokenizer::{IncrementalDecoder, PairEncoding, Tokenizer};
 pub use transcribe::{Segment, Task, TranscribeOptions, Transcriber, Transcript, TranscriptFormat};

@@ -47,9 +47,27 @@ impl Drop for ReleaseOnDrop {
 }
 
 impl Model {
-    pub(crate) fn load(path: &Path, dispatcher: Arc<Dispatcher>, exec: ExecPath) -> Result<Model> {
+    pub(crate) fn load(
+        path: &Path,
+        dispatcher: Arc<Dispatcher>,
+        exec: ExecPath,
+        lora: &[crate::Lora],
+    ) -> Result<Model> {
         let t0 = Instant::now();
         let file = cyb_format::open(path)?;
+        let generator_only = |what: &str| -> Result<()> {
+            match lora.first() {
+                Some(l) => Err(Error::InvalidConfig {
+                    field: "lora".into(),
+                    reason: format!(
+                        "{}: LoRA adapters apply to LlamaStyle generators; {} is {what}",
+                        l.path.display(),
+                        path.display()
+                    ),
+                }),
+                None => Ok(()),
+            }
+        };
         if cyb_models::WhisperConfig::is_whisper_file(&file) {
             if exec == ExecPath::Graph {
                 return Err(Error::InvalidConfig {
@@ -60,6 +78,7 @@ impl Model {
                     ),
                 });
             }
+            generator_only("a Whisper model")?;
             return crate::transcribe::load_model(path, &file, dispatcher, t0);
         }
         if cyb_models::BertConfig::is_bert_file(&file) {
@@ -74,10 +93,14 @@ impl Model {
                     ),
                 });
             }
+            generator_only("an encoder")?;
             return crate::embed_load::load_encoder(path, &file, dispatcher, t0);
         }
         let config = file.config()?;
         let mut net = LlamaModel::load(&file, dispatcher.clone())?;
+        for l in lora {
+            net.add_lora(&l.path, l.scale)?;
+        }
         if exec == ExecPath::Graph {
             net.use_graph_path()?;
         }

@@ -213,8 +213,32 @@ impl Runtime {
     /// Loads a model file (GGUF) or directory (Hugging Face): weights stay in the file
     /// mapping, the tokenizer and chat template come from the same source.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Model> {
-        Model::load(path.as_ref(), self.dispatcher.clone(), self.options.path)
+        Model::load(
+            path.as_ref(),
+            self.dispatcher.clone(),
+            self.options.path,
+            &[],
+        )
     }
+
+    /// [`Runtime::load`] with LoRA adapters applied at run time (LlamaStyle generators only;
+    /// see [`Lora`]).
+    pub fn load_with_lora(&self, path: impl AsRef<Path>, lora: &[Lora]) -> Result<Model> {
+        Model::load(
+            path.as_ref(),
+            self.dispatcher.clone(),
+            self.options.path,
+            lora,
+        )
+    }
+}
+
+/// A LoRA adapter to apply to a generator, unmerged: a llama.cpp GGUF adapter or a PEFT
+/// directory, used at `scale` (1 as trained) unless a session sets its own scales.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lora {
+    pub path: std::path::PathBuf,
+    pub scale: f32,
 }
 
 /// Registers the backends this build has with cyb-backend's registry (for `cyb-llm backends`

@@ -429,6 +429,18 @@ fn argmax_rows_with_ties_and_nan() {
 /// Rows of more than 256 keys are split over chunks of 256 and merged (sdpa_part.wgsl,
 /// sdpa_merge.wgsl): chunks past the keys, chunks a sliding window hides entirely, a softcap,
 /// grouped heads, several query rows, and value widths with and without four-value loads.
+/// Head-major attention at scale 0.2.
+fn sdpa_op(causal: bool, window: Option<usize>, softcap: Option<f32>) -> Op {
+    Op::Sdpa {
+        layout: SdpaLayout::HeadMajor,
+        scale: 0.2,
+        causal,
+        sliding_window: window,
+        softcap,
+        alibi_max_bias: None,
+    }
+}
+
 /// Decode rows (one query per head) on the kernel grouped by kv head (sdpa_dec.wgsl, where the
 /// adapter has subgroups): groups of 1 to 8 query heads (7: chunks that are not a power of two
 /// of the group's keys), heads of sizes that are not multiples of four, one key, keys over
@@ -445,14 +457,7 @@ fn decode_attention_grouped_by_kv_head() {
         (1, 2, 1, 64, 64, 5000, None, Some(5.0)),
         (1, 12, 1, 8, 8, 50, None, None),
     ] {
-        let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
-            scale: 0.2,
-            causal: true,
-            sliding_window: window,
-            softcap,
-            alibi_max_bias: None,
-        };
+        let sdpa = sdpa_op(true, window, softcap);
         let inputs = [
             f32t(&[b, hq, 1, d], 61),
             f32t(&[b, hkv, lk, d], 62),
@@ -476,14 +481,7 @@ fn prompt_attention_in_tiles() {
         (1, 1, 1, 17, 1000, 32, 32, true, None, None),
         (1, 3, 1, 33, 70, 96, 64, false, Some(9), None),
     ] {
-        let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
-            scale: 0.2,
-            causal,
-            sliding_window: window,
-            softcap,
-            alibi_max_bias: None,
-        };
+        let sdpa = sdpa_op(causal, window, softcap);
         let inputs = [
             f32t(&[b, hq, lq, d], 71),
             f32t(&[b, hkv, lk, d], 72),
@@ -501,14 +499,7 @@ fn attention_split_over_many_keys() {
         (2, 700, 8, 6, None, Some(5.0)),
         (1, 4097, 64, 64, Some(1000), None),
     ] {
-        let sdpa = Op::Sdpa {
-            layout: SdpaLayout::HeadMajor,
-            scale: 0.2,
-            causal: true,
-            sliding_window: window,
-            softcap,
-            alibi_max_bias: None,
-        };
+        let sdpa = sdpa_op(true, window, softcap);
         let inputs = [
             f32t(&[4, lq, d], 41),
             f32t(&[2, lk, d], 42),

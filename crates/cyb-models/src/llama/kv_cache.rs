@@ -53,6 +53,8 @@ pub struct KvCache {
     /// Decode steps this session may replay on a device backend (replay.rs): plans are bound
     /// to this cache's buffers.
     pub(super) replays: super::replay::ReplayBook,
+    /// The scale of each of the model's LoRA adapters for this session (`None`: the model's).
+    lora_scales: Option<Vec<f32>>,
 }
 
 /// A cache with no layers and no room: what stays in a session's place while its cache is
@@ -66,6 +68,7 @@ impl Default for KvCache {
             capacity: 0,
             len: 0,
             replays: Default::default(),
+            lora_scales: None,
         }
     }
 }
@@ -133,6 +136,7 @@ impl KvCache {
             capacity,
             len: 0,
             replays: Default::default(),
+            lora_scales: None,
         })
     }
 
@@ -186,7 +190,21 @@ impl KvCache {
             capacity,
             len: 0,
             replays: Default::default(),
+            lora_scales: None,
         })
+    }
+
+    /// Sets the scale of each of the model's LoRA adapters for this session, in the order they
+    /// were loaded (0 leaves one out; `None` goes back to the model's). The keys and values
+    /// already held were made with the scales before: a caller changing them starts a fresh
+    /// cache.
+    pub fn set_lora_scales(&mut self, scales: Option<Vec<f32>>) {
+        self.lora_scales = scales;
+    }
+
+    /// The session's LoRA scales, if it set its own.
+    pub fn lora_scales(&self) -> Option<&[f32]> {
+        self.lora_scales.as_deref()
     }
 
     /// True when the cache lives in a backend's memory (see [`device_layer`]).

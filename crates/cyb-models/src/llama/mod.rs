@@ -4,6 +4,7 @@
 mod config;
 mod graph;
 mod kv_cache;
+mod lora;
 mod model;
 mod replay;
 mod weights;
@@ -12,4 +13,5 @@ pub use config::{
     Activation, LayerAttention, LlamaConfig, LlamaVariant, WeightNaming, SUPPORTED_ARCHITECTURES,
 };
 pub use kv_cache::KvCache;
+pub use lora::{LoraAdapter, LoraPair, LoraTarget};
 pub use model::{BatchSeq, LlamaModel};

@@ -14,6 +14,7 @@
 use super::config::{Activation, LayerAttention, LlamaConfig};
 use super::graph::llama_graph;
 use super::kv_cache::KvCache;
+use super::lora::{LoraAdapter, LoraTarget};
 use super::replay::StepKind;
 use super::weights::{GateUpWeights, LayerWeights, LlamaWeights, QkvWeights};
 use cyb_backend::{Dispatcher, ExecContext};
@@ -35,6 +36,9 @@ pub struct LlamaModel {
     /// Unique per loaded model: a cache's replay plans (replay.rs) hold this model's weights,
     /// so they are dropped when the cache is used with another model.
     id: u64,
+    /// LoRA adapters loaded with the model and the scale each is used with unless a session
+    /// sets its own ([`KvCache::set_lora_scales`]).
+    loras: Vec<(Arc<LoraAdapter>, f32)>,
 }
 
 /// One sequence of a batched step ([`LlamaModel::forward_batch`]): the tokens it feeds and
@@ -84,6 +88,8 @@ impl std::fmt::Debug for LlamaModel {
 struct Step<'a> {
     dispatcher: &'a Dispatcher,
     ctx: ExecContext,
+    /// The LoRA adapters this step applies, with their scales (none of 0).
+    lora: Vec<(Arc<LoraAdapter>, f32)>,
 }
 
 impl Step<'_> {
@@ -108,6 +114,34 @@ impl Step<'_> {
             Some(b) => self.run(Op::Add, &[&y, b]),
             None => Ok(y),
         }
+    }
+
+    /// `y` (the projection `target` of block `layer` applied to `x`) plus each active LoRA
+    /// adapter's `scale · (x · Aᵀ) · Bᵀ` for it.
+    fn lora(&mut self, y: Tensor, x: &Tensor, layer: usize, target: LoraTarget) -> Result<Tensor> {
+        let mut y = y;
+        for (adapter, scale) in self.lora.clone() {
+            let Some(pair) = adapter.pair(layer, target) else {
+                continue;
+            };
+            let low = self.linear(x, &pair.a, None)?;
+            let delta = self.linear(&low, &pair.b, None)?;
+            let delta = self.run(
+                Op::Scale {
+                    factor: scale * pair.scale,
+                },
+                &[&delta],
+            )?;
+            y = self.run(Op::Add, &[&y, &delta])?;
+        }
+        Ok(y)
+    }
+
+    /// Whether an active adapter changes `target` of block `layer`.
+    fn adapts(&self, layer: usize, target: LoraTarget) -> bool {
+        self.lora
+            .iter()
+            .any(|(a, _)| a.pair(layer, target).is_some())
     }
 
     fn rms_norm(&mut self, cfg: &LlamaConfig, x: &Tensor, w: &Tensor) -> Result<Tensor> {
@@ -188,12 +222,65 @@ impl LlamaModel {
             dispatcher,
             graphs: None,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            loras: Vec::new(),
         })
+    }
+
+    /// Loads the LoRA adapter at `path` (llama.cpp GGUF adapter or PEFT directory) and applies
+    /// it to every later step at `scale` unless a session sets its own scales; adapters apply
+    /// in the order they were added, and a session's scales follow that order.
+    pub fn add_lora(&mut self, path: &std::path::Path, scale: f32) -> Result<()> {
+        if self.graphs.is_some() {
+            return Err(Error::invalid(
+                "lora",
+                "LoRA adapters run on the curated path only, not with --path graph",
+            ));
+        }
+        let adapter = LoraAdapter::load(path, &self.config)?;
+        self.loras.push((Arc::new(adapter), scale));
+        Ok(())
+    }
+
+    /// The LoRA adapters loaded with the model and their default scales.
+    pub fn loras(&self) -> &[(Arc<LoraAdapter>, f32)] {
+        &self.loras
+    }
+
+    /// The adapters a step for `cache` applies: the model's, at the cache's scales where it
+    /// has its own; none with a scale of 0.
+    fn active_lora(&self, cache: &KvCache) -> Result<Vec<(Arc<LoraAdapter>, f32)>> {
+        let scales: Vec<f32> = match cache.lora_scales() {
+            Some(s) if s.len() != self.loras.len() => {
+                return Err(Error::invalid(
+                    "lora",
+                    format!(
+                        "the session sets {} LoRA scales; the model has {} adapters",
+                        s.len(),
+                        self.loras.len()
+                    ),
+                ))
+            }
+            Some(s) => s.to_vec(),
+            None => self.loras.iter().map(|(_, s)| *s).collect(),
+        };
+        Ok(self
+            .loras
+            .iter()
+            .zip(scales)
+            .filter(|(_, s)| *s != 0.0)
+            .map(|((a, _), s)| (a.clone(), s))
+            .collect())
     }
 
     /// Runs every later step through the graph executor over the family's graph template
     /// (`--path graph`) instead of the curated code; the KV cache stays on the host.
     pub fn use_graph_path(&mut self) -> Result<()> {
+        if !self.loras.is_empty() {
+            return Err(Error::invalid(
+                "lora",
+                "LoRA adapters run on the curated path only, not with --path graph",
+            ));
+        }
         let fused = |mut g: Graph| -> Result<Graph> {
             cyb_graph::infer_types(&mut g)?;
             cyb_graph::fuse_for_backend(&mut g, self.dispatcher.primary().as_ref());
@@ -308,6 +395,22 @@ impl LlamaModel {
             positions.extend((start..start + s.tokens.len()).map(|p| p as i64));
             lens.push(s.tokens.len());
         }
+        // Sequences with different LoRA scales cannot share the step's projections.
+        let lora = self.active_lora(seqs[0].cache)?;
+        let same = |l: &[(Arc<LoraAdapter>, f32)]| {
+            l.len() == lora.len()
+                && l.iter()
+                    .zip(&lora)
+                    .all(|(a, b)| Arc::ptr_eq(&a.0, &b.0) && a.1 == b.1)
+        };
+        for s in seqs.iter().skip(1) {
+            if !same(&self.active_lora(s.cache)?) {
+                return seqs
+                    .iter_mut()
+                    .map(|s| self.forward(s.tokens, s.cache))
+                    .collect();
+            }
+        }
         let m = ids.len();
         let ids = Tensor::from_i64(&[m], &ids)?;
         let positions = Tensor::from_i64(&[m], &positions)?;
@@ -315,6 +418,7 @@ impl LlamaModel {
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
+            lora,
         };
         let d = &self.dispatcher;
         let begun = d.begin_step(&mut step.ctx);
@@ -354,6 +458,7 @@ impl LlamaModel {
         let mut step = Step {
             dispatcher: &self.dispatcher,
             ctx: ExecContext::default(),
+            lora: self.active_lora(cache)?,
         };
         if let Some(graphs) = &self.graphs {
             let (graph, plan) = match last_only {
@@ -472,7 +577,7 @@ impl LlamaModel {
         for (i, (layer, attn)) in layers.iter().zip(&cfg.layers).enumerate() {
             let a = self.attention(step, i, layer, attn, &h, positions, caches, lens)?;
             let (sum, normed) = step.add_rms_norm(cfg, &x, &a, &layer.ffn_norm)?;
-            let m = self.feed_forward(step, layer, &normed)?;
+            let m = self.feed_forward(step, i, layer, &normed)?;
             match layers.get(i + 1) {
                 Some(next) => (x, h) = step.add_rms_norm(cfg, &sum, &m, &next.attn_norm)?,
                 None => x = step.run(Op::Add, &[&sum, &m])?,
@@ -580,6 +685,7 @@ impl LlamaModel {
             ),
             QkvWeights::Fused(w) => {
                 let qkv = step.linear(h, w, None)?;
+                let qkv = step.lora(qkv, h, i, LoraTarget::Qkv)?;
                 let split = Op::Split {
                     axis: -1,
                     sizes: vec![hq * d, hkv * d, hkv * d],
@@ -594,6 +700,11 @@ impl LlamaModel {
                 (parts.swap_remove(0), k, v)
             }
         };
+        // Adapters of the split projections apply to q, k and v also where the weights were
+        // stacked into one.
+        let q = step.lora(q, h, i, LoraTarget::Q)?;
+        let k = step.lora(k, h, i, LoraTarget::K)?;
+        let v = step.lora(v, h, i, LoraTarget::V)?;
         let add_bias = |step: &mut Step, t: Tensor, b: &Option<Tensor>| match b {
             Some(b) => step.run(Op::Add, &[&t, b]),
             None => Ok(t),
@@ -643,7 +754,8 @@ impl LlamaModel {
                 step.run(Op::Concat { axis: 0 }, &outs.iter().collect::<Vec<_>>())?
             }
         };
-        let a = step.linear(&a, &layer.attn_out, None)?;
+        let o = step.linear(&a, &layer.attn_out, None)?;
+        let a = step.lora(o, &a, i, LoraTarget::Out)?;
         match &layer.post_attn_norm {
             Some(w) => step.rms_norm(cfg, &a, w),
             None => Ok(a),
@@ -719,7 +831,13 @@ impl LlamaModel {
 
     /// The gated feed-forward of one block for `h` `[n, hidden]`, the residual stream after
     /// the block's feed-forward norm.
-    fn feed_forward(&self, step: &mut Step, layer: &LayerWeights, h: &Tensor) -> Result<Tensor> {
+    fn feed_forward(
+        &self,
+        step: &mut Step,
+        i: usize,
+        layer: &LayerWeights,
+        h: &Tensor,
+    ) -> Result<Tensor> {
         let cfg = &self.config;
         let glu = match cfg.activation {
             Activation::SwiGlu => Op::SwiGlu,
@@ -727,19 +845,40 @@ impl LlamaModel {
                 approx: GeluApprox::Tanh,
             },
         };
+        let split_lora = step.adapts(i, LoraTarget::Gate) || step.adapts(i, LoraTarget::Up);
         let act = match &layer.gate_up {
             GateUpWeights::Split { gate, up } => {
                 let g = step.linear(h, gate, None)?;
                 let u = step.linear(h, up, None)?;
+                let g = step.lora(g, h, i, LoraTarget::Gate)?;
+                let u = step.lora(u, h, i, LoraTarget::Up)?;
                 step.run(glu, &[&g, &u])?
             }
             // One [.., 2·inter] input: the first half is the gate, as SwiGlu/GeGlu specify.
             GateUpWeights::Fused(w) => {
                 let gu = step.linear(h, w, None)?;
-                step.run(glu, &[&gu])?
+                let gu = step.lora(gu, h, i, LoraTarget::GateUp)?;
+                if split_lora {
+                    // Weights stacked at load, adapters of the gate and up projections.
+                    let inter = cfg.intermediate_size;
+                    let split = Op::Split {
+                        axis: -1,
+                        sizes: vec![inter, inter],
+                    };
+                    let mut parts = self.dispatcher.run_with(&split, &[gu], &mut step.ctx)?;
+                    if parts.len() != 2 {
+                        return Err(Error::invalid("split", "expected gate and up"));
+                    }
+                    let u = step.lora(parts.swap_remove(1), h, i, LoraTarget::Up)?;
+                    let g = step.lora(parts.swap_remove(0), h, i, LoraTarget::Gate)?;
+                    step.run(glu, &[&g, &u])?
+                } else {
+                    step.run(glu, &[&gu])?
+                }
             }
         };
-        let y = step.linear(&act, &layer.down, None)?;
+        let down = step.linear(&act, &layer.down, None)?;
+        let y = step.lora(down, &act, i, LoraTarget::Down)?;
         match &layer.post_ffw_norm {
             Some(w) => step.rms_norm(cfg, &y, w),
             None => Ok(y),
