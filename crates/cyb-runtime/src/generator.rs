@@ -350,6 +350,21 @@ impl Generator {
         Ok(note)
     }
 
+    /// Sets the scale of each of the model's LoRA adapters for this session, in the order they
+    /// were loaded (0 leaves one out; `None`: the model's own). A change forgets the
+    /// conversation, whose keys and values were made with the scales before.
+    pub fn set_lora_scales(&mut self, scales: Option<Vec<f32>>) {
+        if self.state.cache.lora_scales() != scales.as_deref() {
+            self.reset();
+            self.state.cache.set_lora_scales(scales);
+        }
+    }
+
+    /// The session's LoRA scales, where it set its own.
+    pub fn lora_scales(&self) -> Option<&[f32]> {
+        self.state.cache.lora_scales()
+    }
+
     /// Forgets the conversation.
     pub fn reset(&mut self) {
         self.state.cache.clear();

@@ -175,6 +175,19 @@ impl Model {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// The LoRA adapters applied to this generator (file, default scale), in load order; none
+    /// for other models.
+    pub fn lora_adapters(&self) -> Vec<(PathBuf, f32)> {
+        match &self.inner.net {
+            Net::Decoder(n) => n
+                .loras()
+                .iter()
+                .map(|(a, s)| (a.path().to_path_buf(), *s))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub(crate) fn net(&self) -> Result<&LlamaModel> {
         match &self.inner.net {
             Net::Decoder(n) => Ok(n),

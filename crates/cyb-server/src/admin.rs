@@ -105,6 +105,23 @@ pub async fn slots(State(state): State<Arc<AppState>>) -> Json<Value> {
     Json(Value::Array(out))
 }
 
+/// `GET /lora-adapters`: the LoRA adapters each loaded text generator applies, with their ids
+/// (what a request's `lora` list names) and default scales.
+pub async fn lora_adapters(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let mut out = Vec::new();
+    for slot in state.models.loaded() {
+        for (id, (path, scale)) in slot.model.lora_adapters().into_iter().enumerate() {
+            out.push(json!({
+                "id": id,
+                "model": slot.id,
+                "path": path.display().to_string(),
+                "scale": scale,
+            }));
+        }
+    }
+    Json(Value::Array(out))
+}
+
 #[derive(Deserialize)]
 pub struct ActionQuery {
     action: Option<String>,

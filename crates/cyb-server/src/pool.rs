@@ -89,15 +89,26 @@ impl ModelSlot {
         })
     }
 
-    /// A session for `prompt`: the idle one with the longest cached prefix of it, a new one
-    /// when none shares a prefix and the pool has room, else the least recently used.
-    pub fn checkout(&self, prompt: &[u32]) -> Result<Generator> {
+    /// A session for `prompt` under the LoRA scales `lora`: the idle one with the longest
+    /// cached prefix of it made with the same scales, a new one when none shares a prefix and
+    /// the pool has room, else the least recently used.
+    pub fn checkout(&self, prompt: &[u32], lora: Option<&[f32]>) -> Result<Generator> {
         let taken = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             let best = idle
                 .iter()
                 .enumerate()
-                .map(|(i, (_, g))| (common_prefix(g.tokens(), prompt), i))
+                .map(|(i, (_, g))| {
+                    let same = g.lora_scales() == lora;
+                    (
+                        if same {
+                            common_prefix(g.tokens(), prompt)
+                        } else {
+                            0
+                        },
+                        i,
+                    )
+                })
                 .max_by_key(|&(common, i)| (common, i));
             match best {
                 Some((common, i)) if common > 0 || idle.len() >= self.max_idle => {

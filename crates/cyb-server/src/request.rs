@@ -40,6 +40,47 @@ pub struct Common {
     pub max_tokens: Option<i64>,
     /// Keep generating past end-of-sequence tokens (llama.cpp's extension).
     pub ignore_eos: Option<bool>,
+    /// The scales of the LoRA adapters loaded with the model for this request, by id (load
+    /// order); adapters not listed get 0 (llama-server's extension).
+    pub lora: Option<Vec<LoraChoice>>,
+}
+
+/// One adapter of a request's `lora` list.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LoraChoice {
+    pub id: i64,
+    pub scale: f32,
+}
+
+impl Common {
+    /// The request's LoRA scales for a model with `adapters` adapters (`None`: the model's
+    /// defaults); an id the model lacks or a scale that is not a finite number is a 400.
+    pub fn lora_scales(&self, adapters: usize) -> Result<Option<Vec<f32>>, ApiError> {
+        let Some(list) = &self.lora else {
+            return Ok(None);
+        };
+        let mut scales = vec![0.0; adapters];
+        for c in list {
+            let slot = usize::try_from(c.id)
+                .ok()
+                .and_then(|i| scales.get_mut(i))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "lora",
+                        format!(
+                            "no LoRA adapter {} (the model has {adapters}; GET /lora-adapters \
+                             lists them)",
+                            c.id
+                        ),
+                    )
+                })?;
+            if !c.scale.is_finite() {
+                return Err(ApiError::invalid("lora", "a scale must be a finite number"));
+            }
+            *slot = c.scale;
+        }
+        Ok(Some(scales))
+    }
 }
 
 /// `content` of a message: text, or a list of parts of which only `text` parts are served.

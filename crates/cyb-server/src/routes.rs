@@ -59,6 +59,7 @@ pub fn router_with_loader(
         .route("/v1/models/load", post(admin::load))
         .route("/v1/models/unload", post(admin::unload))
         .route("/slots", get(admin::slots))
+        .route("/lora-adapters", get(admin::lora_adapters))
         .route("/slots/{id}", post(admin::slot_action))
         .route("/health", get(health))
         .route("/metrics", get(metrics))

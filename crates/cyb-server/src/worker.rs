@@ -34,6 +34,8 @@ pub struct Job {
     pub params: SamplingParams,
     pub top_logprobs: Option<usize>,
     pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// The request's LoRA scales (`None`: the model's).
+    pub lora: Option<Vec<f32>>,
 }
 
 /// Starts `job` on a blocking thread; it holds `permit` (its generation slot) until it ends.
@@ -60,7 +62,8 @@ pub fn spawn(
 
 fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<Summary, ApiError> {
     let slot = job.slot.clone();
-    let mut session = slot.checkout(&job.prompt)?;
+    let mut session = slot.checkout(&job.prompt, job.lora.as_deref())?;
+    session.set_lora_scales(job.lora.clone());
     let result = generate(&mut session, job, tx);
     // The session stays consistent when generation stopped early or failed: reuse it.
     slot.checkin(session);

@@ -73,6 +73,23 @@ pub async fn start_with(
     listen(cyb_server::router(served, config).unwrap()).await
 }
 
+/// As [`start`], one model loaded with LoRA adapters.
+#[allow(dead_code)]
+pub async fn start_with_lora(
+    id: &str,
+    path: PathBuf,
+    lora: &[cyb_runtime::Lora],
+    config: ServerConfig,
+) -> TestServer {
+    let rt = Runtime::new(RuntimeOptions::default()).unwrap();
+    let served = vec![ServedModel {
+        id: id.to_string(),
+        model: rt.load_with_lora(path, lora).unwrap(),
+        source: None,
+    }];
+    listen(cyb_server::router(served, config).unwrap()).await
+}
+
 async fn listen(app: axum::Router) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
