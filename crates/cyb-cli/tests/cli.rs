@@ -801,3 +801,49 @@ fn chat_commands_match_whole_words() {
         .count();
     assert_eq!(answers, 1, "{:?}", out.stdout);
 }
+
+/// `--lora` and `--lora-scaled` apply an adapter (PEFT's greedy text with it, from
+/// tests/fixtures/lora); scale 0 gives the model's own text, and a bad scale is refused.
+#[test]
+fn run_with_lora_adapters() {
+    let lora: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("../lora/reference.json")).unwrap())
+            .unwrap();
+    let joined = |v: &Value| -> String {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .take(8)
+            .map(|p| p.as_str().unwrap())
+            .collect()
+    };
+    let with = joined(&lora["tiny_chat"]["greedy_ignore_eos"]["pieces"]);
+    let without = joined(&reference()["raw"]["greedy_ignore_eos"]["pieces"]);
+    let adapter = fixture_str("../lora/tiny_chat_peft");
+    let text = reference()["raw"]["text"].as_str().unwrap().to_string();
+    let model = fixture_str("model-f32.gguf");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            &model,
+            &text,
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--ignore-eos",
+        ];
+        args.extend_from_slice(extra);
+        cyb(&args, None)
+    };
+    let out = run(&["--lora", &adapter]);
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{with}\n"));
+    let out = run(&["--lora-scaled", &adapter, "0"]);
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout, format!("{without}\n"));
+    let out = run(&["--lora-scaled", &adapter, "half"]);
+    assert!(!out.ok);
+    assert!(out.stderr.contains("not a number"), "{}", out.stderr);
+}
