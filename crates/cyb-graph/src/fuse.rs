@@ -10,6 +10,10 @@
 //!   one pass over the tensor instead of five;
 //! - `Sigmoid` → `Mul` by the sigmoid's input (SiLU written out, as YOLO exports have it)
 //!   becomes `Op::Silu`;
+//! - layer normalisation written out over the last axis (`ReduceMean` → `Sub` → `Pow` 2 →
+//!   `ReduceMean` → `Add` ε → `Sqrt` → `Div`, then optionally `Mul` by a weight `[d]` and
+//!   `Add` of a bias `[d]`, as exports below ONNX opset 17 have it) becomes `Op::LayerNorm`,
+//!   one pass over each row instead of seven to nine (within rounding of the chain);
 //! - `Conv` → activation (`Relu`, `Silu`, `Tanh`, `Gelu`; a written-out SiLU fused first)
 //!   becomes one `Conv` with that activation, applied while each output tile is in cache.
 //!
@@ -23,7 +27,7 @@
 use crate::graph::{Dim, Graph, Node, NodeOp, ValueId};
 use crate::host_op::HostOp;
 use cyb_backend::Backend;
-use cyb_ops::{BinaryFn, LinearAct, Op, UnaryFn};
+use cyb_ops::{BinaryFn, LinearAct, Op, ReduceFn, UnaryFn};
 use cyb_tensor::{DType, Shape, TensorInfo};
 use std::collections::{HashMap, HashSet};
 
@@ -89,6 +93,9 @@ fn fuse_round(g: &mut Graph, backend: &dyn Backend, round: Round) -> usize {
                     f: UnaryFn::Sigmoid,
                 }),
             ) => plan_silu(g, i, &only_reader, &removed),
+            (Round::Activations, _) if last_axis_mean(g, i).is_some() => {
+                plan_layer_norm(g, i, &readers, &only_reader, &removed)
+            }
             _ => None,
         };
         let Some(plan) = plan else { continue };
@@ -334,6 +341,136 @@ fn plan_hard_swish(
         inputs: vec![x],
         outputs: vec![*div.outputs.first()?],
         remove: vec![j, k, l],
+    })
+}
+
+/// The input of node `i` where it is a mean over the last axis, kept (`ReduceMean` with
+/// `keepdims` and axes `[-1]` or `[rank - 1]`, as an attribute or a constant input).
+fn last_axis_mean(g: &Graph, i: usize) -> Option<ValueId> {
+    let x = input(&g.nodes[i], 0)?;
+    last_axis_mean_of_rank(g, i, fixed_or_sym(g, x)?.1.len())
+}
+
+/// [`last_axis_mean`] for an input of `rank` dims (the variance's input may have no inferred
+/// type where the mean's has one).
+fn last_axis_mean_of_rank(g: &Graph, i: usize, rank: usize) -> Option<ValueId> {
+    let n = &g.nodes[i];
+    let NodeOp::Host(HostOp::Reduce {
+        f: ReduceFn::Mean,
+        keepdims: true,
+        axes,
+        ..
+    }) = &n.op
+    else {
+        return None;
+    };
+    let x = input(n, 0)?;
+    let axes = match axes {
+        Some(a) => a.clone(),
+        None => g.constants.get(&input(n, 1)?)?.to_i64_vec().ok()?,
+    };
+    let rank = rank as i64;
+    matches!(axes.as_slice(), [a] if *a == -1 || *a == rank - 1).then_some(x)
+}
+
+/// Layer normalisation written out (see the module's list) from its first node, the mean:
+/// one `Op::LayerNorm` in its place, with the weight and bias where the chain has them.
+fn plan_layer_norm(
+    g: &Graph,
+    i: usize,
+    readers: &HashMap<ValueId, Vec<usize>>,
+    only_reader: &impl Fn(ValueId) -> Option<usize>,
+    removed: &[bool],
+) -> Option<Plan> {
+    let x = last_axis_mean(g, i)?;
+    let next = |v: ValueId| only_reader(v).filter(|&j| !removed[j]);
+    let out = |j: usize| g.nodes[j].outputs.first().copied();
+    let mean = out(i)?;
+    let sub = next(mean)?;
+    let sn = &g.nodes[sub];
+    if !is_binary(sn, BinaryFn::Sub) || (input(sn, 0)?, input(sn, 1)?) != (x, mean) {
+        return None;
+    }
+    // The centred values feed the square and the division, nothing else.
+    let centred = out(sub)?;
+    // (A product `c · c` reads it twice.)
+    let mut users = readers.get(&centred)?.clone();
+    users.dedup();
+    if users.len() != 2 || g.outputs.contains(&centred) || users.iter().any(|&u| removed[u]) {
+        return None;
+    }
+    let is_square = |j: usize| {
+        let n = &g.nodes[j];
+        let (a, b) = (input(n, 0), input(n, 1));
+        (is_binary(n, BinaryFn::Pow)
+            && a == Some(centred)
+            && b.and_then(|v| scalar(g, v)) == Some(2.0))
+            || (is_binary(n, BinaryFn::Mul) && a == Some(centred) && b == Some(centred))
+    };
+    let (sq, div) = match (users[0], users[1]) {
+        (a, b) if is_square(a) => (a, b),
+        (a, b) if is_square(b) => (b, a),
+        _ => return None,
+    };
+    let var = next(out(sq)?)?;
+    let rank = fixed_or_sym(g, x)?.1.len();
+    if last_axis_mean_of_rank(g, var, rank) != out(sq) {
+        return None;
+    }
+    let add = next(out(var)?)?;
+    let an = &g.nodes[add];
+    let (a0, a1) = (input(an, 0)?, input(an, 1)?);
+    let eps = match (a0 == out(var)?, a1 == out(var)?) {
+        (true, _) => scalar(g, a1)?,
+        (_, true) => scalar(g, a0)?,
+        _ => return None,
+    };
+    if !is_binary(an, BinaryFn::Add) {
+        return None;
+    }
+    let root = next(out(add)?)?;
+    if g.nodes[root].op != NodeOp::Op(Op::Unary { f: UnaryFn::Sqrt })
+        || input(&g.nodes[root], 0) != out(add)
+    {
+        return None;
+    }
+    let dn = &g.nodes[div];
+    if next(out(root)?) != Some(div)
+        || !is_binary(dn, BinaryFn::Div)
+        || (input(dn, 0)?, input(dn, 1)?) != (centred, out(root)?)
+    {
+        return None;
+    }
+    let mut remove = vec![sub, sq, var, add, root, div];
+    let mut inputs = vec![x];
+    let mut last = out(div)?;
+    // An affine step by a constant of the row's width: the weight (Mul), then the bias (Add).
+    let d = last_fixed_dim(g, x)?;
+    let row_constant = |v: ValueId| {
+        g.constants
+            .get(&v)
+            .is_some_and(|t| t.dims() == [d] && t.dtype() == DType::F32)
+    };
+    for f in [BinaryFn::Mul, BinaryFn::Add] {
+        let Some(j) = next(last) else { break };
+        let n = &g.nodes[j];
+        let other = match (input(n, 0), input(n, 1)) {
+            (Some(a), Some(b)) if a == last => b,
+            (Some(a), Some(b)) if b == last => a,
+            _ => break,
+        };
+        if !is_binary(n, f) || !row_constant(other) || (f == BinaryFn::Add && inputs.len() == 1) {
+            break;
+        }
+        inputs.push(other);
+        remove.push(j);
+        last = out(j)?;
+    }
+    Some(Plan {
+        op: Op::LayerNorm { eps },
+        inputs,
+        outputs: vec![last],
+        remove,
     })
 }
 

@@ -353,3 +353,97 @@ fn conv_and_written_out_silu_become_one_op() {
     g.nodes[2].inputs[0] = Some(other);
     assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
 }
+
+/// Layer normalisation as exports below opset 17 write it, over x `[n, 3, 8]`: the means over
+/// the last axis (as an attribute, or as a constant input with `axes_input`), the square as
+/// `Pow` 2 or a product, and with the weight and bias (`affine`) or without.
+fn written_out_layer_norm(axes_input: bool, square_by_mul: bool, affine: bool) -> Graph {
+    use cyb_graph::HostOp;
+    use cyb_ops::{BinaryFn as B, ReduceFn, UnaryFn};
+    let mut g = Graph::default();
+    let x = input(
+        &mut g,
+        "x",
+        &[Dim::Sym("n".into()), Dim::Fixed(3), Dim::Fixed(8)],
+    );
+    let axes = g.add_constant("axes", Tensor::from_i64(&[1], &[-1]).unwrap());
+    let mut mean = |g: &mut Graph, name: &str, v: ValueId| {
+        let op = HostOp::Reduce {
+            f: ReduceFn::Mean,
+            keepdims: true,
+            axes: (!axes_input).then(|| vec![2]),
+            noop_with_empty_axes: false,
+        };
+        let ins = if axes_input {
+            vec![Some(v), Some(axes)]
+        } else {
+            vec![Some(v)]
+        };
+        g.add_node(name, NodeOp::Host(op), ins, &[name])[0]
+    };
+    let scalar = |g: &mut Graph, name: &str, v: f32| {
+        g.add_constant(name, Tensor::from_f32(&[], &[v]).unwrap())
+    };
+    let bin = |f| Op::Binary { f };
+    let m = mean(&mut g, "mean", x);
+    let c = op(&mut g, "centre", bin(B::Sub), &[x, m]);
+    let sq = if square_by_mul {
+        op(&mut g, "square", bin(B::Mul), &[c, c])
+    } else {
+        let two = scalar(&mut g, "two", 2.0);
+        op(&mut g, "square", bin(B::Pow), &[c, two])
+    };
+    let v = mean(&mut g, "var", sq);
+    let eps = scalar(&mut g, "eps", 1e-5);
+    let ve = op(&mut g, "add_eps", bin(B::Add), &[v, eps]);
+    let s = op(&mut g, "sqrt", Op::Unary { f: UnaryFn::Sqrt }, &[ve]);
+    let mut y = op(&mut g, "div", bin(B::Div), &[c, s]);
+    if affine {
+        let w = constant(&mut g, "w", &[8], 3);
+        let b = constant(&mut g, "b", &[8], 4);
+        y = op(&mut g, "scale", bin(B::Mul), &[y, w]);
+        y = op(&mut g, "shift", bin(B::Add), &[b, y]);
+    }
+    g.outputs = vec![y];
+    infer_types(&mut g).unwrap();
+    g
+}
+
+#[test]
+fn written_out_layer_norm_becomes_one_op() {
+    let x = Tensor::from_f32(
+        &[2, 3, 8],
+        &values(48, 21)
+            .iter()
+            .map(|v| v * 3.0 + 0.5)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let d = Dispatcher::reference();
+    for axes_input in [false, true] {
+        for square_by_mul in [false, true] {
+            for affine in [false, true] {
+                let case = format!("axes input {axes_input}, mul {square_by_mul}, affine {affine}");
+                let plain = written_out_layer_norm(axes_input, square_by_mul, affine);
+                let mut fused = plain.clone();
+                assert_eq!(fuse_for_backend(&mut fused, &ReferenceBackend), 1, "{case}");
+                assert_eq!(fused.nodes.len(), 1, "{case}");
+                assert_eq!(count(&fused, "layer_norm"), 1, "{case}");
+                let (want, got) = (run(&plain, &d, &x), run(&fused, &d, &x));
+                for (a, b) in got[0].iter().zip(&want[0]) {
+                    assert!((a - b).abs() <= 1e-5, "{case}: {a} vs {b}");
+                }
+            }
+        }
+    }
+    // A mean over another axis, or centred values read elsewhere, stay as they are.
+    let mut g = written_out_layer_norm(false, false, true);
+    if let NodeOp::Host(cyb_graph::HostOp::Reduce { axes, .. }) = &mut g.nodes[0].op {
+        *axes = Some(vec![1]);
+    }
+    assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
+    let mut g = written_out_layer_norm(false, false, true);
+    let centred = g.nodes[1].outputs[0];
+    g.outputs.push(centred);
+    assert_eq!(fuse_for_backend(&mut g, &ReferenceBackend), 0);
+}
