@@ -367,7 +367,7 @@ fn written_out_layer_norm(axes_input: bool, square_by_mul: bool, affine: bool) -
         &[Dim::Sym("n".into()), Dim::Fixed(3), Dim::Fixed(8)],
     );
     let axes = g.add_constant("axes", Tensor::from_i64(&[1], &[-1]).unwrap());
-    let mut mean = |g: &mut Graph, name: &str, v: ValueId| {
+    let mean = |g: &mut Graph, name: &str, v: ValueId| {
         let op = HostOp::Reduce {
             f: ReduceFn::Mean,
             keepdims: true,
