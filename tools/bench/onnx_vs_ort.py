@@ -11,8 +11,9 @@ of each, onnxruntime's time over ours (above 1: cyb-llm is faster), and cyb-llm'
 tools/fetch_onnx_models.sh and tools/fetch_silero_vad.sh fill (missing ones are skipped with a
 note): the PP-OCRv4 recognizer (1x3x48x320) and detector (1x3x320x320, 1x3x640x640), the
 YOLOv8n document layout detector (1x3x1024x1024), the Piper voice en_US-joe-medium (124
-phoneme ids, scales [0, 1, 0]: no noise) and Silero VAD v5 (one 512-sample chunk with its
-state). Float inputs hold random values in [-1, 1) (a fixed seed), phoneme ids random ids
+phoneme ids, scales [0, 1, 0]: no noise), Silero VAD v5 (one 512-sample chunk with its
+state), and torchvision's MobileNetV2 and ResNet-50 (1x3x224x224, exported by
+tools/bench/export_torchvision.py). Float inputs hold random values in [-1, 1) (a fixed seed), phoneme ids random ids
 below the voice's symbol count. Given a model instead, each NAME=DIMS is a float input of that
 shape and each NAME=FILE.npy an input read from the file.
 
@@ -67,6 +68,10 @@ SUITE = [
     ("Piper en_US-joe-medium", "onnx-models/piper/en_US-joe-medium.onnx", "124 phoneme ids",
      piper_inputs),
     ("Silero VAD v5", "silero-vad/silero_vad.onnx", "one 512-sample chunk", silero_inputs),
+    ("MobileNetV2 (torchvision)", "onnx-models/torchvision/mobilenet_v2.onnx", "1×3×224×224",
+     lambda: {"x": floats(1, 3, 224, 224)}),
+    ("ResNet-50 (torchvision)", "onnx-models/torchvision/resnet50.onnx", "1×3×224×224",
+     lambda: {"x": floats(1, 3, 224, 224)}),
 ]
 
 
@@ -145,7 +150,8 @@ def main() -> None:
         path = CACHE / rel
         if not path.exists():
             print(f"<!-- {label}: {path} is missing (tools/fetch_onnx_models.sh, "
-                  f"tools/fetch_silero_vad.sh) -->", flush=True)
+                  f"tools/fetch_silero_vad.sh, tools/bench/export_torchvision.py) -->",
+                  flush=True)
             continue
         compare(args, label, str(path), what, make())
 
