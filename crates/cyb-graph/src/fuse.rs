@@ -93,9 +93,12 @@ fn fuse_round(g: &mut Graph, backend: &dyn Backend, round: Round) -> usize {
                     f: UnaryFn::Sigmoid,
                 }),
             ) => plan_silu(g, i, &only_reader, &removed),
-            (Round::Activations, _) if last_axis_mean(g, i).is_some() => {
-                plan_layer_norm(g, i, &readers, &only_reader, &removed)
-            }
+            (
+                Round::Activations,
+                NodeOp::Host(HostOp::Reduce {
+                    f: ReduceFn::Mean, ..
+                }),
+            ) => plan_layer_norm(g, i, &readers, &only_reader, &removed),
             _ => None,
         };
         let Some(plan) = plan else { continue };

@@ -178,13 +178,21 @@ impl Model {
     /// The LoRA adapters applied to this generator (file, default scale), in load order; none
     /// for other models.
     pub fn lora_adapters(&self) -> Vec<(PathBuf, f32)> {
+        self.loras()
+            .iter()
+            .map(|(a, s)| (a.path().to_path_buf(), *s))
+            .collect()
+    }
+
+    /// How many LoRA adapters the generator applies (the length of a session's scales).
+    pub fn lora_count(&self) -> usize {
+        self.loras().len()
+    }
+
+    fn loras(&self) -> &[(Arc<cyb_models::LoraAdapter>, f32)] {
         match &self.inner.net {
-            Net::Decoder(n) => n
-                .loras()
-                .iter()
-                .map(|(a, s)| (a.path().to_path_buf(), *s))
-                .collect(),
-            _ => Vec::new(),
+            Net::Decoder(n) => n.loras(),
+            _ => &[],
         }
     }
 

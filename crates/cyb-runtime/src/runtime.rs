@@ -213,12 +213,7 @@ impl Runtime {
     /// Loads a model file (GGUF) or directory (Hugging Face): weights stay in the file
     /// mapping, the tokenizer and chat template come from the same source.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Model> {
-        Model::load(
-            path.as_ref(),
-            self.dispatcher.clone(),
-            self.options.path,
-            &[],
-        )
+        self.load_with_lora(path, &[])
     }
 
     /// [`Runtime::load`] with LoRA adapters applied at run time (LlamaStyle generators only;

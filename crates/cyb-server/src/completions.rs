@@ -72,7 +72,7 @@ pub async fn handle(
         prompt,
         params,
         top_logprobs,
-        lora: req.common.lora_scales(slot.model.lora_adapters().len())?,
+        lora: req.common.lora_scales(slot.model.lora_count())?,
         constraint: None,
     };
     let mut rx = worker::spawn(state.clone(), job, permit);

@@ -92,14 +92,14 @@ impl ModelSlot {
     /// A session for `prompt` under the LoRA scales `lora`: the idle one with the longest
     /// cached prefix of it made with the same scales, a new one when none shares a prefix and
     /// the pool has room, else the least recently used.
-    pub fn checkout(&self, prompt: &[u32], lora: Option<&[f32]>) -> Result<Generator> {
+    pub fn checkout(&self, prompt: &[u32], lora: Option<Vec<f32>>) -> Result<Generator> {
         let taken = {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             let best = idle
                 .iter()
                 .enumerate()
                 .map(|(i, (_, g))| {
-                    let same = g.lora_scales() == lora;
+                    let same = g.lora_scales() == lora.as_deref();
                     (
                         if same {
                             common_prefix(g.tokens(), prompt)
@@ -122,6 +122,7 @@ impl ModelSlot {
             None => self.new_session()?,
         };
         session.set_batcher(self.batcher.clone())?;
+        session.set_lora_scales(lora);
         Ok(session)
     }
 

@@ -72,14 +72,7 @@ async fn requests_choose_adapter_scales() {
             "{v}"
         );
     }
-    let list: Value = client()
-        .get(s.url("/lora-adapters"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = get_json(&s.url("/lora-adapters")).await;
     assert_eq!(list[0]["id"], 0);
     assert_eq!(list[0]["model"], "tiny");
     assert_eq!(list[0]["scale"], 1.0);

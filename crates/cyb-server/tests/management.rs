@@ -30,14 +30,7 @@ async fn chat(s: &TestServer, model: &str) -> (u16, Value) {
 }
 
 async fn models(s: &TestServer) -> Vec<Value> {
-    let v: Value = client()
-        .get(s.url("/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&s.url("/v1/models")).await;
     v["data"].as_array().unwrap().clone()
 }
 

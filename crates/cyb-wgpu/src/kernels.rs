@@ -315,7 +315,8 @@ impl Kernels {
             } else {
                 (key.rows, 32, 1)
             };
-            // Units of eight values per block for the decode matvec (matvec_fast.wgsl's `udot`).
+            // Units per block of the decode matvec: of eight values (matvec_fast.wgsl's `udot`),
+            // of 32 for Q4_K and Q5_K (`kdot`).
             let upb = match kind {
                 0 | 1 => 1,
                 7 | 8 => crate::ops::matmul::K_UNITS,

@@ -188,15 +188,6 @@ impl LoraAdapter {
     pub fn pair(&self, layer: usize, target: LoraTarget) -> Option<&LoraPair> {
         self.pairs.get(&(layer, target))
     }
-
-    /// How many projections it adapts.
-    pub fn len(&self) -> usize {
-        self.pairs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
-    }
 }
 
 /// A tensor in shared storage, so that device backends keep one upload of it.

@@ -120,7 +120,8 @@ impl Step<'_> {
     /// adapter's `scale · (x · Aᵀ) · Bᵀ` for it.
     fn lora(&mut self, y: Tensor, x: &Tensor, layer: usize, target: LoraTarget) -> Result<Tensor> {
         let mut y = y;
-        for (adapter, scale) in self.lora.clone() {
+        for k in 0..self.lora.len() {
+            let (adapter, scale) = self.lora[k].clone();
             let Some(pair) = adapter.pair(layer, target) else {
                 continue;
             };

@@ -143,6 +143,18 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// The JSON body of a GET of `url`.
+pub async fn get_json(url: &str) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 pub async fn post(url: &str, body: &Value) -> (u16, Value) {
     let r = client().post(url).json(body).send().await.unwrap();
     let status = r.status().as_u16();

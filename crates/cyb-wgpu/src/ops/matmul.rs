@@ -31,8 +31,7 @@ fn whole_words(dtype: DType, k: usize) -> bool {
 pub(crate) const MV_LEAST_LANES: u32 = 32;
 
 /// Units per Q4_K / Q5_K block in the decode matvec: a lane takes 32 values of a block
-/// (matvec_fast.wgsl's `kdot`), its scales decoded once for them. With a unit of 8 values, as
-/// the other formats, every lane decoded the block's scales for 8 values.
+/// (matvec_fast.wgsl's `kdot`) and decodes the block's packed scales once for them.
 pub(crate) const K_UNITS: u32 = 8;
 
 /// Weight values one lane of the decode matvec takes per step: four for F32/F16, one unit of a
@@ -48,7 +47,7 @@ fn values_per_lane_step(dtype: DType) -> usize {
 /// Lanes per weight row of the decode matvec `mv` for `n` rows of `k` values of `dtype`:
 /// enough that the launch has about 2^18 threads (a large GPU full; with fewer, each lane
 /// waits on its loads alone), but no more than a row has values for one step of every lane
-/// (four per lane for F32/F16, eight for the quantized formats), and 32 .. 256.
+/// (`values_per_lane_step`), and 32 .. 256.
 pub(crate) fn mv_lanes(n: usize, k: usize, dtype: DType) -> u32 {
     let least = MV_LEAST_LANES as usize;
     let per_lane = values_per_lane_step(dtype);

@@ -13,9 +13,9 @@
 // and high nibbles of one word of levels are values 32 or 64 apart, 16 apart within Q4_0's
 // 32), so a lane reads one word of levels and two `vec4`s of activations per step; the lanes of
 // one block read neighbouring words. Two units per lane-step would need wider loads than the
-// blocks' 2-byte alignment allows. Q4_K and Q5_K take wider units of 32 values (`kdot`), their
-// 16-aligned blocks read a word at a time, so that a lane decodes a block's packed scales once
-// per 32 values.
+// blocks' 2-byte alignment allows. Q4_K and Q5_K take wider units of 32 values (`kdot`): their
+// blocks start at multiples of 16 bytes and are read as 16-byte words, and a lane decodes a
+// block's packed scales once per 32 values.
 //
 // Loops are unrolled four times so that every lane has several loads in flight.
 // A template: `@` is replaced by the weight binding's number (or by nothing for matmul.wgsl's
