@@ -25,6 +25,7 @@ mod runtime;
 pub mod sampling;
 pub mod tokenizer;
 pub mod transcribe;
+pub mod vision;
 
 pub use batch::{BatchLimits, BatchStats, Batcher, Member};
 pub use bench::BenchSession;
@@ -49,3 +50,4 @@ pub use runtime::{auto_backend, BackendChoice, ExecPath, Lora, Runtime, RuntimeO
 pub use sampling::{Sampler, SamplingParams, StopMatcher, TokenConstraint};
 pub use tokenizer::{IncrementalDecoder, PairEncoding, Tokenizer};
 pub use transcribe::{Segment, Task, TranscribeOptions, Transcriber, Transcript, TranscriptFormat};
+pub use vision::{DetectOptions, Detection, Detector};

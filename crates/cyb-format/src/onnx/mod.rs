@@ -50,6 +50,15 @@ pub fn decode_model(path: &Path) -> Result<ModelProto> {
     ModelProto::decode(bytes).map_err(|e| format_err(path, format!("not an ONNX model: {e}")))
 }
 
+/// The model's `metadata_props` (key, value) in file order.
+pub fn metadata(path: &Path) -> Result<Vec<(String, String)>> {
+    Ok(decode_model(path)?
+        .metadata_props
+        .into_iter()
+        .map(|e| (e.key, e.value))
+        .collect())
+}
+
 /// Decodes a model from bytes (tests and fuzzing); `path` only names it in errors.
 pub fn graph_from_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
     let model = ModelProto::decode(Bytes::copy_from_slice(bytes))

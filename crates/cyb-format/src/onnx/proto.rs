@@ -16,6 +16,8 @@ pub struct ModelProto {
     pub producer_version: String,
     #[prost(message, optional, tag = "7")]
     pub graph: Option<GraphProto>,
+    #[prost(message, repeated, tag = "14")]
+    pub metadata_props: Vec<StringStringEntryProto>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
