@@ -10,6 +10,7 @@ mod bench;
 mod bench_graph;
 mod chat;
 mod classify;
+mod detect;
 mod embed;
 mod fetch;
 mod fill_mask;
@@ -77,6 +78,8 @@ enum Command {
     Models(models::ModelsArgs),
     /// Speech to text with a Whisper model (txt, srt, vtt, json, verbose_json).
     Transcribe(transcribe::TranscribeArgs),
+    /// Objects in images from a YOLO detector (boxes, labels, scores; JSON; drawn boxes).
+    Detect(detect::DetectArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
             .and_then(|()| bench::run(args)),
         Command::Serve(args) => serve::run(args),
         Command::Transcribe(args) => transcribe::run(args),
+        Command::Detect(args) => detect::run(args),
         Command::Graph(args) => graph::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),

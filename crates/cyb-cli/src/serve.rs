@@ -10,8 +10,9 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// GGUF files or Hugging Face directories (text generators, encoders, Whisper speech
-    /// recognizers); clients name each by its file stem (or `--alias`). None: the default
-    /// model (SmolLM2-135M-Instruct Q4_1).
+    /// recognizers) and YOLO detectors (`.onnx` exports, answering /v1/detections); clients
+    /// name each by its file stem (or `--alias`). None: the default model
+    /// (SmolLM2-135M-Instruct Q4_1).
     pub models: Vec<String>,
     /// The id of each model, in order (repeatable); default: the file stem (`org/name` for a
     /// model from the hub cache).
@@ -35,6 +36,9 @@ pub struct ServeArgs {
     /// Largest audio upload in bytes (/v1/audio/transcriptions and translations; 413 above).
     #[arg(long, default_value_t = 100 << 20)]
     pub max_audio_bytes: usize,
+    /// Largest body of a request carrying images in bytes (/v1/detections; 413 above).
+    #[arg(long, default_value_t = 40 << 20)]
+    pub max_image_bytes: usize,
     /// Largest max_tokens a request may ask for (400 above); also the chat default.
     #[arg(long, default_value_t = 4096)]
     pub max_tokens_limit: usize,
@@ -106,11 +110,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // through the admin API).
     let loras = args.engine.loras()?;
     let mut served = Vec::new();
+    let mut detectors = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let id = match args.alias.get(i) {
             Some(a) => a.clone(),
             None => cyb_hub::cached_repo_of(path).unwrap_or_else(|| model_id(path)),
         };
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+        {
+            let detector = Arc::new(rt.load_detector(path)?);
+            eprintln!("loaded {} as {id:?} (detector)", path.display());
+            detectors.push(cyb_server::ServedDetector { id, detector });
+            continue;
+        }
         let model = rt.load_with_lora(path, &loras)?;
         eprintln!(
             "loaded {} as {id:?} in {:.0} ms",
@@ -186,6 +200,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         memory_budget,
         model_admin: args.model_admin,
         slot_save_path: args.slot_save_path.clone(),
+        detectors,
+        max_image_bytes: args.max_image_bytes,
     };
     cyb_server::run_blocking(
         served,

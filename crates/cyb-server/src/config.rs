@@ -51,6 +51,17 @@ pub struct ServerConfig {
     /// many a step. Generations run one at a time then (no batching: `batch_tokens` 0 or
     /// `parallel` 1).
     pub draft: Option<(cyb_runtime::Drafter, usize)>,
+    /// YOLO detectors answering `POST /v1/detections`.
+    pub detectors: Vec<ServedDetector>,
+    /// Largest body of a request carrying images (`/v1/detections`; 413 above).
+    pub max_image_bytes: usize,
+}
+
+/// A loaded detector and the id clients name it by.
+#[derive(Clone, Debug)]
+pub struct ServedDetector {
+    pub id: String,
+    pub detector: std::sync::Arc<cyb_runtime::Detector>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +81,8 @@ impl Default for ServerConfig {
             model_admin: false,
             slot_save_path: None,
             draft: None,
+            detectors: Vec::new(),
+            max_image_bytes: 40 << 20,
         }
     }
 }

@@ -33,10 +33,11 @@ mod routes;
 mod sse;
 mod structured;
 mod tool_calls;
+mod vision;
 mod worker;
 
 pub use audio_form::{read_audio_form, AudioForm, Upload};
-pub use config::{ModelLoader, ServedModel, ServerConfig};
+pub use config::{ModelLoader, ServedDetector, ServedModel, ServerConfig};
 pub use error::ApiError;
 pub use routes::{router, router_with_loader, run_blocking, serve, shutdown_signal};
 pub use tool_calls::{parse_tool_calls, ParsedToolCall};

@@ -5,7 +5,7 @@ use crate::config::{ModelLoader, ServedModel, ServerConfig};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, ModelGauge};
 use crate::registry::Registry;
-use crate::{admin, audio, chat, completions, embeddings, rerank, unix_now, AppState};
+use crate::{admin, audio, chat, completions, embeddings, rerank, unix_now, vision, AppState};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
@@ -28,7 +28,7 @@ pub fn router_with_loader(
     config: ServerConfig,
     loader: Option<ModelLoader>,
 ) -> Result<Router, String> {
-    if models.is_empty() {
+    if models.is_empty() && config.detectors.is_empty() {
         return Err("no model to serve".into());
     }
     let state = Arc::new(AppState {
@@ -54,6 +54,10 @@ pub fn router_with_loader(
         .route(
             "/v1/audio/translations",
             post(audio::translations).layer(DefaultBodyLimit::max(config.max_audio_bytes)),
+        )
+        .route(
+            "/v1/detections",
+            post(vision::detections).layer(DefaultBodyLimit::max(config.max_image_bytes)),
         )
         .route("/v1/models", get(models_list))
         .route("/v1/models/load", post(admin::load))
@@ -157,7 +161,7 @@ async fn account(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 }
 
 async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    let data: Vec<_> = state
+    let mut data: Vec<_> = state
         .models
         .list()
         .into_iter()
@@ -173,6 +177,16 @@ async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
             })
         })
         .collect();
+    data.extend(state.config.detectors.iter().map(|d| {
+        json!({
+            "id": d.id,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "cyb-llm",
+            "task": "detection",
+            "status": "loaded",
+        })
+    }));
     Json(json!({"object": "list", "data": data}))
 }
 

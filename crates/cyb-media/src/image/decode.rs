@@ -197,3 +197,56 @@ fn from_image_error(e: image::ImageError, name: &str) -> ImageError {
         },
     }
 }
+
+impl RgbImage {
+    /// Draws the outline of the box `[x1, y1, x2, y2]` (pixels, clipped to the image) in
+    /// `rgb`, `thickness` pixels wide.
+    pub fn draw_box(&mut self, bbox: [f32; 4], rgb: [u8; 3], thickness: usize) {
+        let clamp_x = |v: f32| (v.max(0.0) as usize).min(self.width - 1);
+        let clamp_y = |v: f32| (v.max(0.0) as usize).min(self.height - 1);
+        let (x1, y1, x2, y2) = (
+            clamp_x(bbox[0]),
+            clamp_y(bbox[1]),
+            clamp_x(bbox[2]),
+            clamp_y(bbox[3]),
+        );
+        if x2 < x1 || y2 < y1 {
+            return;
+        }
+        let t = thickness.max(1);
+        let mut put = |x: usize, y: usize| {
+            let i = (y * self.width + x) * 3;
+            self.pixels[i..i + 3].copy_from_slice(&rgb);
+        };
+        for k in 0..t {
+            for x in x1..=x2 {
+                put(x, (y1 + k).min(y2));
+                put(x, y2.saturating_sub(k).max(y1));
+            }
+            for y in y1..=y2 {
+                put((x1 + k).min(x2), y);
+                put(x2.saturating_sub(k).max(x1), y);
+            }
+        }
+    }
+
+    /// Writes the image as a PNG file.
+    pub fn save_png(&self, path: &Path) -> Result<(), ImageError> {
+        let file = path.display().to_string();
+        image::save_buffer_with_format(
+            path,
+            &self.pixels,
+            self.width as u32,
+            self.height as u32,
+            image::ExtendedColorType::Rgb8,
+            image::ImageFormat::Png,
+        )
+        .map_err(|e| match e {
+            image::ImageError::IoError(source) => ImageError::Io { file, source },
+            other => ImageError::Malformed {
+                file,
+                reason: other.to_string(),
+            },
+        })
+    }
+}

@@ -438,8 +438,11 @@ pub struct Letterbox {
 #[derive(Clone, Debug)]
 pub struct LetterboxInput {
     pub image: RgbImage,
-    /// Scale from original to letterboxed pixels.
+    /// Scale from original to letterboxed pixels (one for both axes).
     pub ratio: f64,
+    /// The size `(width, height)` the image was scaled to before padding (each side rounded,
+    /// so the exact scale of each axis is `scaled / original`).
+    pub scaled: (usize, usize),
     /// Padding added on the left and at the top.
     pub pad: (usize, usize),
     /// The original `(width, height)`.
@@ -468,6 +471,7 @@ impl Letterbox {
         Ok(LetterboxInput {
             image: resized.pad(cw, ch, left, top, 114),
             ratio: r,
+            scaled: (nw, nh),
             pad: (left, top),
             original: (img.width, img.height),
         })

@@ -237,14 +237,15 @@ impl Detector {
         };
         found.sort_by(|a, b| b.score.total_cmp(&a.score));
         let (pad_x, pad_y) = (boxed.pad.0 as f32, boxed.pad.1 as f32);
-        let gain = boxed.ratio as f32;
         let (w0, h0) = (boxed.original.0 as f32, boxed.original.1 as f32);
+        // Each axis by its own rounded scale, as Ultralytics maps boxes back.
+        let (gain_x, gain_y) = (boxed.scaled.0 as f32 / w0, boxed.scaled.1 as f32 / h0);
         Ok(found
             .into_iter()
             .map(|c| {
                 let [x1, y1, x2, y2] = c.bbox;
-                let fx = |v: f32| ((v - pad_x) / gain).clamp(0.0, w0);
-                let fy = |v: f32| ((v - pad_y) / gain).clamp(0.0, h0);
+                let fx = |v: f32| ((v - pad_x) / gain_x).clamp(0.0, w0);
+                let fy = |v: f32| ((v - pad_y) / gain_y).clamp(0.0, h0);
                 Detection {
                     class: c.class,
                     label: self
