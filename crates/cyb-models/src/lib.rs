@@ -13,6 +13,7 @@ mod bert;
 mod encdec;
 mod llama;
 mod step;
+mod vit;
 mod whisper;
 
 pub use bert::{
@@ -25,5 +26,9 @@ pub use encdec::CrossKv;
 pub use llama::{
     Activation, BatchSeq, KvCache, LayerAttention, LlamaConfig, LlamaModel, LlamaVariant,
     LoraAdapter, LoraPair, LoraTarget, WeightNaming, SUPPORTED_ARCHITECTURES,
+};
+pub use vit::{
+    TextConfig as VisionTextConfig, TowerConfig, VisionArch, VisionConfig, VisionModel,
+    VisionOutput,
 };
 pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};
