@@ -1,5 +1,7 @@
 //! `cyb-llm embed MODEL "text"... [--file FILE]`: one vector per input, in input order, printed
-//! as a JSON array of arrays on stdout.
+//! as a JSON array of arrays on stdout. With `--image FILE` the model is a vision model (CLIP,
+//! SigLIP, DINOv2, ViT directory): the texts go through its text tower (CLIP, SigLIP), then
+//! each image gives one vector.
 
 use crate::session_args::EngineArgs;
 use cyb_runtime::{EmbedInput, EmbedOptions, Pooling};
@@ -11,6 +13,13 @@ pub struct EmbedArgs {
     pub model: String,
     /// Texts to embed (after those of --file).
     pub texts: Vec<String>,
+    /// An image to embed with a vision model (repeatable; after the texts).
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<std::path::PathBuf>,
+    /// With --image: resize as Pillow does (transformers' PIL backend) or as torch does (its
+    /// torchvision backend).
+    #[arg(long, default_value = "pillow", value_parser = ["pillow", "torch"])]
+    pub resize: String,
     /// A file with one text per line (empty lines are skipped).
     #[arg(long)]
     pub file: Option<String>,
@@ -45,6 +54,9 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         );
     }
     texts.extend(args.texts.iter().cloned());
+    if !args.images.is_empty() {
+        return embed_images(&args, &texts);
+    }
     if texts.is_empty() {
         return Err(Error::invalid(
             "embed",
@@ -79,6 +91,31 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         );
     }
     let json = serde_json::to_string(&out.vectors)
+        .map_err(|e| Error::invalid("embed", format!("cannot write JSON: {e}")))?;
+    println!("{json}");
+    Ok(())
+}
+
+/// Texts through a CLIP/SigLIP text tower, then images, one vector each.
+fn embed_images(args: &EmbedArgs, texts: &[String]) -> Result<()> {
+    let rt = cyb_runtime::Runtime::new(args.engine.runtime_options()?)?;
+    let path = crate::fetch::model_path(&args.model)?;
+    let model = rt.load_image_model(&path, crate::classify_image::resize_kernel(&args.resize))?;
+    let mut vectors = Vec::new();
+    if !texts.is_empty() {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        vectors.extend(model.embed_texts(&refs, args.normalize)?);
+    }
+    let images = args
+        .images
+        .iter()
+        .map(|p| cyb_runtime::vision::load_image(p))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&cyb_media::image::RgbImage> = images.iter().collect();
+    for img in refs {
+        vectors.extend(model.embed_images(&[img], args.normalize)?);
+    }
+    let json = serde_json::to_string(&vectors)
         .map_err(|e| Error::invalid("embed", format!("cannot write JSON: {e}")))?;
     println!("{json}");
     Ok(())

@@ -10,6 +10,7 @@ mod bench;
 mod bench_graph;
 mod chat;
 mod classify;
+mod classify_image;
 mod detect;
 mod embed;
 mod fetch;
@@ -78,6 +79,8 @@ enum Command {
     Models(models::ModelsArgs),
     /// Speech to text with a Whisper model (txt, srt, vtt, json, verbose_json).
     Transcribe(transcribe::TranscribeArgs),
+    /// Labels of images: a classification head, or zero-shot with CLIP/SigLIP (JSON).
+    ClassifyImage(classify_image::ClassifyImageArgs),
     /// Objects in images from a YOLO detector (boxes, labels, scores; JSON; drawn boxes).
     Detect(detect::DetectArgs),
 }
@@ -114,6 +117,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Transcribe(args) => transcribe::run(args),
         Command::Detect(args) => detect::run(args),
+        Command::ClassifyImage(mut args) => {
+            fetch::resolve_in_place(&mut args.model).and_then(|()| classify_image::run(args))
+        }
         Command::Graph(args) => graph::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Embed(args) => embed::run(args),

@@ -50,4 +50,4 @@ pub use runtime::{auto_backend, BackendChoice, ExecPath, Lora, Runtime, RuntimeO
 pub use sampling::{Sampler, SamplingParams, StopMatcher, TokenConstraint};
 pub use tokenizer::{IncrementalDecoder, PairEncoding, Tokenizer};
 pub use transcribe::{Segment, Task, TranscribeOptions, Transcriber, Transcript, TranscriptFormat};
-pub use vision::{DetectOptions, Detection, Detector};
+pub use vision::{DetectOptions, Detection, Detector, ImageModel};

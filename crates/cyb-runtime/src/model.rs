@@ -96,6 +96,19 @@ impl Model {
             generator_only("an encoder")?;
             return crate::embed_load::load_encoder(path, &file, dispatcher, t0);
         }
+        if let cyb_format::ModelFile::HuggingFace(h) = &file {
+            let ty = h.config_json().get("model_type").and_then(|v| v.as_str());
+            if let Some(ty) = ty.filter(|t| cyb_models::VisionConfig::is_vision_type(t)) {
+                return Err(Error::invalid(
+                    "load",
+                    format!(
+                        "{} is a vision model ({ty}): use `cyb-llm classify-image`, `cyb-llm \
+                         embed --image` or Runtime::load_image_model",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         let config = file.config()?;
         let mut net = LlamaModel::load(&file, dispatcher.clone())?;
         for l in lora {

@@ -1,14 +1,17 @@
-//! Vision tasks on images: object detection with YOLO exports ([`detect`]), and the image
+//! Vision tasks on images: object detection with YOLO exports ([`detect`]), classification and
+//! embeddings with the ViTStyle family ([`image_model`]), and the image
 //! input shared by every vision entry point (files and uploads decoded by cyb-media, with its
 //! errors as the runtime's).
 
 pub mod detect;
+pub mod image_model;
 
 use cyb_media::image::{ImageError, RgbImage};
 use cyb_tensor::{Error, Result};
 use std::path::Path;
 
 pub use detect::{DetectOptions, Detection, Detector};
+pub use image_model::{ImageModel, DEFAULT_TEMPLATE};
 
 /// The runtime's error for an image that cannot be read or preprocessed.
 pub fn image_error(e: ImageError) -> Error {
