@@ -1,7 +1,10 @@
 //! `cyb-llm classify-image MODEL IMAGE...`: the labels of each image as a JSON array (one object
 //! per image, in order): a classification head's top `--top-k` (ViT, DINOv2
 //! `*ForImageClassification`), or with `--labels a,b,c` zero-shot scores from CLIP (softmax over
-//! the labels) or SigLIP (each label's sigmoid), each label put into `--template`.
+//! the labels) or SigLIP (each label's sigmoid), each label put into `--template`. With
+//! `--arch`, MODEL is a PyTorch checkpoint of a torchvision classifier (`resnet50`,
+//! `mobilenet_v2`, ...), its images prepared by torchvision's ImageNet transform and its
+//! classes named by `--label-file` (one per line) or numbered.
 
 use crate::session_args::EngineArgs;
 use cyb_media::image::ResizeKernel;
@@ -24,6 +27,13 @@ pub struct ClassifyImageArgs {
     /// The text each label is put into (`{}` is replaced by the label).
     #[arg(long, default_value = cyb_runtime::vision::DEFAULT_TEMPLATE, requires = "labels")]
     pub template: String,
+    /// The torchvision architecture of a PyTorch checkpoint (resnet18, resnet34, resnet50,
+    /// resnet101, resnet152, mobilenet_v2).
+    #[arg(long, conflicts_with = "labels")]
+    pub arch: Option<String>,
+    /// With --arch: class names, one per line, in class order.
+    #[arg(long, requires = "arch")]
+    pub label_file: Option<PathBuf>,
     /// Labels reported per image (a classification head).
     #[arg(long, default_value_t = 5)]
     pub top_k: usize,
@@ -44,6 +54,9 @@ pub fn resize_kernel(name: &str) -> ResizeKernel {
 
 pub fn run(args: ClassifyImageArgs) -> Result<()> {
     let rt = Runtime::new(args.engine.runtime_options()?)?;
+    if let Some(arch) = &args.arch {
+        return run_torchvision(&args, &rt, arch);
+    }
     let model = rt.load_image_model(&args.model, resize_kernel(&args.resize))?;
     let mut out = Vec::with_capacity(args.images.len());
     for path in &args.images {
@@ -57,6 +70,60 @@ pub fn run(args: ClassifyImageArgs) -> Result<()> {
         let labels: Vec<_> = scored[0]
             .iter()
             .map(|l| json!({"label": l.label, "score": l.score}))
+            .collect();
+        out.push(json!({"image": path.display().to_string(), "labels": labels}));
+    }
+    let text = serde_json::to_string_pretty(&out)
+        .map_err(|e| Error::invalid("classify-image", format!("cannot write JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+/// A torchvision classifier from a PyTorch checkpoint.
+fn run_torchvision(args: &ClassifyImageArgs, rt: &Runtime, arch: &str) -> Result<()> {
+    const SIZE: usize = 224;
+    let model = rt.load_torchvision(&args.model, arch, SIZE, SIZE)?;
+    let names: Vec<String> = match &args.label_file {
+        Some(f) => std::fs::read_to_string(f)
+            .map_err(|source| Error::Io {
+                path: f.clone(),
+                source,
+            })?
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect(),
+        None => Vec::new(),
+    };
+    let proc = cyb_media::image::ImageProcessor::torchvision_imagenet(256, SIZE);
+    let input = model.graph().values[model.graph().inputs[0]].name.clone();
+    let mut out = Vec::with_capacity(args.images.len());
+    for path in &args.images {
+        let img = cyb_runtime::vision::load_image(path)?;
+        let pv = proc
+            .process(&img)
+            .map_err(cyb_runtime::vision::image_error)?;
+        let x = cyb_tensor::Tensor::from_f32(&[1, 3, pv.height, pv.width], &pv.data)?;
+        let outs = model.run(&std::collections::HashMap::from([(input.clone(), x)]))?;
+        let logits = outs
+            .first()
+            .ok_or_else(|| Error::invalid("classify-image", "the model gave no output"))?
+            .1
+            .to_f32_vec()?;
+        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = logits.iter().map(|v| (v - m).exp()).collect();
+        let sum: f32 = e.iter().sum();
+        let mut ranked: Vec<(usize, f32)> = e.iter().map(|v| v / sum).enumerate().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let labels: Vec<_> = ranked
+            .iter()
+            .take(args.top_k.max(1))
+            .map(|&(i, p)| {
+                let label = names
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("class {i}"));
+                json!({"label": label, "class": i, "score": p})
+            })
             .collect();
         out.push(json!({"image": path.display().to_string(), "labels": labels}));
     }

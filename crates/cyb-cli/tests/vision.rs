@@ -124,3 +124,70 @@ fn embed_images_and_texts() {
     let (ok, _, err) = cyb(&["embed", vit.to_str().unwrap(), "some text"]);
     assert!(!ok && err.contains("vision model"), "{err}");
 }
+
+/// `--arch` on the real MobileNetV2 checkpoint (tools/fetch_mobilenet_weights.sh): the top
+/// class is torchvision's (tests/fixtures/pytorch/mobilenet_v2.json); a checkpoint whose pickle
+/// asks for os.system is refused naming the global.
+#[test]
+fn classify_image_with_a_pytorch_checkpoint() {
+    let img = fixture("images/src_tall.png");
+    let evil = fixture("pytorch/evil.pth");
+    let (ok, _, err) = cyb(&[
+        "classify-image",
+        evil.to_str().unwrap(),
+        "--arch",
+        "resnet18",
+        img.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("system") && err.contains("evil.pth"),
+        "{err}"
+    );
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let cache = std::env::var_os("CYB_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cache/cyb-llm"));
+    let pth = cache.join("torchvision/mobilenet_v2-b0353104.pth");
+    if !pth.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} is missing (run tools/fetch_mobilenet_weights.sh)",
+            pth.display()
+        );
+        return;
+    }
+    let (ok, out, err) = cyb(&[
+        "classify-image",
+        "--backend",
+        "cpu",
+        pth.to_str().unwrap(),
+        "--arch",
+        "mobilenet_v2",
+        img.to_str().unwrap(),
+        "--top-k",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let want: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("pytorch/mobilenet_v2.json")).unwrap(),
+    )
+    .unwrap();
+    let logits: Vec<f64> = want["logits"]["tall"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let top = logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .unwrap()
+        .0;
+    assert_eq!(
+        v[0]["labels"][0]["class"].as_u64(),
+        Some(top as u64),
+        "{out}"
+    );
+}

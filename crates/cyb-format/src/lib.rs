@@ -22,6 +22,7 @@ pub mod model_container;
 mod model_file;
 pub mod npy;
 pub mod onnx;
+pub mod pytorch;
 pub mod safetensors;
 pub mod soma;
 mod whisper_dims;

@@ -30,7 +30,29 @@ impl Runtime {
     /// residual add + norm become one op where the chain's first backend has a kernel for it
     /// (a graph whose types cannot be inferred runs unfused).
     pub fn load_graph(&self, path: &Path, fuse: bool) -> Result<GraphModel> {
-        let mut graph = read_graph(path)?;
+        self.graph_model(read_graph(path)?, fuse)
+    }
+
+    /// A torchvision classifier from a PyTorch checkpoint (`torch.save` of its state dict):
+    /// `arch` (`resnet50`, `mobilenet_v2`, see `cyb_format::pytorch::torchvision`) built for
+    /// `[1, 3, height, width]` images, giving the logits.
+    pub fn load_torchvision(
+        &self,
+        path: &Path,
+        arch: &str,
+        height: usize,
+        width: usize,
+    ) -> Result<GraphModel> {
+        let state = cyb_format::pytorch::read_state_dict(path)?;
+        let mut graph = cyb_format::pytorch::torchvision::graph(&state, arch, height, width, path)?;
+        drop(state);
+        cyb_graph::prepare(&mut graph)?;
+        self.graph_model(graph, true)
+    }
+
+    /// A prepared graph (`cyb_graph::prepare`) bound to this runtime; with `fuse`, fused for
+    /// the chain's first backend as [`Runtime::load_graph`] does.
+    pub fn graph_model(&self, mut graph: Graph, fuse: bool) -> Result<GraphModel> {
         if fuse && cyb_graph::infer_types(&mut graph).is_ok() {
             cyb_graph::fuse_for_backend(&mut graph, self.dispatcher().primary().as_ref());
         }
@@ -39,6 +61,14 @@ impl Runtime {
             graph,
             dispatcher: self.dispatcher().clone(),
         })
+    }
+}
+
+impl std::fmt::Debug for GraphModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphModel")
+            .field("nodes", &self.graph.nodes.len())
+            .finish_non_exhaustive()
     }
 }
 

@@ -85,6 +85,12 @@ pub(crate) fn format_err(path: &Path, reason: String) -> Error {
     }
 }
 
+/// The graph of a model built in memory (the graph templates of PyTorch checkpoints);
+/// `path` names it in errors.
+pub fn graph_from_model(model: &ModelProto, path: &Path) -> Result<Graph> {
+    build(model, path)
+}
+
 fn build(model: &ModelProto, path: &Path) -> Result<Graph> {
     let mut opset = None;
     for o in &model.opset_import {
