@@ -10,7 +10,8 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// GGUF files or Hugging Face directories (text generators, encoders, Whisper speech
-    /// recognizers) and YOLO detectors (`.onnx` exports, answering /v1/detections); clients
+    /// recognizers), YOLO detectors (`.onnx` exports, answering /v1/detections) and image
+    /// models (ViT/CLIP/SigLIP/DINOv2 directories: /v1/classifications, /v1/embeddings); clients
     /// name each by its file stem (or `--alias`). None: the default model
     /// (SmolLM2-135M-Instruct Q4_1).
     pub models: Vec<String>,
@@ -110,7 +111,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // through the admin API).
     let loras = args.engine.loras()?;
     let mut served = Vec::new();
-    let mut detectors = Vec::new();
+    let mut vision = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let id = match args.alias.get(i) {
             Some(a) => a.clone(),
@@ -122,7 +123,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
         {
             let detector = Arc::new(rt.load_detector(path)?);
             eprintln!("loaded {} as {id:?} (detector)", path.display());
-            detectors.push(cyb_server::ServedDetector { id, detector });
+            let net = cyb_server::VisionNet::Detector(detector);
+            vision.push(cyb_server::ServedVision { id, net });
+            continue;
+        }
+        if is_image_model_dir(path) {
+            let kernel = cyb_media::image::ResizeKernel::Pillow;
+            let model = Arc::new(rt.load_image_model(path, kernel)?);
+            eprintln!("loaded {} as {id:?} (image model)", path.display());
+            let net = cyb_server::VisionNet::Image(model);
+            vision.push(cyb_server::ServedVision { id, net });
             continue;
         }
         let model = rt.load_with_lora(path, &loras)?;
@@ -200,7 +210,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         memory_budget,
         model_admin: args.model_admin,
         slot_save_path: args.slot_save_path.clone(),
-        detectors,
+        vision,
         max_image_bytes: args.max_image_bytes,
     };
     cyb_server::run_blocking(
@@ -263,4 +273,15 @@ mod tests {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
     }
+}
+
+/// A Hugging Face directory whose `config.json` names a vision model type.
+fn is_image_model_dir(path: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else {
+        return false;
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(String::from))
+        .is_some_and(|t| cyb_runtime::vision::is_vision_model_type(&t))
 }

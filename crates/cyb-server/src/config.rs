@@ -51,17 +51,26 @@ pub struct ServerConfig {
     /// many a step. Generations run one at a time then (no batching: `batch_tokens` 0 or
     /// `parallel` 1).
     pub draft: Option<(cyb_runtime::Drafter, usize)>,
-    /// YOLO detectors answering `POST /v1/detections`.
-    pub detectors: Vec<ServedDetector>,
-    /// Largest body of a request carrying images (`/v1/detections`; 413 above).
+    /// Vision models: YOLO detectors (`POST /v1/detections`) and ViTStyle models
+    /// (`POST /v1/classifications`, images in `POST /v1/embeddings`).
+    pub vision: Vec<ServedVision>,
+    /// Largest body of a request carrying images (`/v1/detections`, `/v1/classifications`,
+    /// `/v1/embeddings`; 413 above).
     pub max_image_bytes: usize,
 }
 
-/// A loaded detector and the id clients name it by.
+/// A loaded vision model and the id clients name it by.
 #[derive(Clone, Debug)]
-pub struct ServedDetector {
+pub struct ServedVision {
     pub id: String,
-    pub detector: std::sync::Arc<cyb_runtime::Detector>,
+    pub net: VisionNet,
+}
+
+/// What a vision model is.
+#[derive(Clone, Debug)]
+pub enum VisionNet {
+    Detector(std::sync::Arc<cyb_runtime::Detector>),
+    Image(std::sync::Arc<cyb_runtime::ImageModel>),
 }
 
 impl Default for ServerConfig {
@@ -81,7 +90,7 @@ impl Default for ServerConfig {
             model_admin: false,
             slot_save_path: None,
             draft: None,
-            detectors: Vec::new(),
+            vision: Vec::new(),
             max_image_bytes: 40 << 20,
         }
     }

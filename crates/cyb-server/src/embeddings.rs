@@ -2,7 +2,8 @@
 //! of token ids, or an array of token-id arrays; `encoding_format` is `float` (default) or
 //! `base64` (the little-endian f32 bytes); `usage` counts the tokens embedded. Extensions:
 //! `pooling` (`cls`/`mean`/`max`), `normalize` (bool) and `truncate` (bool: cut overlong
-//! inputs instead of answering 400). Only encoder models answer; a text generator is a 400.
+//! inputs instead of answering 400). Encoder models answer, and image models (CLIP, SigLIP,
+//! DINOv2, ViT: images as input items, see `vision`); a text generator is a 400.
 
 use crate::error::ApiError;
 use crate::request::parse_body;
@@ -39,7 +40,6 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let body = sse::body_bytes(body)?;
     let req: EmbeddingRequest = parse_body(&body)?;
-    let slot = state.find_encoder(req.model.as_deref()).await?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -51,6 +51,12 @@ pub async fn handle(
             .with_code("invalid_value"))
         }
     };
+    if crate::vision::is_image_model(&state, req.model.as_deref()) {
+        let id = req.model.clone().unwrap_or_default();
+        let normalize = req.normalize.unwrap_or(false);
+        return crate::vision::embeddings(state, &id, req.input.as_ref(), normalize, base64).await;
+    }
+    let slot = state.find_encoder(req.model.as_deref()).await?;
     let size = slot.model.embedding_size();
     if let Some(d) = req.dimensions.filter(|&d| d as usize != size) {
         return Err(ApiError::invalid(

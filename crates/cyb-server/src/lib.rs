@@ -37,7 +37,7 @@ mod vision;
 mod worker;
 
 pub use audio_form::{read_audio_form, AudioForm, Upload};
-pub use config::{ModelLoader, ServedDetector, ServedModel, ServerConfig};
+pub use config::{ModelLoader, ServedModel, ServedVision, ServerConfig, VisionNet};
 pub use error::ApiError;
 pub use routes::{router, router_with_loader, run_blocking, serve, shutdown_signal};
 pub use tool_calls::{parse_tool_calls, ParsedToolCall};

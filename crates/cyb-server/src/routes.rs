@@ -28,7 +28,7 @@ pub fn router_with_loader(
     config: ServerConfig,
     loader: Option<ModelLoader>,
 ) -> Result<Router, String> {
-    if models.is_empty() && config.detectors.is_empty() {
+    if models.is_empty() && config.vision.is_empty() {
         return Err("no model to serve".into());
     }
     let state = Arc::new(AppState {
@@ -44,7 +44,13 @@ pub fn router_with_loader(
     Ok(Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/completions", post(completions::handle))
-        .route("/v1/embeddings", post(embeddings::handle))
+        // Image inputs make embedding requests as large as the other image endpoints'.
+        .route(
+            "/v1/embeddings",
+            post(embeddings::handle).layer(DefaultBodyLimit::max(
+                config.max_image_bytes.max(config.max_body_bytes),
+            )),
+        )
         .route("/v1/rerank", post(rerank::handle))
         // Uploads have their own, larger body limit.
         .route(
@@ -58,6 +64,10 @@ pub fn router_with_loader(
         .route(
             "/v1/detections",
             post(vision::detections).layer(DefaultBodyLimit::max(config.max_image_bytes)),
+        )
+        .route(
+            "/v1/classifications",
+            post(vision::classifications).layer(DefaultBodyLimit::max(config.max_image_bytes)),
         )
         .route("/v1/models", get(models_list))
         .route("/v1/models/load", post(admin::load))
@@ -177,13 +187,17 @@ async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
             })
         })
         .collect();
-    data.extend(state.config.detectors.iter().map(|d| {
+    data.extend(state.config.vision.iter().map(|v| {
+        let task = match v.net {
+            crate::VisionNet::Detector(_) => "detection",
+            crate::VisionNet::Image(_) => "image",
+        };
         json!({
-            "id": d.id,
+            "id": v.id,
             "object": "model",
             "created": state.started,
             "owned_by": "cyb-llm",
-            "task": "detection",
+            "task": task,
             "status": "loaded",
         })
     }));

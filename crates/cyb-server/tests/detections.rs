@@ -9,7 +9,7 @@ mod common;
 use base64::Engine;
 use common::*;
 use cyb_runtime::{Runtime, RuntimeOptions};
-use cyb_server::{ServedDetector, ServerConfig};
+use cyb_server::{ServedVision, ServerConfig, VisionNet};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,9 +41,9 @@ async fn detections_match_ultralytics() {
     let rt = Runtime::new(RuntimeOptions::default()).unwrap();
     let detector = Arc::new(rt.load_detector(&path).unwrap());
     let config = ServerConfig {
-        detectors: vec![ServedDetector {
+        vision: vec![ServedVision {
             id: "layout".into(),
-            detector,
+            net: VisionNet::Detector(detector),
         }],
         ..ServerConfig::default()
     };
@@ -123,7 +123,10 @@ async fn detections_match_ultralytics() {
             json!({"image": base64::engine::general_purpose::STANDARD.encode(b"not an image")}),
             "unsupported image",
         ),
-        (json!({"model": "tiny", "image": b64}), "not a detector"),
+        (
+            json!({"model": "tiny", "image": b64}),
+            "does not answer /v1/detections",
+        ),
     ] {
         let (st, v) = post(&url, &body).await;
         assert_eq!(st, 400, "{body}: {v}");

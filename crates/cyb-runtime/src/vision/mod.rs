@@ -30,3 +30,8 @@ pub fn load_image(path: &Path) -> Result<RgbImage> {
 pub fn decode_image(bytes: &[u8], name: &str) -> Result<RgbImage> {
     cyb_media::image::decode_image_bytes(bytes, name).map_err(image_error)
 }
+
+/// True when a Hugging Face `model_type` is one of the ViTStyle family's.
+pub fn is_vision_model_type(model_type: &str) -> bool {
+    cyb_models::VisionConfig::is_vision_type(model_type)
+}
