@@ -258,6 +258,17 @@ fn parse_size(s: &str) -> Option<u64> {
     (n.is_finite() && n > 0.0 && bytes < 1.8e19).then_some(bytes as u64)
 }
 
+/// A Hugging Face directory whose `config.json` names a vision model type.
+fn is_image_model_dir(path: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else {
+        return false;
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("model_type")?.as_str().map(String::from))
+        .is_some_and(|t| cyb_runtime::vision::is_vision_model_type(&t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_size;
@@ -273,15 +284,4 @@ mod tests {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
     }
-}
-
-/// A Hugging Face directory whose `config.json` names a vision model type.
-fn is_image_model_dir(path: &std::path::Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else {
-        return false;
-    };
-    serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("model_type")?.as_str().map(String::from))
-        .is_some_and(|t| cyb_runtime::vision::is_vision_model_type(&t))
 }
