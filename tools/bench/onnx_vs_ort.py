@@ -12,8 +12,9 @@ tools/fetch_onnx_models.sh and tools/fetch_silero_vad.sh fill (missing ones are 
 note): the PP-OCRv4 recognizer (1x3x48x320) and detector (1x3x320x320, 1x3x640x640), the
 YOLOv8n document layout detector (1x3x1024x1024), the Piper voice en_US-joe-medium (124
 phoneme ids, scales [0, 1, 0]: no noise), Silero VAD v5 (one 512-sample chunk with its
-state), and torchvision's MobileNetV2 and ResNet-50 (1x3x224x224, exported by
-tools/bench/export_torchvision.py). Float inputs hold random values in [-1, 1) (a fixed seed), phoneme ids random ids
+state), torchvision's MobileNetV2 and ResNet-50 (1x3x224x224, exported by
+tools/bench/export_torchvision.py), and a YOLOv8n at 640 (random weights, exported by
+tools/bench/export_yolov8n.py). Float inputs hold random values in [-1, 1) (a fixed seed), phoneme ids random ids
 below the voice's symbol count. Given a model instead, each NAME=DIMS is a float input of that
 shape and each NAME=FILE.npy an input read from the file.
 
@@ -65,6 +66,8 @@ SUITE = [
      lambda: {"x": floats(1, 3, 640, 640)}),
     ("YOLOv8n layout detector", "onnx-models/layout/yolov8n-doclaynet.onnx", "1×3×1024×1024",
      lambda: {"images": floats(1, 3, 1024, 1024) * 0.5 + 0.5}),
+    ("YOLOv8n (COCO shape)", "onnx-models/yolov8n/yolov8n-640.onnx", "1×3×640×640",
+     lambda: {"images": floats(1, 3, 640, 640) * 0.5 + 0.5}),
     ("Piper en_US-joe-medium", "onnx-models/piper/en_US-joe-medium.onnx", "124 phoneme ids",
      piper_inputs),
     ("Silero VAD v5", "silero-vad/silero_vad.onnx", "one 512-sample chunk", silero_inputs),
@@ -150,7 +153,7 @@ def main() -> None:
         path = CACHE / rel
         if not path.exists():
             print(f"<!-- {label}: {path} is missing (tools/fetch_onnx_models.sh, "
-                  f"tools/fetch_silero_vad.sh, tools/bench/export_torchvision.py) -->",
+                  f"tools/fetch_silero_vad.sh, tools/bench/export_torchvision.py, tools/bench/export_yolov8n.py) -->",
                   flush=True)
             continue
         compare(args, label, str(path), what, make())

@@ -112,8 +112,27 @@ fn embed_images(args: &EmbedArgs, texts: &[String]) -> Result<()> {
         .map(|p| cyb_runtime::vision::load_image(p))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&cyb_media::image::RgbImage> = images.iter().collect();
-    for img in refs {
-        vectors.extend(model.embed_images(&[img], args.normalize)?);
+    let mut times = Vec::with_capacity(args.repeat.max(1));
+    for round in 0..args.repeat.max(1) {
+        let t0 = std::time::Instant::now();
+        for &img in &refs {
+            let v = model.embed_images(&[img], args.normalize)?;
+            if round == 0 {
+                vectors.extend(v);
+            }
+        }
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    if args.repeat > 1 {
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        eprintln!(
+            "embedded {} images {} times: median {:.1} ms ({:.1} ms per image)",
+            refs.len(),
+            times.len(),
+            median * 1e3,
+            median * 1e3 / refs.len() as f64
+        );
     }
     let json = serde_json::to_string(&vectors)
         .map_err(|e| Error::invalid("embed", format!("cannot write JSON: {e}")))?;

@@ -29,6 +29,8 @@ pub struct ImageModel {
     model: VisionModel,
     processor: ImageProcessor,
     tokenizer: Option<Tokenizer>,
+    /// Why a model with a text tower has no tokenizer (its texts are then refused with this).
+    tokenizer_error: Option<String>,
 }
 
 impl std::fmt::Debug for ImageModel {
@@ -68,16 +70,21 @@ impl Runtime {
                 ))
             }
         };
-        let tokenizer = if model.has_text() {
-            Some(Tokenizer::from_model_file(&file)?)
+        // Images embed without a tokenizer; texts need one.
+        let (tokenizer, tokenizer_error) = if model.has_text() {
+            match Tokenizer::from_model_file(&file) {
+                Ok(t) => (Some(t), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
         } else {
-            None
+            (None, None)
         };
         Ok(ImageModel {
             path: path.to_path_buf(),
             model,
             processor,
             tokenizer,
+            tokenizer_error,
         })
     }
 }
@@ -96,7 +103,8 @@ impl ImageModel {
         &self.model.config().labels
     }
 
-    /// True for CLIP and SigLIP (zero-shot classification and text embeddings).
+    /// True for CLIP and SigLIP (zero-shot classification and text embeddings), when their
+    /// directory has a tokenizer.
     pub fn has_text(&self) -> bool {
         self.tokenizer.is_some()
     }
@@ -212,7 +220,10 @@ impl ImageModel {
         let Some(tok) = &self.tokenizer else {
             return Err(Error::invalid(
                 "text",
-                format!("{} has no text tower", self.model.config().architecture),
+                match &self.tokenizer_error {
+                    Some(e) => format!("the text tower has no tokenizer: {e}"),
+                    None => format!("{} has no text tower", self.model.config().architecture),
+                },
             ));
         };
         let tc = self
