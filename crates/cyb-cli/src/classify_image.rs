@@ -73,10 +73,7 @@ pub fn run(args: ClassifyImageArgs) -> Result<()> {
             .collect();
         out.push(json!({"image": path.display().to_string(), "labels": labels}));
     }
-    let text = serde_json::to_string_pretty(&out)
-        .map_err(|e| Error::invalid("classify-image", format!("cannot write JSON: {e}")))?;
-    println!("{text}");
-    Ok(())
+    print_json(&out)
 }
 
 /// A torchvision classifier from a PyTorch checkpoint.
@@ -127,7 +124,11 @@ fn run_torchvision(args: &ClassifyImageArgs, rt: &Runtime, arch: &str) -> Result
             .collect();
         out.push(json!({"image": path.display().to_string(), "labels": labels}));
     }
-    let text = serde_json::to_string_pretty(&out)
+    print_json(&out)
+}
+
+fn print_json(out: &[serde_json::Value]) -> Result<()> {
+    let text = serde_json::to_string_pretty(out)
         .map_err(|e| Error::invalid("classify-image", format!("cannot write JSON: {e}")))?;
     println!("{text}");
     Ok(())

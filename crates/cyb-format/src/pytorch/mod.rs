@@ -281,49 +281,24 @@ fn tensor<'a>(
     }
     let at = |e: usize| &data[e * es..(e + 1) * es];
     let dims: Vec<usize> = size.clone();
+    let floats = |f: &dyn Fn(&[u8]) -> f32| -> Result<Tensor> {
+        let v: Vec<f32> = elems.iter().map(|&e| f(at(e))).collect();
+        Tensor::from_f32(&dims, &v)
+    };
+    let ints = |f: &dyn Fn(&[u8]) -> i64| -> Result<Tensor> {
+        let v: Vec<i64> = elems.iter().map(|&e| f(at(e))).collect();
+        Tensor::from_i64(&dims, &v)
+    };
+    fn le<const N: usize>(b: &[u8]) -> [u8; N] {
+        b.try_into().unwrap_or([0; N])
+    }
     match kind.as_str() {
-        "FloatStorage" => {
-            let v: Vec<f32> = elems
-                .iter()
-                .map(|&e| f32::from_le_bytes(at(e).try_into().unwrap_or([0; 4])))
-                .collect();
-            Tensor::from_f32(&dims, &v)
-        }
-        "DoubleStorage" => {
-            let v: Vec<f32> = elems
-                .iter()
-                .map(|&e| f64::from_le_bytes(at(e).try_into().unwrap_or([0; 8])) as f32)
-                .collect();
-            Tensor::from_f32(&dims, &v)
-        }
-        "HalfStorage" => {
-            let v: Vec<f32> = elems
-                .iter()
-                .map(|&e| half::f16::from_le_bytes(at(e).try_into().unwrap_or([0; 2])).to_f32())
-                .collect();
-            Tensor::from_f32(&dims, &v)
-        }
-        "BFloat16Storage" => {
-            let v: Vec<f32> = elems
-                .iter()
-                .map(|&e| half::bf16::from_le_bytes(at(e).try_into().unwrap_or([0; 2])).to_f32())
-                .collect();
-            Tensor::from_f32(&dims, &v)
-        }
-        "LongStorage" => {
-            let v: Vec<i64> = elems
-                .iter()
-                .map(|&e| i64::from_le_bytes(at(e).try_into().unwrap_or([0; 8])))
-                .collect();
-            Tensor::from_i64(&dims, &v)
-        }
-        "IntStorage" => {
-            let v: Vec<i64> = elems
-                .iter()
-                .map(|&e| i64::from(i32::from_le_bytes(at(e).try_into().unwrap_or([0; 4]))))
-                .collect();
-            Tensor::from_i64(&dims, &v)
-        }
+        "FloatStorage" => floats(&|b| f32::from_le_bytes(le(b))),
+        "DoubleStorage" => floats(&|b| f64::from_le_bytes(le(b)) as f32),
+        "HalfStorage" => floats(&|b| half::f16::from_le_bytes(le(b)).to_f32()),
+        "BFloat16Storage" => floats(&|b| half::bf16::from_le_bytes(le(b)).to_f32()),
+        "LongStorage" => ints(&|b| i64::from_le_bytes(le(b))),
+        "IntStorage" => ints(&|b| i64::from(i32::from_le_bytes(le(b)))),
         other => Err(err(path, format!("{name}: {other} tensors are not read"))),
     }
 }

@@ -303,14 +303,17 @@ impl ClassDefaults {
             height: n,
         };
         Ok(match class {
-            "CLIPImageProcessor" | "CLIPFeatureExtractor" | "" => ClassDefaults {
-                size: ResizeRule::ShortestEdge(224),
-                filter: Filter::Bicubic,
-                crop: Some((224, 224)),
-                mean: CLIP_MEAN,
-                std: CLIP_STD,
-                default_to_square: false,
-            },
+            // DINOv2's BitImageProcessor has CLIP's defaults.
+            "CLIPImageProcessor" | "CLIPFeatureExtractor" | "BitImageProcessor" | "" => {
+                ClassDefaults {
+                    size: ResizeRule::ShortestEdge(224),
+                    filter: Filter::Bicubic,
+                    crop: Some((224, 224)),
+                    mean: CLIP_MEAN,
+                    std: CLIP_STD,
+                    default_to_square: false,
+                }
+            }
             "SiglipImageProcessor" | "Siglip2ImageProcessor" => ClassDefaults {
                 size: square(224),
                 filter: Filter::Bicubic,
@@ -326,14 +329,6 @@ impl ClassDefaults {
                 mean: [0.5; 3],
                 std: [0.5; 3],
                 default_to_square: true,
-            },
-            "BitImageProcessor" => ClassDefaults {
-                size: ResizeRule::ShortestEdge(224),
-                filter: Filter::Bicubic,
-                crop: Some((224, 224)),
-                mean: CLIP_MEAN,
-                std: CLIP_STD,
-                default_to_square: false,
             },
             "ConvNextImageProcessor" => ClassDefaults {
                 size: ResizeRule::ShortestEdge(384),
