@@ -1,8 +1,8 @@
 //! torchvision classifiers built from PyTorch checkpoints against torchvision itself
 //! (tests/fixtures/pytorch, tools/fixtures/make_pytorch_fixtures.py): MobileNetV2 with the real
 //! ImageNet weights (tools/fetch_mobilenet_weights.sh; with `CI=true` missing it fails), and
-//! ResNet-18 / ResNet-50 with generated weights (the fixture's hash, regenerated here from the
-//! state dict's names and shapes). Images go through torchvision's ImageNet transform.
+//! ResNet-18, ResNet-50 and MobileNetV3 small and large with generated weights (the fixture's
+//! hash, regenerated here from the state dict's names and shapes). Images go through torchvision's ImageNet transform.
 
 use cyb_media::image::ImageProcessor;
 use cyb_runtime::{GraphModel, Runtime, RuntimeOptions};
@@ -141,7 +141,7 @@ fn generated_state(spec: &Value) -> Vec<(String, Tensor)> {
                 .iter()
                 .map(|&u| {
                     let x = if name.ends_with("running_var") {
-                        1.0 + 0.25 * (u + 1.0)
+                        0.01 + 0.25 * (u + 1.0)
                     } else if name.ends_with("running_mean") || name.ends_with("bias") {
                         0.1 * u
                     } else if dims.len() == 1 {
@@ -158,9 +158,14 @@ fn generated_state(spec: &Value) -> Vec<(String, Tensor)> {
 }
 
 #[test]
-fn resnets_match_torchvision() {
+fn generated_weight_models_match_torchvision() {
     let rt = runtime();
-    for arch in ["resnet18", "resnet50"] {
+    for arch in [
+        "resnet18",
+        "resnet50",
+        "mobilenet_v3_small",
+        "mobilenet_v3_large",
+    ] {
         let r = json(&format!("pytorch/{arch}.json"));
         let state = generated_state(&r["state"]);
         let path = PathBuf::from(format!("{arch}.pth"));

@@ -1,5 +1,5 @@
 //! torchvision's classifiers as graph templates filled from a state dict: ResNet (18, 34, 50,
-//! 101, 152 and any depth of the same blocks) and MobileNetV2. The architecture's layout comes
+//! 101, 152), MobileNetV2 and MobileNetV3 (small, large). The architecture's layout comes
 //! from its name and the checkpoint's tensor names and shapes (blocks per stage, widths,
 //! classes); batch norms are folded into the convolutions before them. The template is built
 //! as an ONNX graph in memory and imported like an ONNX file, so it runs on the graph path with
@@ -22,10 +22,13 @@ pub const ARCHITECTURES: &[&str] = &[
     "resnet101",
     "resnet152",
     "mobilenet_v2",
+    "mobilenet_v3_small",
+    "mobilenet_v3_large",
 ];
 
-/// torchvision's batch-norm epsilon.
+/// torchvision's batch-norm epsilon (MobileNetV3's is its own).
 const BN_EPS: f64 = 1e-5;
+const BN_EPS_V3: f64 = 1e-3;
 
 fn err(path: &Path, reason: impl Into<String>) -> Error {
     Error::Format {
@@ -57,6 +60,9 @@ pub fn graph(
             resnet(&mut b, &x, arch)?
         }
         "mobilenet_v2" => mobilenet_v2(&mut b, &x)?,
+        "mobilenet_v3_small" | "mobilenet_v3_large" => {
+            mobilenet_v3(&mut b, &x, arch == "mobilenet_v3_large")?
+        }
         other => {
             return Err(err(
                 path,
@@ -86,7 +92,7 @@ pub fn graph(
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
-            version: 13,
+            version: 14,
         }],
         graph: Some(GraphProto {
             node: b.nodes,
@@ -195,6 +201,19 @@ impl Builder<'_> {
         stride: usize,
         group: usize,
     ) -> Result<String> {
+        self.conv_bn_eps(x, conv, bn, stride, group, BN_EPS)
+    }
+
+    /// [`Builder::conv_bn`] with the batch norm's epsilon.
+    fn conv_bn_eps(
+        &mut self,
+        x: &str,
+        conv: &str,
+        bn: &str,
+        stride: usize,
+        group: usize,
+        eps: f64,
+    ) -> Result<String> {
         let wname = format!("{conv}.weight");
         let d = self.dims(&wname)?;
         let [o, _, kh, kw] = d[..] else {
@@ -222,7 +241,7 @@ impl Builder<'_> {
         let mut wf = vec![0f32; w.len()];
         let mut bf = vec![0f32; o];
         for c in 0..o {
-            let s = f64::from(gamma[c]) / (f64::from(var[c]) + BN_EPS).sqrt();
+            let s = f64::from(gamma[c]) / (f64::from(var[c]) + eps).sqrt();
             for i in 0..per {
                 wf[c * per + i] = (f64::from(w[c * per + i]) * s) as f32;
             }
@@ -241,6 +260,24 @@ impl Builder<'_> {
                 int("group", group as i64),
             ],
         ))
+    }
+
+    /// A 1×1 convolution `{conv}` with its own bias (no batch norm).
+    fn conv_bias(&mut self, x: &str, conv: &str) -> Result<String> {
+        let d = self.dims(&format!("{conv}.weight"))?;
+        let w = self.get(&format!("{conv}.weight"))?;
+        let bias = self.get(&format!("{conv}.bias"))?;
+        let wi = self.init(&format!("{conv}.weight"), &d, &w);
+        let bi = self.init(&format!("{conv}.bias"), &[bias.len()], &bias);
+        Ok(self.node(
+            "Conv",
+            vec![x.into(), wi, bi],
+            vec![ints("kernel_shape", &[1, 1])],
+        ))
+    }
+
+    fn hardswish(&mut self, x: &str) -> String {
+        self.node("HardSwish", vec![x.into()], vec![])
     }
 
     fn relu(&mut self, x: &str) -> String {
@@ -263,6 +300,11 @@ impl Builder<'_> {
     fn head(&mut self, x: &str, fc: &str) -> Result<String> {
         let p = self.node("GlobalAveragePool", vec![x.into()], vec![]);
         let f = self.node("Flatten", vec![p], vec![int("axis", 1)]);
+        self.linear(&f, fc)
+    }
+
+    fn linear(&mut self, f: &str, fc: &str) -> Result<String> {
+        let f = f.to_string();
         let wd = self.dims(&format!("{fc}.weight"))?;
         let w = self.get(&format!("{fc}.weight"))?;
         let bias = self.get(&format!("{fc}.bias"))?;
@@ -427,4 +469,143 @@ fn mobilenet_v2(b: &mut Builder<'_>, x: &str) -> Result<String> {
     )?;
     h = b.relu6(&h);
     b.head(&h, "classifier.1")
+}
+
+/// One row of torchvision's MobileNetV3 table: kernel, expanded width, output width,
+/// squeeze-and-excitation, hard-swish (else ReLU), stride.
+type V3Block = (usize, usize, usize, bool, bool, usize);
+
+const V3_LARGE: [V3Block; 15] = [
+    (3, 16, 16, false, false, 1),
+    (3, 64, 24, false, false, 2),
+    (3, 72, 24, false, false, 1),
+    (5, 72, 40, true, false, 2),
+    (5, 120, 40, true, false, 1),
+    (5, 120, 40, true, false, 1),
+    (3, 240, 80, false, true, 2),
+    (3, 200, 80, false, true, 1),
+    (3, 184, 80, false, true, 1),
+    (3, 184, 80, false, true, 1),
+    (3, 480, 112, true, true, 1),
+    (3, 672, 112, true, true, 1),
+    (5, 672, 160, true, true, 2),
+    (5, 960, 160, true, true, 1),
+    (5, 960, 160, true, true, 1),
+];
+
+const V3_SMALL: [V3Block; 11] = [
+    (3, 16, 16, true, false, 2),
+    (3, 72, 24, false, false, 2),
+    (3, 88, 24, false, false, 1),
+    (5, 96, 40, true, true, 2),
+    (5, 240, 40, true, true, 1),
+    (5, 240, 40, true, true, 1),
+    (5, 120, 48, true, true, 1),
+    (5, 144, 48, true, true, 1),
+    (5, 288, 96, true, true, 2),
+    (5, 576, 96, true, true, 1),
+    (5, 576, 96, true, true, 1),
+];
+
+/// torchvision's MobileNetV3 (small or large): a strided 3×3 hard-swish stem, the table's
+/// inverted residual blocks (expand 1×1 where the width grows, depthwise k×k, squeeze and
+/// excitation — average pool, 1×1 with ReLU, 1×1 with hard sigmoid, scale — then project 1×1;
+/// a residual where the block keeps size and width), a 1×1 to six times the last width, then
+/// a linear layer with hard swish and the classifier. Batch norms use eps 0.001.
+fn mobilenet_v3(b: &mut Builder<'_>, x: &str, large: bool) -> Result<String> {
+    let table: &[V3Block] = if large { &V3_LARGE } else { &V3_SMALL };
+    let act = |b: &mut Builder<'_>, y: &str, hs: bool| if hs { b.hardswish(y) } else { b.relu(y) };
+    let mut h = b.conv_bn_eps(x, "features.0.0", "features.0.1", 2, 1, BN_EPS_V3)?;
+    h = b.hardswish(&h);
+    let mut width = b.dims("features.0.0.weight")?[0];
+    for (i, &(k, exp, out, se, hs, stride)) in table.iter().enumerate() {
+        let p = format!("features.{}.block", i + 1);
+        let mut j = 0;
+        let mut y = h.clone();
+        if exp != width {
+            y = b.conv_bn_eps(
+                &y,
+                &format!("{p}.0.0"),
+                &format!("{p}.0.1"),
+                1,
+                1,
+                BN_EPS_V3,
+            )?;
+            y = act(b, &y, hs);
+            j += 1;
+        }
+        let dw = format!("{p}.{j}.0.weight");
+        let d = b.dims(&dw)?;
+        if d != [exp, 1, k, k] {
+            return Err(err(
+                b.path,
+                format!("{dw} is {d:?}; this MobileNetV3 block has a {k}×{k} depthwise convolution of {exp} channels"),
+            ));
+        }
+        y = b.conv_bn_eps(
+            &y,
+            &format!("{p}.{j}.0"),
+            &format!("{p}.{j}.1"),
+            stride,
+            exp,
+            BN_EPS_V3,
+        )?;
+        y = act(b, &y, hs);
+        j += 1;
+        if se {
+            let pooled = b.node("GlobalAveragePool", vec![y.clone()], vec![]);
+            let s1 = b.conv_bias(&pooled, &format!("{p}.{j}.fc1"))?;
+            let s1 = b.relu(&s1);
+            let s2 = b.conv_bias(&s1, &format!("{p}.{j}.fc2"))?;
+            let gate = b.node(
+                "HardSigmoid",
+                vec![s2],
+                vec![
+                    AttributeProto {
+                        name: "alpha".into(),
+                        r#type: 1,
+                        f: 1.0 / 6.0,
+                        ..Default::default()
+                    },
+                    AttributeProto {
+                        name: "beta".into(),
+                        r#type: 1,
+                        f: 0.5,
+                        ..Default::default()
+                    },
+                ],
+            );
+            y = b.node("Mul", vec![y, gate], vec![]);
+            j += 1;
+        }
+        y = b.conv_bn_eps(
+            &y,
+            &format!("{p}.{j}.0"),
+            &format!("{p}.{j}.1"),
+            1,
+            1,
+            BN_EPS_V3,
+        )?;
+        h = if stride == 1 && out == width {
+            b.add(&h, &y)
+        } else {
+            y
+        };
+        width = out;
+    }
+    let last = table.len() + 1;
+    h = b.conv_bn_eps(
+        &h,
+        &format!("features.{last}.0"),
+        &format!("features.{last}.1"),
+        1,
+        1,
+        BN_EPS_V3,
+    )?;
+    h = b.hardswish(&h);
+    let p = b.node("GlobalAveragePool", vec![h], vec![]);
+    let f = b.node("Flatten", vec![p], vec![int("axis", 1)]);
+    let y = b.linear(&f, "classifier.0")?;
+    let y = b.hardswish(&y);
+    b.linear(&y, "classifier.3")
 }
