@@ -28,7 +28,8 @@ pub struct ClassifyImageArgs {
     #[arg(long, default_value = cyb_runtime::vision::DEFAULT_TEMPLATE, requires = "labels")]
     pub template: String,
     /// The torchvision architecture of a PyTorch checkpoint (resnet18, resnet34, resnet50,
-    /// resnet101, resnet152, mobilenet_v2, mobilenet_v3_small, mobilenet_v3_large).
+    /// resnet101, resnet152, mobilenet_v2, mobilenet_v3_small, mobilenet_v3_large,
+    /// efficientnet_b0 … efficientnet_b7).
     #[arg(long, conflicts_with = "labels")]
     pub arch: Option<String>,
     /// With --arch: class names, one per line, in class order.

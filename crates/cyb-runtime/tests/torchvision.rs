@@ -1,7 +1,7 @@
 //! torchvision classifiers built from PyTorch checkpoints against torchvision itself
 //! (tests/fixtures/pytorch, tools/fixtures/make_pytorch_fixtures.py): MobileNetV2 with the real
 //! ImageNet weights (tools/fetch_mobilenet_weights.sh; with `CI=true` missing it fails), and
-//! ResNet-18, ResNet-50 and MobileNetV3 small and large with generated weights (the fixture's
+//! ResNet-18, ResNet-50, MobileNetV3 small and large and EfficientNet-B0 with generated weights (the fixture's
 //! hash, regenerated here from the state dict's names and shapes). Images go through torchvision's ImageNet transform.
 
 use cyb_media::image::ImageProcessor;
@@ -165,6 +165,7 @@ fn generated_weight_models_match_torchvision() {
         "resnet50",
         "mobilenet_v3_small",
         "mobilenet_v3_large",
+        "efficientnet_b0",
     ] {
         let r = json(&format!("pytorch/{arch}.json"));
         let state = generated_state(&r["state"]);

@@ -1,5 +1,5 @@
 //! torchvision's classifiers as graph templates filled from a state dict: ResNet (18, 34, 50,
-//! 101, 152), MobileNetV2 and MobileNetV3 (small, large). The architecture's layout comes
+//! 101, 152), MobileNetV2, MobileNetV3 (small, large) and EfficientNet (B0 to B7). The architecture's layout comes
 //! from its name and the checkpoint's tensor names and shapes (blocks per stage, widths,
 //! classes); batch norms are folded into the convolutions before them. The template is built
 //! as an ONNX graph in memory and imported like an ONNX file, so it runs on the graph path with
@@ -24,6 +24,14 @@ pub const ARCHITECTURES: &[&str] = &[
     "mobilenet_v2",
     "mobilenet_v3_small",
     "mobilenet_v3_large",
+    "efficientnet_b0",
+    "efficientnet_b1",
+    "efficientnet_b2",
+    "efficientnet_b3",
+    "efficientnet_b4",
+    "efficientnet_b5",
+    "efficientnet_b6",
+    "efficientnet_b7",
 ];
 
 /// torchvision's batch-norm epsilon (MobileNetV3's is its own).
@@ -62,6 +70,9 @@ pub fn graph(
         "mobilenet_v2" => mobilenet_v2(&mut b, &x)?,
         "mobilenet_v3_small" | "mobilenet_v3_large" => {
             mobilenet_v3(&mut b, &x, arch == "mobilenet_v3_large")?
+        }
+        a if a.starts_with("efficientnet_b") && ARCHITECTURES.contains(&a) => {
+            efficientnet(&mut b, &x)?
         }
         other => {
             return Err(err(
@@ -274,6 +285,11 @@ impl Builder<'_> {
             vec![x.into(), wi, bi],
             vec![ints("kernel_shape", &[1, 1])],
         ))
+    }
+
+    fn silu(&mut self, x: &str) -> String {
+        let s = self.node("Sigmoid", vec![x.into()], vec![]);
+        self.node("Mul", vec![x.into(), s], vec![])
     }
 
     fn hardswish(&mut self, x: &str) -> String {
@@ -608,4 +624,68 @@ fn mobilenet_v3(b: &mut Builder<'_>, x: &str, large: bool) -> Result<String> {
     let y = b.linear(&f, "classifier.0")?;
     let y = b.hardswish(&y);
     b.linear(&y, "classifier.3")
+}
+
+/// torchvision's EfficientNet (B0 to B7; widths and depths from the checkpoint): a strided 3×3
+/// SiLU stem, seven stages of MBConv blocks (expand 1×1 where the block has one, depthwise k×k,
+/// squeeze and excitation with SiLU and a sigmoid gate, project 1×1; a residual where the block
+/// keeps size and width; stages 2, 3, 4 and 6 start with stride 2), a 1×1 SiLU head, then the
+/// classifier.
+fn efficientnet(b: &mut Builder<'_>, x: &str) -> Result<String> {
+    const STAGE_STRIDES: [usize; 7] = [1, 2, 2, 2, 1, 2, 1];
+    let mut h = b.conv_bn(x, "features.0.0", "features.0.1", 2, 1)?;
+    h = b.silu(&h);
+    let mut width = b.dims("features.0.0.weight")?[0];
+    for (s, &first_stride) in STAGE_STRIDES.iter().enumerate() {
+        let stage = s + 1;
+        let blocks = (0..)
+            .take_while(|i| b.has(&format!("features.{stage}.{i}.block.0.0.weight")))
+            .count();
+        if blocks == 0 {
+            return Err(err(
+                b.path,
+                format!("the checkpoint has no EfficientNet stage features.{stage}"),
+            ));
+        }
+        for i in 0..blocks {
+            let p = format!("features.{stage}.{i}.block");
+            let stride = if i == 0 { first_stride } else { 1 };
+            let mut j = 0;
+            let mut y = h.clone();
+            // A depthwise weight is [c, 1, k, k]; an expansion is 1×1 over the block's input.
+            if b.dims(&format!("{p}.0.0.weight"))?[1] != 1 {
+                y = b.conv_bn(&y, &format!("{p}.0.0"), &format!("{p}.0.1"), 1, 1)?;
+                y = b.silu(&y);
+                j += 1;
+            }
+            let channels = b.dims(&format!("{p}.{j}.0.weight"))?[0];
+            y = b.conv_bn(
+                &y,
+                &format!("{p}.{j}.0"),
+                &format!("{p}.{j}.1"),
+                stride,
+                channels,
+            )?;
+            y = b.silu(&y);
+            j += 1;
+            let pooled = b.node("GlobalAveragePool", vec![y.clone()], vec![]);
+            let s1 = b.conv_bias(&pooled, &format!("{p}.{j}.fc1"))?;
+            let s1 = b.silu(&s1);
+            let s2 = b.conv_bias(&s1, &format!("{p}.{j}.fc2"))?;
+            let gate = b.node("Sigmoid", vec![s2], vec![]);
+            y = b.node("Mul", vec![y, gate], vec![]);
+            j += 1;
+            y = b.conv_bn(&y, &format!("{p}.{j}.0"), &format!("{p}.{j}.1"), 1, 1)?;
+            let out = b.dims(&format!("{p}.{j}.0.weight"))?[0];
+            h = if stride == 1 && out == width {
+                b.add(&h, &y)
+            } else {
+                y
+            };
+            width = out;
+        }
+    }
+    h = b.conv_bn(&h, "features.8.0", "features.8.1", 1, 1)?;
+    h = b.silu(&h);
+    b.head(&h, "classifier.1")
 }
