@@ -196,6 +196,21 @@ fn bad_configs_are_refused() {
     }
 }
 
+/// A config asking for an enormous resize or crop is refused when it is applied, before the
+/// output is allocated.
+#[test]
+fn enormous_outputs_are_refused() {
+    let img = RgbImage::filled(64, 16, [1, 2, 3]);
+    for cfg in [
+        r#"{"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 30000}, "do_center_crop": false}"#,
+        r#"{"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 16}, "crop_size": {"height": 30000, "width": 30000}}"#,
+    ] {
+        let p = ImageProcessor::from_config_json(cfg, ResizeKernel::Pillow).unwrap();
+        let e = p.process(&img).unwrap_err().to_string();
+        assert!(e.contains("30000") || e.contains("pixels"), "{cfg}: {e}");
+    }
+}
+
 fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in bytes {

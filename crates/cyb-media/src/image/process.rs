@@ -236,7 +236,13 @@ fn center_crop(
     cw: usize,
     rule: CropRule,
 ) -> Result<RgbImage, ImageError> {
-    if ch == 0 || cw == 0 || ch > super::MAX_SIDE as usize || cw > super::MAX_SIDE as usize {
+    let too_many = (ch.max(img.height) * cw.max(img.width)) as u64 > super::MAX_PIXELS;
+    if ch == 0
+        || cw == 0
+        || ch > super::MAX_SIDE as usize
+        || cw > super::MAX_SIDE as usize
+        || too_many
+    {
         return Err(ImageError::config("crop_size", format!("{ch}x{cw}")));
     }
     let mut img = std::borrow::Cow::Borrowed(img);

@@ -126,10 +126,15 @@ pub fn resize_rgb(
         || height == 0
         || width > super::MAX_SIDE as usize
         || height > super::MAX_SIDE as usize
+        || (width * height) as u64 > super::MAX_PIXELS
     {
         return Err(ImageError::config(
             "resize",
-            format!("cannot resize to {width}x{height}"),
+            format!(
+                "cannot resize to {width}x{height} (at most {} a side and {} pixels)",
+                super::MAX_SIDE,
+                super::MAX_PIXELS
+            ),
         ));
     }
     if width == img.width && height == img.height {
