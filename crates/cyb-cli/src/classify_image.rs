@@ -107,10 +107,11 @@ fn run_torchvision(args: &ClassifyImageArgs, rt: &Runtime, arch: &str) -> Result
             .ok_or_else(|| Error::invalid("classify-image", "the model gave no output"))?
             .1
             .to_f32_vec()?;
-        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f32> = logits.iter().map(|v| (v - m).exp()).collect();
-        let sum: f32 = e.iter().sum();
-        let mut ranked: Vec<(usize, f32)> = e.iter().map(|v| v / sum).enumerate().collect();
+        let mut ranked: Vec<(usize, f32)> = cyb_runtime::sampling::softmax(&logits)
+            .into_iter()
+            .map(|p| p as f32)
+            .enumerate()
+            .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         let labels: Vec<_> = ranked
             .iter()

@@ -14,10 +14,7 @@ fn fixture(rel: &str) -> PathBuf {
 }
 
 fn layout_model() -> Option<PathBuf> {
-    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    let cache = std::env::var_os("CYB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".cache/cyb-llm"));
+    let cache = cyb_runtime::cache_dir();
     let p = std::env::var_os("CYB_ONNX_MODELS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache.join("onnx-models"))

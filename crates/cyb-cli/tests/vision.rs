@@ -143,10 +143,7 @@ fn classify_image_with_a_pytorch_checkpoint() {
         !ok && err.contains("system") && err.contains("evil.pth"),
         "{err}"
     );
-    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    let cache = std::env::var_os("CYB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".cache/cyb-llm"));
+    let cache = cyb_runtime::cache_dir();
     let pth = cache.join("torchvision/mobilenet_v2-b0353104.pth");
     if !pth.is_file() {
         assert!(

@@ -7,11 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn model() -> Option<PathBuf> {
-    let cache = std::env::var_os("CYB_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/cyb-llm")
-        });
+    let cache = cyb_runtime::cache_dir();
     let p = std::env::var_os("CYB_ONNX_MODELS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache.join("onnx-models"))

@@ -138,10 +138,8 @@ pub async fn detections(
             return Err(bad(param, format!("{param} {v} is not in [0, 1]")));
         }
     }
-    let permit = state.admission.admit().await?;
     let detector = detector.clone();
-    let results = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    let results = in_slot(&state, "detection", move || {
         bytes
             .iter()
             .enumerate()
@@ -152,8 +150,7 @@ pub async fn detections(
             })
             .collect::<cyb_tensor::Result<Vec<_>>>()
     })
-    .await
-    .map_err(|e| ApiError::server(format!("the detection task failed: {e}")))??;
+    .await?;
     let data: Vec<Value> = results
         .into_iter()
         .enumerate()
@@ -218,10 +215,8 @@ pub async fn classifications(
         return Err(bad("template", "the template has no {} for the label"));
     }
     let top_k = req.top_k.unwrap_or(5).clamp(1, 1000);
-    let permit = state.admission.admit().await?;
     let model = model.clone();
-    let results = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    let results = in_slot(&state, "classification", move || {
         let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
         bytes
             .iter()
@@ -237,8 +232,7 @@ pub async fn classifications(
             })
             .collect::<cyb_tensor::Result<Vec<_>>>()
     })
-    .await
-    .map_err(|e| ApiError::server(format!("the classification task failed: {e}")))??;
+    .await?;
     let data: Vec<Value> = results
         .into_iter()
         .enumerate()
@@ -339,10 +333,8 @@ pub async fn embeddings(
             ),
         ));
     }
-    let permit = state.admission.admit().await?;
     let model = model.clone();
-    let vectors = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+    let vectors = in_slot(&state, "embedding", move || {
         items
             .iter()
             .enumerate()
@@ -355,8 +347,7 @@ pub async fn embeddings(
             })
             .collect::<cyb_tensor::Result<Vec<Vec<f32>>>>()
     })
-    .await
-    .map_err(|e| ApiError::server(format!("the embedding task failed: {e}")))??;
+    .await?;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()
@@ -377,6 +368,22 @@ pub async fn embeddings(
         "usage": {"prompt_tokens": 0, "total_tokens": 0},
     }))
     .into_response())
+}
+
+/// Runs `work` on a blocking thread holding one of the `--parallel` slots.
+async fn in_slot<T: Send + 'static>(
+    state: &AppState,
+    what: &str,
+    work: impl FnOnce() -> cyb_tensor::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = state.admission.admit().await?;
+    let out = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work()
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("the {what} task failed: {e}")))??;
+    Ok(out)
 }
 
 /// The bytes of one image given as base64, a data URL, or `{"url": ...}`.

@@ -29,15 +29,6 @@ fn err(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// True when `path`'s first bytes are those of a `torch.save` file (zip or legacy pickle).
-pub fn is_torch_checkpoint(path: &Path) -> bool {
-    let mut head = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && (head == *b"PK\x03\x04" || (head[0] == 0x80 && head[2] == 0x8a && head[3] == 0x0a))
-}
-
 /// The state dict of a `torch.save` file, names in file order.
 pub fn read_state_dict(path: &Path) -> Result<Vec<(String, Tensor)>> {
     let bytes = map_file(path)?;

@@ -188,17 +188,18 @@ impl ImageProcessor {
 
     /// The 8-bit image after resizing and cropping (before any float step).
     pub fn resize_and_crop(&self, img: &RgbImage) -> Result<RgbImage, ImageError> {
-        let mut img = match self.resize {
-            None => img.clone(),
+        let resized = match self.resize {
+            None => None,
             Some(rule) => {
                 let (w, h) = rule.output_size(img.width, img.height)?;
-                resize_rgb(img, w, h, self.filter, self.kernel)?
+                Some(resize_rgb(img, w, h, self.filter, self.kernel)?)
             }
         };
-        if let Some((ch, cw)) = self.crop {
-            img = center_crop(&img, ch, cw, self.crop_rule)?;
+        match (self.crop, resized) {
+            (Some((ch, cw)), r) => center_crop(r.as_ref().unwrap_or(img), ch, cw, self.crop_rule),
+            (None, Some(r)) => Ok(r),
+            (None, None) => Ok(img.clone()),
         }
-        Ok(img)
     }
 
     /// The model input `[3, H, W]`.

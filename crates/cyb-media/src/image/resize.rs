@@ -12,7 +12,7 @@
 //!   per pass from the largest weight, so a few pixels differ from Pillow's by one level.
 //! - [`ResizeKernel::OpenCv`]: OpenCV's `cv2.resize(INTER_LINEAR)` (what Ultralytics' letterbox
 //!   calls): bilinear between the two nearest source pixels with 11-bit weights, no
-//!   antialiasing; an exact halving averages 2×2 blocks as OpenCV does.
+//!   antialiasing; an exact halving averages 2×2 blocks as OpenCV does. Bilinear only.
 
 use super::{ImageError, RgbImage};
 
@@ -141,8 +141,8 @@ pub fn resize_rgb(
         return Ok(img.clone());
     }
     match (kernel, filter) {
-        (ResizeKernel::Torch, Filter::Nearest) => Ok(nearest(img, width, height, 0.0)),
-        (_, Filter::Nearest) => Ok(nearest(img, width, height, 0.5)),
+        (ResizeKernel::Pillow, Filter::Nearest) => Ok(nearest(img, width, height, true)),
+        (ResizeKernel::Torch, Filter::Nearest) => Ok(nearest(img, width, height, false)),
         (ResizeKernel::Pillow, f) | (ResizeKernel::Torch, f @ Filter::Lanczos) => {
             Ok(convolve(img, width, height, f, Fixed::Pillow))
         }
@@ -159,9 +159,9 @@ pub fn resize_rgb(
 /// position by `in/out` in double precision (the sum, not the product, so the rounding of
 /// the steps decides ties); torch's `nearest` takes `floor(i · in/out)` with the scale in
 /// single precision.
-fn nearest(img: &RgbImage, width: usize, height: usize, offset: f64) -> RgbImage {
+fn nearest(img: &RgbImage, width: usize, height: usize, pillow: bool) -> RgbImage {
     let positions = |n_in: usize, n_out: usize| -> Vec<usize> {
-        if offset == 0.0 {
+        if !pillow {
             let s = n_in as f32 / n_out as f32;
             (0..n_out)
                 .map(|i| ((i as f32 * s).floor() as usize).min(n_in - 1))
@@ -378,22 +378,35 @@ fn opencv_bilinear(img: &RgbImage, width: usize, height: usize) -> RgbImage {
     let xs = opencv_taps(img.width, width);
     let ys = opencv_taps(img.height, height);
     let w3 = width * 3;
-    // Horizontal pass into 32-bit rows scaled by 2048.
-    let hrow = |sy: usize| -> Vec<i32> {
+    // Horizontal pass into 32-bit rows scaled by 2048, each source row once: output rows
+    // advance through the source, so the last two rows made are kept.
+    let hrow = |sy: usize, row: &mut Vec<i32>| {
         let src = &img.pixels[sy * img.width * 3..(sy + 1) * img.width * 3];
-        let mut row = Vec::with_capacity(w3);
+        row.clear();
         for &(sx, a0, a1) in &xs {
             let sx1 = (sx + 1).min(img.width - 1);
             for c in 0..3 {
                 row.push(i32::from(src[sx * 3 + c]) * a0 + i32::from(src[sx1 * 3 + c]) * a1);
             }
         }
-        row
     };
+    let (mut r0, mut r1) = (Vec::with_capacity(w3), Vec::with_capacity(w3));
+    let mut held: Option<(usize, usize)> = None;
     let mut pixels = Vec::with_capacity(w3 * height);
     for &(sy, b0, b1) in &ys {
-        let r0 = hrow(sy);
-        let r1 = hrow((sy + 1).min(img.height - 1));
+        let sy1 = (sy + 1).min(img.height - 1);
+        match held {
+            Some(h) if h == (sy, sy1) => {}
+            Some((_, last)) if last == sy => {
+                std::mem::swap(&mut r0, &mut r1);
+                hrow(sy1, &mut r1);
+            }
+            _ => {
+                hrow(sy, &mut r0);
+                hrow(sy1, &mut r1);
+            }
+        }
+        held = Some((sy, sy1));
         // The vector path's rounding: both rows cut to 16 bits, multiplied keeping the high
         // half, then rounded by 2 bits.
         for (s0, s1) in r0.iter().zip(&r1) {

@@ -172,7 +172,8 @@ impl VisionModel {
     }
 
     /// Image embeddings for search and zero-shot classification: CLIP's projected pooled
-    /// state, SigLIP's pooled state, the pooled state of the others.
+    /// state, SigLIP's pooled state, the pooled state of the others. Only these vectors come
+    /// back to the host.
     pub fn image_embeds(
         &self,
         pixels: &[f32],
@@ -180,23 +181,21 @@ impl VisionModel {
         height: usize,
         width: usize,
     ) -> Result<Vec<Vec<f32>>> {
-        let out = self.encode(pixels, images, height, width)?;
-        match &self.weights.projection {
-            None => Ok(out.pooled),
-            Some(proj) => {
-                let h = out.hidden;
-                let flat: Vec<f32> = out.pooled.concat();
-                let d = proj.w.dims()[0];
-                let y = run_step(&self.dispatcher, |step| {
-                    let x = shared_f32(&[images, h], &flat)?;
-                    step.linear(&x, proj)
-                })?;
-                Ok(y.to_f32_vec()?
-                    .chunks_exact(d)
-                    .map(<[f32]>::to_vec)
-                    .collect())
+        let tokens = self.check_input(pixels, images, height, width)?;
+        let out = run_step(&self.dispatcher, |step| {
+            let x = self.embed_and_encode(step, pixels, images, height, width)?;
+            let pooled = self.pool(step, &x, images, tokens)?;
+            match &self.weights.projection {
+                Some(proj) => step.linear(&pooled, proj),
+                None => Ok(pooled),
             }
-        }
+        })?;
+        let d = out.dims().last().copied().unwrap_or(1).max(1);
+        Ok(out
+            .to_f32_vec()?
+            .chunks_exact(d)
+            .map(<[f32]>::to_vec)
+            .collect())
     }
 
     /// Text embeddings from CLIP's or SigLIP's text tower for token ids (one sequence each,
@@ -489,21 +488,19 @@ fn map_head(
 ) -> Result<Tensor> {
     let h = t.hidden;
     let (nh, d) = (t.heads, t.head_dim());
-    let part = |step: &mut Step<'_>, i: usize| -> Result<Linear> {
-        Ok(Linear {
-            w: slice(step, &head.in_w, 0, i * h, (i + 1) * h)?,
-            b: Some(slice(step, &head.in_b, 0, i * h, (i + 1) * h)?),
-        })
-    };
-    let (wq, wk, wv) = (part(step, 0)?, part(step, 1)?, part(step, 2)?);
     let x = step.reshape(x3, &[images * tokens, h])?;
-    let q = step.linear(&head.probe, &wq)?;
-    let q: Vec<f32> = step.dispatcher.to_host(&q)?.to_f32_vec()?;
-    let q: Vec<f32> = q.iter().copied().cycle().take(images * h).collect();
-    let q = shared_f32(&[images, 1, nh, d], &q)?;
-    let k = step.linear(&x, &wk)?;
+    // The probe's query is the same for every image.
+    let q = step.linear(&head.probe, &head.q)?;
+    let q = step.reshape(&q, &[1, 1, nh, d])?;
+    let q = if images > 1 {
+        let copies: Vec<&Tensor> = std::iter::repeat_n(&q, images).collect();
+        step.run(Op::Concat { axis: 0 }, &copies)?
+    } else {
+        q
+    };
+    let k = step.linear(&x, &head.k)?;
     let k = step.reshape(&k, &[images, tokens, nh, d])?;
-    let v = step.linear(&x, &wv)?;
+    let v = step.linear(&x, &head.v)?;
     let v = step.reshape(&v, &[images, tokens, nh, d])?;
     let a = step.attend(d, [&q, &k, &v], None)?;
     let a = step.reshape(&a, &[images, h])?;

@@ -26,8 +26,10 @@ pub(super) struct Block {
 /// feed-forward.
 pub(super) struct MapHead {
     pub probe: Tensor,
-    pub in_w: Tensor,
-    pub in_b: Tensor,
+    /// `nn.MultiheadAttention`'s packed input projection, split into q, k and v at load.
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
     pub out: Linear,
     pub norm: Norm,
     pub fc1: Linear,
@@ -255,12 +257,25 @@ impl VisionWeights {
         };
         let map_head = if cfg.arch == VisionArch::Siglip && l.has(&format!("{pre}head.probe")) {
             let hd = format!("{pre}head");
+            let in_w = l
+                .tensor(&format!("{hd}.attention.in_proj_weight"), &[3 * h, h])?
+                .to_f32_vec()?;
+            let in_b = l
+                .tensor(&format!("{hd}.attention.in_proj_bias"), &[3 * h])?
+                .to_f32_vec()?;
+            let part = |i: usize| -> Result<Linear> {
+                Ok(Linear {
+                    w: Tensor::from_f32(&[h, h], &in_w[i * h * h..(i + 1) * h * h])?,
+                    b: Some(Tensor::from_f32(&[h], &in_b[i * h..(i + 1) * h])?),
+                })
+            };
             Some(MapHead {
                 probe: l
                     .tensor(&format!("{hd}.probe"), &[1, 1, h])?
                     .reshape(&[1, h])?,
-                in_w: l.tensor(&format!("{hd}.attention.in_proj_weight"), &[3 * h, h])?,
-                in_b: l.tensor(&format!("{hd}.attention.in_proj_bias"), &[3 * h])?,
+                q: part(0)?,
+                k: part(1)?,
+                v: part(2)?,
                 out: l.linear(&format!("{hd}.attention.out_proj"), h, h)?,
                 norm: l.norm(&format!("{hd}.layernorm"), h)?,
                 fc1: l.linear(&format!("{hd}.mlp.fc1"), t.intermediate, h)?,

@@ -171,7 +171,9 @@ fn is_onnx(path: &Path) -> bool {
 
 fn layout_of(dims: &[usize]) -> Result<Layout> {
     match *dims {
-        [1, 6, n] | [1, n, 6] if n != 6 && dims[2] == 6 => Ok(Layout::EndToEnd),
+        // Six values per row and not six rows: end-to-end (a raw head of 2 classes is
+        // [1, 6, anchors]).
+        [1, n, 6] if n != 6 => Ok(Layout::EndToEnd),
         [1, c, _] if c > 4 => Ok(Layout::Raw { classes: c - 4 }),
         _ => Err(Error::invalid(
             "detect",

@@ -137,7 +137,7 @@ impl ImageModel {
         Ok(logits
             .iter()
             .map(|l| {
-                let p = softmax(l);
+                let p = crate::embed::softmax(l);
                 let mut scored: Vec<LabelScore> = p
                     .iter()
                     .enumerate()
@@ -189,7 +189,7 @@ impl ImageModel {
                 let scores = if siglip {
                     logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect()
                 } else {
-                    softmax(&logits)
+                    crate::embed::softmax(&logits)
                 };
                 let mut out: Vec<LabelScore> = labels
                     .iter()
@@ -259,13 +259,6 @@ impl ImageModel {
         }
         Ok(e)
     }
-}
-
-fn softmax(x: &[f32]) -> Vec<f32> {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = x.iter().map(|v| (v - m).exp()).collect();
-    let s: f32 = e.iter().sum();
-    e.iter().map(|v| v / s).collect()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
