@@ -221,6 +221,38 @@ impl HfModel {
         })
     }
 
+    /// One part of a composite checkpoint (a vision-language model's text decoder or vision
+    /// tower) as a model of its own: `config` stands for its config.json, and its tensors are
+    /// those `rename` keeps, under the names it gives. The tokenizer and generation files are
+    /// the directory's.
+    pub fn part(&self, config: Value, rename: &dyn Fn(&str) -> Option<String>) -> Result<HfModel> {
+        if self.converted.is_some() {
+            return Err(Error::invalid(
+                "load",
+                format!(
+                    "{}: a converted Whisper file has no parts to load apart",
+                    self.dir.display()
+                ),
+            ));
+        }
+        let shards: Vec<SafetensorsFile> = self.shards.iter().map(|s| s.renamed(rename)).collect();
+        let (order, by_name) = index_shards(&shards)?;
+        Ok(HfModel {
+            dir: self.dir.clone(),
+            config,
+            shards,
+            order,
+            by_name,
+            tokenizer_json: self.tokenizer_json.clone(),
+            tokenizer_config_json: self.tokenizer_config_json.clone(),
+            generation_config_json: self.generation_config_json.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            generation_config: self.generation_config.clone(),
+            container: self.container.clone(),
+            converted: None,
+        })
+    }
+
     /// A CTranslate2 Whisper directory or a whisper.cpp file: `config` stands for
     /// config.json, `weights` are the file's under transformers' names.
     pub(crate) fn from_converted(

@@ -137,6 +137,19 @@ impl SafetensorsFile {
         }
     }
 
+    /// The same bytes seen with the tensors `rename` keeps, under the names it gives (a part
+    /// of a composite checkpoint, such as a vision-language model's text decoder).
+    pub fn renamed(&self, rename: &dyn Fn(&str) -> Option<String>) -> SafetensorsFile {
+        let tensors = self
+            .tensors
+            .iter()
+            .filter_map(|t| rename(&t.name).map(|name| SafetensorsTensorInfo { name, ..t.clone() }))
+            .collect();
+        let mut part = SafetensorsFile::from_parts(self.path.clone(), self.bytes.clone(), tensors);
+        part.metadata = self.metadata.clone();
+        part
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -14,6 +14,7 @@ mod encdec;
 mod llama;
 mod step;
 mod vit;
+mod vlm;
 mod whisper;
 
 pub use bert::{
@@ -31,4 +32,5 @@ pub use vit::{
     TextConfig as VisionTextConfig, TowerConfig, VisionArch, VisionConfig, VisionModel,
     VisionOutput,
 };
+pub use vlm::{VlmConfig, VlmModel, VlmParts};
 pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};

@@ -4,9 +4,12 @@
 //! tokens (the next turn of a chat, a repeated system prompt) only prefills what is new.
 
 use crate::batch::{Batcher, Member};
+use crate::vision::vlm::ImageSpan;
 use crate::{Model, Sampler, SamplingParams, StopMatcher, TokenConstraint, TokenLogprobs};
+use cyb_media::image::RgbImage;
 use cyb_models::KvCache;
-use cyb_tensor::{Error, Result};
+use cyb_tensor::{Error, Result, Tensor};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -116,6 +119,8 @@ struct Session {
     cache: KvCache,
     /// The tokens whose keys and values the cache holds, in order.
     tokens: Vec<u32>,
+    /// Where images' tokens are among `tokens`, and which images they were.
+    images: Vec<ImageSpan>,
 }
 
 impl Generator {
@@ -126,6 +131,7 @@ impl Generator {
             state: Session {
                 cache,
                 tokens: Vec::new(),
+                images: Vec::new(),
             },
             batcher: None,
             draft: None,
@@ -347,6 +353,7 @@ impl Generator {
         input.read_exact(&mut note).map_err(io)?;
         self.state.cache.read_rows(ids.len(), &mut input, path)?;
         self.state.tokens = ids;
+        self.state.images.clear();
         Ok(note)
     }
 
@@ -369,6 +376,7 @@ impl Generator {
     pub fn reset(&mut self) {
         self.state.cache.clear();
         self.state.tokens.clear();
+        self.state.images.clear();
         if let Some(Draft {
             source: DraftSource::Model { cache, tokens, .. },
             ..
@@ -381,6 +389,39 @@ impl Generator {
 
     /// Feeds `prompt` (token ids) and returns the stream of generated pieces.
     pub fn generate(&mut self, prompt: &[u32], params: SamplingParams) -> Result<Generation<'_>> {
+        self.generate_with_images(prompt, &[], params)
+    }
+
+    /// As [`generate`](Generator::generate) for a vision-language model: each image placeholder
+    /// token of `prompt` (as the chat template writes it for an image part) stands for the
+    /// next of `images`, and is expanded into that image's tokens. An image whose tokens the
+    /// session already holds at the same place is not encoded again.
+    pub fn generate_with_images(
+        &mut self,
+        prompt: &[u32],
+        images: &[RgbImage],
+        params: SamplingParams,
+    ) -> Result<Generation<'_>> {
+        let t0 = Instant::now();
+        let side = self.model.image_side();
+        let (prompt, spans, prepared) = match side {
+            Some(side) => {
+                let prepared = side.prepare(images)?;
+                let (ids, spans) = side.expand(prompt, &prepared)?;
+                (Cow::Owned(ids), spans, prepared)
+            }
+            None if images.is_empty() => (Cow::Borrowed(prompt), Vec::new(), Vec::new()),
+            None => {
+                return Err(Error::invalid(
+                    "image",
+                    format!(
+                        "{} is a text-only model; it takes no images",
+                        self.model.path().display()
+                    ),
+                ))
+            }
+        };
+        let prompt: &[u32] = &prompt;
         let cap = self.state.cache.capacity();
         if prompt.is_empty() {
             return Err(Error::invalid("generate", "the prompt has no tokens"));
@@ -394,26 +435,57 @@ impl Generator {
                 ),
             ));
         }
-        let t0 = Instant::now();
         let state = &mut self.state;
         // Reuse the cached prefix; at least the last prompt token is fed again so its logits
-        // come out.
-        let common = state
+        // come out. Image tokens are reused only where the same image sits at the same place.
+        let mut common = state
             .tokens
             .iter()
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count()
             .min(prompt.len() - 1);
+        for span in state.images.iter().filter(|s| !spans.contains(s)) {
+            common = common.min(span.start);
+        }
+        for span in spans.iter().filter(|s| !state.images.contains(s)) {
+            common = common.min(span.start);
+        }
         state.cache.truncate(common);
         state.tokens.truncate(common);
+        state.images.clear();
         let fresh = &prompt[common..];
+        // The embeddings of the images (or their rest) among the fresh tokens.
+        let mut inject = Vec::new();
+        if let Some(side) = side {
+            let wanted: Vec<usize> = (0..spans.len())
+                .filter(|&i| spans[i].start + spans[i].len > common)
+                .collect();
+            let refs: Vec<_> = wanted.iter().map(|&i| &prepared[i]).collect();
+            for (&i, e) in wanted.iter().zip(side.encode(&refs)?) {
+                let span = spans[i];
+                let skip = common.saturating_sub(span.start);
+                let e = match skip {
+                    0 => e,
+                    k => {
+                        let h = e.dims()[1];
+                        Tensor::from_f32(&[span.len - k, h], &e.to_f32_vec()?[k * h..])?
+                    }
+                };
+                inject.push((span.start + skip - common, e));
+            }
+        }
         let member = self.batcher.as_ref().map(Batcher::join);
         let logits = match &self.batcher {
+            _ if !inject.is_empty() => {
+                let net = self.model.net()?;
+                net.forward_with_embeds(fresh, &mut state.cache, &inject)?
+            }
             Some(b) => b.forward(fresh, &mut state.cache)?,
             None => self.model.net()?.forward(fresh, &mut state.cache)?,
         };
         state.tokens.extend_from_slice(fresh);
+        state.images = spans;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let metrics = GenerationMetrics {
             load_ms: self.model.load_ms(),

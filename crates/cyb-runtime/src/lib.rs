@@ -29,7 +29,9 @@ pub mod vision;
 
 pub use batch::{BatchLimits, BatchStats, Batcher, Member};
 pub use bench::BenchSession;
-pub use chat_template::{drop_oldest_turns, fit_chat, ChatMessage, ChatTemplate, RenderOptions};
+pub use chat_template::{
+    drop_oldest_turns, fit_chat, ChatMessage, ChatTemplate, ContentPart, RenderOptions,
+};
 pub use cyb_cpu::CpuOptions;
 pub use cyb_models::Pooling;
 #[cfg(feature = "wgpu")]

@@ -30,6 +30,8 @@ struct Inner {
     net: Net,
     tokenizer: Tokenizer,
     template: Option<ChatTemplate>,
+    /// A vision-language model's tower and connector (the decoder is `net`).
+    images: Option<Box<crate::vision::vlm::ImageSide>>,
     load_ms: f64,
     /// Last field, so it drops after the weights: then the backends let go of their copies.
     _release: ReleaseOnDrop,
@@ -109,6 +111,20 @@ impl Model {
                 ));
             }
         }
+        if cyb_models::VlmConfig::is_vlm_file(&file) {
+            generator_only("a vision-language model")?;
+            if exec == ExecPath::Graph {
+                return Err(Error::InvalidConfig {
+                    field: "path".into(),
+                    reason: format!(
+                        "{}: vision-language models run on the curated path only; use --path \
+                         curated or auto",
+                        path.display()
+                    ),
+                });
+            }
+            return Model::load_vlm(path, &file, dispatcher, t0);
+        }
         let config = file.config()?;
         let mut net = LlamaModel::load(&file, dispatcher.clone())?;
         for l in lora {
@@ -130,6 +146,75 @@ impl Model {
         ))
     }
 
+    /// A vision-language model: the decoder as a text model, with its image side.
+    fn load_vlm(
+        path: &Path,
+        file: &ModelFile,
+        dispatcher: Arc<Dispatcher>,
+        t0: Instant,
+    ) -> Result<Model> {
+        let parts = cyb_models::VlmModel::load(file, dispatcher.clone())?;
+        let config = parts.text_file.config()?;
+        let tokenizer = Tokenizer::from_model_file(&parts.text_file)?;
+        let template = ChatTemplate::from_model_file(file)?;
+        let dir = match file {
+            ModelFile::HuggingFace(h) => h.dir().to_path_buf(),
+            ModelFile::Gguf(_) => path.to_path_buf(),
+        };
+        let side = crate::vision::vlm::ImageSide::load(parts.image, &dir)?;
+        let token = side.image_token();
+        if tokenizer
+            .decode(&[token], false)
+            .map_or(true, |t| t.is_empty())
+        {
+            return Err(Error::Tokenizer {
+                reason: format!(
+                    "{}: the tokenizer has no image placeholder token {token}",
+                    path.display()
+                ),
+            });
+        }
+        let mut model = Model::from_parts(
+            path,
+            config,
+            Net::Decoder(Box::new(parts.text)),
+            tokenizer,
+            template,
+            t0,
+            dispatcher,
+        );
+        if let Some(inner) = Arc::get_mut(&mut model.inner) {
+            inner.images = Some(Box::new(side));
+        }
+        Ok(model)
+    }
+
+    /// The image side, for a vision-language model.
+    pub(crate) fn image_side(&self) -> Option<&crate::vision::vlm::ImageSide> {
+        self.inner.images.as_deref()
+    }
+
+    /// The ids of a prompt: `text` rendered by the chat template (`raw` false) or given as it
+    /// is. Raw text gets the BOS the tokenizer adds. A vision-language model's rendered prompt
+    /// gets it too unless the template wrote it, as its processor tokenizes the rendered text
+    /// with special tokens.
+    pub fn prompt_ids(&self, text: &str, raw: bool) -> Result<Vec<u32>> {
+        let tok = &self.inner.tokenizer;
+        let add = tok.add_bos()
+            && (raw
+                || (self.takes_images()
+                    && !tok
+                        .bos_id()
+                        .and_then(|b| tok.token_text(b))
+                        .is_some_and(|b| text.starts_with(&b))));
+        tok.encode(text, add)
+    }
+
+    /// True for a vision-language model: prompts may carry images.
+    pub fn takes_images(&self) -> bool {
+        self.inner.images.is_some()
+    }
+
     /// Assembles a loaded model (the encoder loader builds its parts elsewhere).
     pub(crate) fn from_parts(
         path: &Path,
@@ -147,6 +232,7 @@ impl Model {
                 net,
                 tokenizer,
                 template,
+                images: None,
                 load_ms: t0.elapsed().as_secs_f64() * 1e3,
                 _release: ReleaseOnDrop(dispatcher),
             }),

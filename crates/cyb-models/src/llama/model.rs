@@ -345,14 +345,35 @@ impl LlamaModel {
     /// Feeds `tokens` after what `cache` holds and returns the logits `[vocab]` of the last one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, StepKind::LastLogits, |l| d.to_host_f32(l))
+        self.run_forward(tokens, cache, StepKind::LastLogits, &[], |l| {
+            d.to_host_f32(l)
+        })
+    }
+
+    /// As [`forward`](LlamaModel::forward) with some inputs given as embeddings: each
+    /// `(row, e)` puts `e` `[k, hidden]` (image features from a vision-language connector) in
+    /// place of the embeddings of `tokens[row..row + k]` (their ids, an image placeholder, are
+    /// not looked up). The spans are in order and do not overlap; after the model's embedding
+    /// scale, so the features go in as the connector made them.
+    pub fn forward_with_embeds(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        inject: &[(usize, Tensor)],
+    ) -> Result<Vec<f32>> {
+        let d = &self.dispatcher;
+        self.run_forward(tokens, cache, StepKind::LastLogits, inject, |l| {
+            d.to_host_f32(l)
+        })
     }
 
     /// As [`forward`](LlamaModel::forward), returning the logits of every token,
     /// `[tokens.len(), vocab]` row-major (for perplexity).
     pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, StepKind::AllLogits, |l| d.to_host_f32(l))
+        self.run_forward(tokens, cache, StepKind::AllLogits, &[], |l| {
+            d.to_host_f32(l)
+        })
     }
 
     /// As [`forward`](LlamaModel::forward), returning only the index of the largest logit
@@ -360,7 +381,7 @@ impl LlamaModel {
     /// largest). On a device backend the logits stay there and one index is read back.
     pub fn forward_argmax(&self, tokens: &[u32], cache: &mut KvCache) -> Result<u32> {
         let d = &self.dispatcher;
-        self.run_forward(tokens, cache, StepKind::ArgMax, |i| {
+        self.run_forward(tokens, cache, StepKind::ArgMax, &[], |i| {
             let i = d.to_host(i)?.to_i64_vec()?;
             let first = i.first().copied().unwrap_or(0);
             u32::try_from(first).map_err(|_| Error::invalid("argmax", format!("index {first}")))
@@ -424,7 +445,9 @@ impl LlamaModel {
         let d = &self.dispatcher;
         let begun = d.begin_step(&mut step.ctx);
         let result = begun
-            .and_then(|()| self.step_body(&mut step, &mut caches, &lens, &ids, &positions, true))
+            .and_then(|()| {
+                self.step_body(&mut step, &mut caches, &lens, &ids, &positions, true, &[])
+            })
             .and_then(|logits| d.to_host_f32(&logits));
         let ended = d.end_step(&mut step.ctx);
         let logits = result?;
@@ -444,11 +467,19 @@ impl LlamaModel {
         tokens: &[u32],
         cache: &mut KvCache,
         kind: StepKind,
+        inject: &[(usize, Tensor)],
         read: impl FnOnce(&Tensor) -> Result<T>,
     ) -> Result<T> {
         self.check_cache(cache)?;
         let n = tokens.len();
         check_fits(n, cache)?;
+        if !inject.is_empty() && self.graphs.is_some() {
+            return Err(Error::invalid(
+                "forward",
+                "the graph path takes token ids only; run a vision-language model with --path \
+                 curated or auto",
+            ));
+        }
         let start = cache.len();
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids = Tensor::from_i64(&[n], &ids)?;
@@ -478,7 +509,7 @@ impl LlamaModel {
         }
         // A replayed step's host inputs, in this order: the token id, the position.
         let host = ids.host_bytes().zip(positions.host_bytes());
-        let replayable = n == 1 && cache.on_device() && host.is_some();
+        let replayable = n == 1 && inject.is_empty() && cache.on_device() && host.is_some();
         cache.replays.bind(self.id);
         let primary = self.dispatcher.primary();
         let len = start + n;
@@ -507,7 +538,10 @@ impl LlamaModel {
         let result = begun
             .and_then(|()| {
                 let lens = [n];
-                self.step_body(&mut step, &mut [cache], &lens, &ids, &positions, last_only)
+                let caches: &mut [&mut KvCache] = &mut [&mut *cache];
+                self.step_body(
+                    &mut step, caches, &lens, &ids, &positions, last_only, inject,
+                )
             })
             .and_then(|logits| Self::finish(&mut step, kind, logits));
         let result = result.and_then(|out| {
@@ -553,7 +587,9 @@ impl LlamaModel {
     /// The body of one forward step over one or more sequences (`lens[j]` new tokens of
     /// sequence `j`, in order in `ids` and `positions`, each with its cache): embedding, the
     /// blocks, the final norm and the output projection; returns the logits where the
-    /// backend left them (the last token's of each sequence when `last_only`).
+    /// backend left them (the last token's of each sequence when `last_only`). `inject`
+    /// replaces rows of the embeddings (see [`LlamaModel::forward_with_embeds`]).
+    #[allow(clippy::too_many_arguments)]
     fn step_body(
         &self,
         step: &mut Step<'_>,
@@ -562,11 +598,15 @@ impl LlamaModel {
         ids: &Tensor,
         positions: &Tensor,
         last_only: bool,
+        inject: &[(usize, Tensor)],
     ) -> Result<Tensor> {
         let cfg = &self.config;
         let mut x = step.run(Op::Embedding, &[&self.weights.embed, ids])?;
         if let Some(s) = cfg.embedding_scale {
             x = step.run(Op::Scale { factor: s }, &[&x])?;
+        }
+        if !inject.is_empty() {
+            x = self.splice_rows(step, x, inject)?;
         }
         // Each block's input norm is fused with the residual add that precedes it
         // (`Op::AddRmsNorm`: the sum and its norm from one op).
@@ -606,6 +646,43 @@ impl LlamaModel {
             logits = step.softcap(&logits, c)?;
         }
         Ok(logits)
+    }
+
+    /// `x` `[n, hidden]` with the spans of `inject` in place of its rows.
+    fn splice_rows(
+        &self,
+        step: &mut Step<'_>,
+        x: Tensor,
+        inject: &[(usize, Tensor)],
+    ) -> Result<Tensor> {
+        let (n, hidden) = (x.dims()[0], self.config.hidden_size);
+        let mut parts = Vec::with_capacity(2 * inject.len() + 1);
+        let mut at = 0;
+        for (row, e) in inject {
+            let k = e.dims().first().copied().unwrap_or(0);
+            if *row < at || row + k > n || k == 0 || e.dims() != [k, hidden] {
+                return Err(Error::invalid(
+                    "forward",
+                    format!(
+                        "embeddings {:?} at row {row} do not fit {n} tokens of width {hidden} \
+                         (spans must be in order and apart)",
+                        e.dims()
+                    ),
+                ));
+            }
+            if *row > at {
+                parts.push(step.rows(&x, at, *row)?);
+            }
+            parts.push(e.clone());
+            at = row + k;
+        }
+        if at < n {
+            parts.push(step.rows(&x, at, n)?);
+        }
+        match parts.len() {
+            1 => Ok(parts.swap_remove(0)),
+            _ => step.run(Op::Concat { axis: 0 }, &parts.iter().collect::<Vec<_>>()),
+        }
     }
 
     /// One step through the graph executor: the cached prefix goes in, the new keys and

@@ -321,6 +321,50 @@ impl VisionModel {
         height: usize,
         width: usize,
     ) -> Result<Tensor> {
+        let blocks = self.config.tower.layers;
+        // ViT, DINOv2 and SigLIP normalize every state; CLIP only its pooled one.
+        let post_norm = self.config.arch != VisionArch::Clip;
+        self.hidden_state(step, pixels, images, height, width, blocks, post_norm)
+    }
+
+    /// The states after the first `blocks` blocks, `[images · tokens, hidden]` (Hugging Face's
+    /// `hidden_states[blocks]`), then the final LayerNorm when `post_norm`, after checking the
+    /// input. What a vision-language model's connector reads.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn features(
+        &self,
+        step: &mut Step<'_>,
+        pixels: &[f32],
+        images: usize,
+        height: usize,
+        width: usize,
+        blocks: usize,
+        post_norm: bool,
+    ) -> Result<Tensor> {
+        self.check_input(pixels, images, height, width)?;
+        if blocks > self.config.tower.layers {
+            return Err(Error::invalid(
+                "vision features",
+                format!(
+                    "block {blocks} of a tower of {} blocks",
+                    self.config.tower.layers
+                ),
+            ));
+        }
+        self.hidden_state(step, pixels, images, height, width, blocks, post_norm)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hidden_state(
+        &self,
+        step: &mut Step<'_>,
+        pixels: &[f32],
+        images: usize,
+        height: usize,
+        width: usize,
+        blocks: usize,
+        post_norm: bool,
+    ) -> Result<Tensor> {
         let c = &self.config;
         let w = &self.weights;
         let (p, ch, h) = (c.patch, c.channels, c.tower.hidden);
@@ -370,11 +414,10 @@ impl VisionModel {
         if let Some(norm) = &w.pre_norm {
             x = step.layer_norm(&x, norm, c.tower.eps)?;
         }
-        for b in &w.blocks {
+        for b in w.blocks.iter().take(blocks) {
             x = block(step, b, &c.tower, &x, images, tokens, false)?;
         }
-        // ViT, DINOv2 and SigLIP normalize every state; CLIP only its pooled one.
-        if c.arch != VisionArch::Clip {
+        if post_norm {
             x = step.layer_norm(&x, &w.post_norm, c.tower.eps)?;
         }
         Ok(x)

@@ -33,9 +33,42 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// A message that carries images: its content as parts, in order. The template then sees
+    /// `content` as the list `[{"type": "image"}, {"type": "text", "text": …}, …]`, as
+    /// transformers passes a multimodal message (the images themselves go to
+    /// [`Generator::generate_with_images`](crate::Generator::generate_with_images)).
+    #[serde(skip)]
+    pub parts: Option<Vec<ContentPart>>,
+}
+
+/// One part of a multimodal message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContentPart {
+    Text(String),
+    Image,
 }
 
 impl ChatMessage {
+    /// A message of images (one placeholder part each, first) and then text.
+    pub fn with_images(role: impl Into<String>, images: usize, text: impl Into<String>) -> Self {
+        let text = text.into();
+        let mut parts = vec![ContentPart::Image; images];
+        parts.push(ContentPart::Text(text.clone()));
+        ChatMessage {
+            role: role.into(),
+            content: Some(text),
+            parts: Some(parts),
+            ..ChatMessage::default()
+        }
+    }
+
+    /// Image parts in this message.
+    pub fn image_count(&self) -> usize {
+        self.parts.as_ref().map_or(0, |p| {
+            p.iter().filter(|x| **x == ContentPart::Image).count()
+        })
+    }
+
     /// A message with text content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
         ChatMessage {
@@ -66,6 +99,16 @@ impl ChatMessage {
         }
         if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) {
             map.extend(fields);
+        }
+        if let Some(parts) = &self.parts {
+            let list: Vec<serde_json::Value> = parts
+                .iter()
+                .map(|p| match p {
+                    ContentPart::Text(t) => serde_json::json!({"type": "text", "text": t}),
+                    ContentPart::Image => serde_json::json!({"type": "image"}),
+                })
+                .collect();
+            map.insert("content".into(), list.into());
         }
         serde_json::Value::Object(map)
     }

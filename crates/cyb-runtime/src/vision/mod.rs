@@ -5,6 +5,7 @@
 
 pub mod detect;
 pub mod image_model;
+pub(crate) mod vlm;
 
 use cyb_media::image::{ImageError, RgbImage};
 use cyb_tensor::{Error, Result};
@@ -12,6 +13,7 @@ use std::path::Path;
 
 pub use detect::{DetectOptions, Detection, Detector};
 pub use image_model::{ImageModel, DEFAULT_TEMPLATE};
+pub use vlm::MAX_IMAGES;
 
 /// The runtime's error for an image that cannot be read or preprocessed.
 pub fn image_error(e: ImageError) -> Error {
