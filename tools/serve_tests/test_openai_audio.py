@@ -11,14 +11,11 @@ everywhere.
 
 import json
 import os
-import signal
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import openai
 import pytest
+from serving import serve
 
 os.environ["NO_PROXY"] = "127.0.0.1,localhost"
 os.environ["no_proxy"] = "127.0.0.1,localhost"
@@ -39,31 +36,10 @@ def server():
     if HAVE_TINY_EN:
         models.append(TINY_EN)
         aliases.append("whisper-tiny.en")
-    cmd = [BIN, "serve", *map(str, models), "--host", "127.0.0.1", "--port", "0"]
+    cmd = [BIN, "serve", *models]
     for a in aliases:
         cmd += ["--alias", a]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    base, lines = None, []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("listening on http://"):
-            base = line.strip().removeprefix("listening on ")
-            break
-    if base is None:
-        proc.kill()
-        pytest.fail("server did not start: " + "".join(lines))
-    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    yield from serve(cmd)
 
 
 @pytest.fixture(scope="module")

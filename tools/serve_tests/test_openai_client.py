@@ -7,16 +7,13 @@ which must drain and exit cleanly.
 
 import json
 import os
-import signal
-import subprocess
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
+from serving import serve
 
 # Loopback only: never through a proxy.
 os.environ["NO_PROXY"] = "127.0.0.1,localhost"
@@ -35,34 +32,8 @@ def greedy(case):
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen(
-        [BIN, "serve", str(FIXTURE / "hf"), "--alias", "tiny", "--host", "127.0.0.1",
-         "--port", "0", "--parallel", "2", "--queue", "8", "--max-tokens-limit", "200"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
-    base = None
-    deadline = time.monotonic() + 60
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("listening on http://"):
-            base = line.strip().removeprefix("listening on ")
-            break
-    if base is None:
-        proc.kill()
-        pytest.fail("server did not start: " + "".join(lines))
-    # Keep draining stderr so the server never blocks on a full pipe.
-    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    yield from serve([BIN, "serve", FIXTURE / "hf", "--alias", "tiny", "--parallel", "2", "--queue", "8",
+                      "--max-tokens-limit", "200"], timeout=60)
 
 
 @pytest.fixture(scope="module")

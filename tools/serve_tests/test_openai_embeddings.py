@@ -8,14 +8,11 @@ unless told otherwise, so both encodings are exercised.
 
 import json
 import os
-import signal
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import openai
 import pytest
+from serving import serve
 
 os.environ["NO_PROXY"] = "127.0.0.1,localhost"
 os.environ["no_proxy"] = "127.0.0.1,localhost"
@@ -28,28 +25,8 @@ REF = json.loads((FIXTURES / "bert" / "bert" / "reference.json").read_text())
 
 @pytest.fixture(scope="module")
 def server():
-    proc = subprocess.Popen(
-        [BIN, "serve", str(FIXTURES / "bert" / "bert"), str(FIXTURES / "tiny_chat" / "hf"),
-         "--alias", "bert", "--alias", "tiny", "--host", "127.0.0.1", "--port", "0"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
-    base, lines = None, []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("listening on http://"):
-            base = line.strip().removeprefix("listening on ")
-            break
-    if base is None:
-        proc.kill()
-        pytest.fail("server did not start: " + "".join(lines))
-    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
-    yield base
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    yield from serve([BIN, "serve", FIXTURES / "bert" / "bert", FIXTURES / "tiny_chat" / "hf",
+                      "--alias", "bert", "--alias", "tiny"], timeout=60)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 //! `cyb-llm chat [MODEL]`: interactive multi-turn chat. The session's KV cache is kept across
 //! turns, so each turn prefills only what is new. `/reset` forgets the conversation,
-//! `/system TEXT` sets the system message, `/exit` (or end of input) quits.
+//! `/system TEXT` sets the system message, `/image PATH` attaches an image to the next message
+//! (vision-language models), `/exit` (or end of input) quits.
 
 use crate::session_args::{DraftArgs, EngineArgs, SamplingArgs};
 use crate::stream::{print_metrics, stream_answer};
@@ -72,10 +73,18 @@ pub fn run(args: ChatArgs) -> Result<()> {
                 serde_json::to_vec(&saved).map_err(|e| Error::invalid("session", e.to_string()))?;
             session.save_session(path, &note)
         };
+    let image_help = if model.takes_images() {
+        ", /image PATH"
+    } else {
+        ""
+    };
     eprintln!(
-        "chat with {} — /reset, /system TEXT, /exit",
+        "chat with {} — /reset, /system TEXT{image_help}, /exit",
         model.path().display()
     );
+    // The conversation's images in order, and those attached to the next message.
+    let mut images = Vec::new();
+    let mut pending = Vec::new();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -92,6 +101,8 @@ pub fn run(args: ChatArgs) -> Result<()> {
             "/exit" | "/quit" => break,
             "/reset" => {
                 turns.clear();
+                images.clear();
+                pending.clear();
                 session.reset();
                 save(&session, &system, &turns)?;
                 eprintln!("[conversation cleared]");
@@ -103,16 +114,32 @@ pub fn run(args: ChatArgs) -> Result<()> {
         let system_command = input
             .strip_prefix("/system")
             .filter(|r| r.is_empty() || r.starts_with(char::is_whitespace));
+        if let Some(path) = input.strip_prefix("/image ") {
+            match crate::run::load_images(&model, &[path.trim().into()]) {
+                Ok(mut img) => {
+                    pending.append(&mut img);
+                    eprintln!("[{} image(s) attached to the next message]", pending.len());
+                }
+                Err(e) => eprintln!("error: {e}"),
+            }
+            continue;
+        }
         if let Some(rest) = system_command {
             let s = rest.trim();
             system = (!s.is_empty()).then(|| s.to_string());
             turns.clear();
+            images.clear();
             session.reset();
             save(&session, &system, &turns)?;
             eprintln!("[system message set; conversation cleared]");
             continue;
         }
-        turns.push(ChatMessage::user(input));
+        let attached = pending.len();
+        turns.push(match attached {
+            0 => ChatMessage::user(input),
+            n => ChatMessage::with_images("user", n, input),
+        });
+        images.append(&mut pending);
         let mut messages = Vec::new();
         if let Some(s) = &system {
             messages.push(ChatMessage::system(s.clone()));
@@ -123,15 +150,14 @@ pub fn run(args: ChatArgs) -> Result<()> {
         let max_tokens = args.sampling.params().max_tokens;
         let (ids, dropped) =
             cyb_runtime::fit_chat(&mut messages, session.capacity(), max_tokens, |m| {
-                model
-                    .tokenizer()
-                    .encode(&model.render_chat(m, true)?, false)
+                model.prompt_ids(&model.render_chat(m, true)?, false)
             })?;
         if dropped > 0 {
-            turns.drain(..dropped);
+            let gone: usize = turns.drain(..dropped).map(|t| t.image_count()).sum();
+            images.drain(..gone.min(images.len()));
             eprintln!("[the {dropped} oldest messages were dropped to fit the context]");
         }
-        match stream_answer(&mut session, &ids, args.sampling.params()) {
+        match stream_answer(&mut session, &ids, &images, args.sampling.params()) {
             Ok((answer, metrics)) => {
                 println!();
                 if args.metrics {
@@ -143,6 +169,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             Err(e) => {
                 // The turn failed (a full context, say): report it and keep the chat going.
                 turns.pop();
+                images.truncate(images.len() - attached);
                 eprintln!("error: {e}");
                 eprintln!(
                     "(the conversation is kept; /reset starts a new one, or use a larger --ctx)"

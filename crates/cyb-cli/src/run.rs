@@ -17,6 +17,11 @@ pub struct RunArgs {
     /// Feed the prompt as it is, without the chat template.
     #[arg(long)]
     pub raw: bool,
+    /// An image for a vision-language model (repeat for several). With the chat template
+    /// the images come before the prompt's text; with --raw the prompt must hold one image
+    /// placeholder (such as `<image>`) for each.
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -52,14 +57,18 @@ pub fn run(args: RunArgs) -> Result<()> {
         if let Some(s) = &args.system {
             messages.push(ChatMessage::system(s.clone()));
         }
-        messages.push(ChatMessage::user(prompt));
+        messages.push(match args.images.len() {
+            0 => ChatMessage::user(prompt),
+            n => ChatMessage::with_images("user", n, prompt),
+        });
         model.render_chat(&messages, true)?
     };
-    let add_special = raw && model.tokenizer().add_bos();
-    let ids = model.tokenizer().encode(&text, add_special)?;
+    let images = load_images(&model, &args.images)?;
+    let ids = model.prompt_ids(&text, raw)?;
     let mut session = args.engine.generator(&model)?;
     args.draft.apply(&args.engine, &rt, &mut session)?;
-    let (_, metrics) = stream_constrained(&mut session, &ids, args.sampling.params(), constraint)?;
+    let params = args.sampling.params();
+    let (_, metrics) = stream_constrained(&mut session, &ids, &images, params, constraint)?;
     println!();
     print_metrics(&metrics);
     if let Some(m) = rt.dispatcher().primary().device_memory() {
@@ -71,4 +80,24 @@ pub fn run(args: RunArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Decodes `paths` for `model`, which must take images when there are any.
+pub fn load_images(
+    model: &cyb_runtime::Model,
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<cyb_media::image::RgbImage>> {
+    if !paths.is_empty() && !model.takes_images() {
+        return Err(Error::invalid(
+            "image",
+            format!(
+                "{} is a text-only model; --image needs a vision-language model",
+                model.path().display()
+            ),
+        ));
+    }
+    paths
+        .iter()
+        .map(|p| cyb_runtime::vision::load_image(p))
+        .collect()
 }

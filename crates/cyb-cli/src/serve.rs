@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Largest body of a request carrying images in bytes (/v1/detections; 413 above).
     #[arg(long, default_value_t = 40 << 20)]
     pub max_image_bytes: usize,
+    /// Lets chat messages name images as `file://` URLs of files under DIR (refused
+    /// otherwise; data URLs always work).
+    #[arg(long, value_name = "DIR")]
+    pub allow_image_dir: Option<std::path::PathBuf>,
     /// Largest max_tokens a request may ask for (400 above); also the chat default.
     #[arg(long, default_value_t = 4096)]
     pub max_tokens_limit: usize,
@@ -212,6 +216,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         slot_save_path: args.slot_save_path.clone(),
         vision,
         max_image_bytes: args.max_image_bytes,
+        image_dir: args.allow_image_dir.clone(),
     };
     cyb_server::run_blocking(
         served,

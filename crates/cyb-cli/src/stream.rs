@@ -1,5 +1,6 @@
 //! Streaming a generation to stdout with Ctrl-C support, and printing its metrics.
 
+use cyb_media::image::RgbImage;
 use cyb_runtime::{GenerationMetrics, Generator, SamplingParams, TokenConstraint};
 use cyb_tensor::Result;
 use std::io::Write;
@@ -26,21 +27,23 @@ fn install_handler() {
 pub fn stream_answer(
     session: &mut Generator,
     ids: &[u32],
+    images: &[RgbImage],
     params: SamplingParams,
 ) -> Result<(String, GenerationMetrics)> {
-    stream_constrained(session, ids, params, None)
+    stream_constrained(session, ids, images, params, None)
 }
 
 /// [`stream_answer`], with only the tokens `constraint` allows (a grammar).
 pub fn stream_constrained(
     session: &mut Generator,
     ids: &[u32],
+    images: &[RgbImage],
     params: SamplingParams,
     constraint: Option<Box<dyn TokenConstraint>>,
 ) -> Result<(String, GenerationMetrics)> {
     install_handler();
     INTERRUPTED.store(false, Ordering::SeqCst);
-    let mut gen = session.generate(ids, params)?;
+    let mut gen = session.generate_with_images(ids, images, params)?;
     if let Some(c) = constraint {
         gen = gen.with_constraint(c);
     }

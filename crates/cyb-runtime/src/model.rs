@@ -161,19 +161,17 @@ impl Model {
             ModelFile::HuggingFace(h) => h.dir().to_path_buf(),
             ModelFile::Gguf(_) => path.to_path_buf(),
         };
-        let side = crate::vision::vlm::ImageSide::load(parts.image, &dir)?;
+        let mut side = crate::vision::vlm::ImageSide::load(parts.image, &dir)?;
         let token = side.image_token();
-        if tokenizer
-            .decode(&[token], false)
-            .map_or(true, |t| t.is_empty())
-        {
+        let Some(text) = tokenizer.token_text(token) else {
             return Err(Error::Tokenizer {
                 reason: format!(
                     "{}: the tokenizer has no image placeholder token {token}",
                     path.display()
                 ),
             });
-        }
+        };
+        side.placeholder = text;
         let mut model = Model::from_parts(
             path,
             config,

@@ -139,3 +139,77 @@ fn llava_matches_transformers() {
         assert_eq!(got, ids(&c["greedy"]), "{case}: greedy tokens");
     }
 }
+
+/// Greedy tokens and the prefilled count of one generation in `session`.
+fn greedy_run(
+    session: &mut cyb_runtime::Generator,
+    prompt: &[u32],
+    images: &[cyb_media::image::RgbImage],
+) -> (Vec<u32>, usize) {
+    let params = SamplingParams {
+        temperature: 0.0,
+        max_tokens: Some(8),
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    let mut gen = session
+        .generate_with_images(prompt, images, params)
+        .unwrap();
+    let mut out = Vec::new();
+    for p in gen.by_ref() {
+        out.extend(p.unwrap().token);
+    }
+    let prefilled = gen.metrics().prefilled_tokens;
+    (out, prefilled)
+}
+
+#[test]
+fn a_session_reuses_an_image_only_when_it_is_the_same() {
+    let r = reference("llava");
+    let rt = runtime();
+    let model = rt.load(fixtures().join("vlm/llava")).unwrap();
+    let text = model
+        .render_chat(&messages(&r["one"]["messages"]), true)
+        .unwrap();
+    let prompt = model.prompt_ids(&text, false).unwrap();
+    let (wide, tall) = (image("src_wide.png"), image("src_tall.png"));
+    let fresh = |img: &cyb_media::image::RgbImage| {
+        let mut s = model.generator(None).unwrap();
+        greedy_run(&mut s, &prompt, std::slice::from_ref(img)).0
+    };
+    let (want_wide, want_tall) = (fresh(&wide), fresh(&tall));
+    assert_ne!(want_wide, want_tall, "the image must change the answer");
+    let n = r["one"]["input_ids"].as_array().unwrap().len();
+    let mut s = model.generator(None).unwrap();
+    assert_eq!(
+        greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),
+        (want_wide.clone(), n)
+    );
+    // The same image again: only the last prompt token is fed.
+    assert_eq!(
+        greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),
+        (want_wide, 1)
+    );
+    // Another image at the same place: everything from the image's first token is fed again.
+    let start = r["one"]["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|v| v.as_u64() == Some(4))
+        .unwrap();
+    assert_eq!(
+        greedy_run(&mut s, &prompt, std::slice::from_ref(&tall)),
+        (want_tall, n - start)
+    );
+    // Images for a prompt without placeholders, and none for one with them, are refused.
+    let plain = model.prompt_ids("what is this ?", true).unwrap();
+    let mut s = model.generator(None).unwrap();
+    let params = SamplingParams::default();
+    let e = s
+        .generate_with_images(&plain, std::slice::from_ref(&wide), params.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("0 image placeholders"), "{e}");
+    let e = s.generate_with_images(&prompt, &[], params).err().unwrap();
+    assert!(e.to_string().contains("for 0 images"), "{e}");
+}

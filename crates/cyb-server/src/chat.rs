@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cyb_runtime::chat_template::{FunctionCall, ToolCall};
-use cyb_runtime::{ChatMessage, RenderOptions};
+use cyb_runtime::{ChatMessage, ContentPart, RenderOptions};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -40,13 +40,60 @@ pub async fn handle(
     let params = req.common.sampling(max, param, limit, limit)?;
     let top_logprobs = logprobs_setting(&req)?;
     let (tools_json, tool_names) = tools_setting(&req)?;
-    let messages = convert_messages(&req.messages)?;
+    let (messages, image_urls) = convert_messages(&req.messages)?;
+    // The body limit of this route leaves room for images; the rest of the request keeps the
+    // text limit.
+    let url_bytes: usize = image_urls.iter().map(|u| u.to_string().len()).sum();
+    if body.len().saturating_sub(url_bytes) > state.config.max_body_bytes {
+        return Err(ApiError::invalid(
+            None,
+            format!(
+                "The request body was rejected: without its images it is larger than {} bytes",
+                state.config.max_body_bytes
+            ),
+        )
+        .with_status(axum::http::StatusCode::PAYLOAD_TOO_LARGE)
+        .with_code("request_too_large"));
+    }
+    if !image_urls.is_empty() && !slot.model.takes_images() {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "model {} takes no images (it is a text-only model); send text content",
+                slot.id
+            ),
+        ));
+    }
+    if image_urls.len() > cyb_runtime::vision::MAX_IMAGES {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "{} images; at most {} per request",
+                image_urls.len(),
+                cyb_runtime::vision::MAX_IMAGES
+            ),
+        ));
+    }
+    let local = state
+        .config
+        .image_dir
+        .clone()
+        .map(|d| (d, state.config.max_image_bytes));
     // Rendering and tokenizing are CPU work bounded by the template's fuel and output limits,
     // run off the async executor so other requests are served meanwhile.
     let model = slot.model.clone();
     let (ctx, shift) = (slot.ctx, state.config.context_shift);
     let max_tokens = params.max_tokens;
-    let prompt = tokio::task::spawn_blocking(move || -> Result<Vec<u32>, ApiError> {
+    let (prompt, images) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+        let local = local.as_ref().map(|(d, max)| (d.as_path(), *max));
+        let mut images = Vec::with_capacity(image_urls.len());
+        for (i, url) in image_urls.iter().enumerate() {
+            let bytes = crate::vision::image_bytes(url, local)
+                .map_err(|m| ApiError::invalid("messages", format!("image {i}: {m}")))?;
+            let img = cyb_runtime::vision::decode_image(&bytes, &format!("image {i}"))
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            images.push(img);
+        }
         let encode = |messages: &[ChatMessage]| -> cyb_tensor::Result<Vec<u32>> {
             let text = match model.chat_template() {
                 Some(t) => t.render(
@@ -59,15 +106,19 @@ pub async fn handle(
                 )?,
                 None => model.render_chat(messages, true)?,
             };
-            let add_special = model.chat_template().is_none() && model.tokenizer().add_bos();
-            model.tokenizer().encode(&text, add_special)
+            model.prompt_ids(&text, model.chat_template().is_none())
         };
         if !shift {
-            return Ok(encode(&messages)?);
+            return Ok((encode(&messages)?, images));
         }
-        // Context shift: the oldest turns go until the prompt fits with room for the answer.
-        let mut messages = messages;
-        Ok(cyb_runtime::fit_chat(&mut messages, ctx, max_tokens, encode)?.0)
+        // Context shift: the oldest turns go until the prompt fits with room for the answer
+        // (with the images of the turns that went).
+        let mut all = messages;
+        let (ids, _) = cyb_runtime::fit_chat(&mut all, ctx, max_tokens, encode)?;
+        // Turns go oldest first, so the images that went are the first ones.
+        let kept: usize = all.iter().map(ChatMessage::image_count).sum();
+        images.drain(..images.len().saturating_sub(kept));
+        Ok((ids, images))
     })
     .await
     .map_err(|e| ApiError::server(format!("the prompt task failed: {e}")))??;
@@ -84,6 +135,7 @@ pub async fn handle(
     let job = Job {
         slot: slot.clone(),
         prompt,
+        images,
         params,
         top_logprobs,
         lora: req.common.lora_scales(slot.model.lora_count())?,
@@ -388,13 +440,16 @@ fn tools_setting(req: &ChatRequest) -> Result<(Option<Value>, Option<Vec<String>
     }
 }
 
-fn convert_messages(messages: &[InMessage]) -> Result<Vec<ChatMessage>, ApiError> {
+/// The messages for the template, and the `image_url` values of their image parts in order.
+fn convert_messages(messages: &[InMessage]) -> Result<(Vec<ChatMessage>, Vec<Value>), ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
-    messages
+    let mut images = Vec::new();
+    let converted = messages
         .iter()
         .map(|m| {
+            let mut parts_out: Option<Vec<ContentPart>> = None;
             let role = match m.role.as_str() {
                 "developer" => "system",
                 r @ ("system" | "user" | "assistant" | "tool") => r,
@@ -410,16 +465,33 @@ fn convert_messages(messages: &[InMessage]) -> Result<Vec<ChatMessage>, ApiError
                 Some(Content::Text(s)) => Some(s.clone()),
                 Some(Content::Parts(parts)) => {
                     let mut text = String::new();
+                    let mut list = Vec::with_capacity(parts.len());
                     for p in parts {
-                        match (p.kind.as_str(), &p.text) {
-                            ("text", Some(t)) => text.push_str(t),
-                            (kind, _) => {
+                        match (p.kind.as_str(), &p.text, &p.image_url) {
+                            ("text", Some(t), _) => {
+                                text.push_str(t);
+                                list.push(ContentPart::Text(t.clone()));
+                            }
+                            ("image_url", _, Some(url)) => {
+                                images.push(url.clone());
+                                list.push(ContentPart::Image);
+                            }
+                            ("image_url", _, None) => {
                                 return Err(ApiError::invalid(
                                     "messages",
-                                    format!("content parts of type {kind:?} are not supported by this model"),
+                                    "an image_url part needs image_url: {\"url\": ...}",
+                                ))
+                            }
+                            (kind, _, _) => {
+                                return Err(ApiError::invalid(
+                                    "messages",
+                                    format!("content parts of type {kind:?} are not supported (text, image_url)"),
                                 ))
                             }
                         }
+                    }
+                    if list.contains(&ContentPart::Image) {
+                        parts_out = Some(list);
                     }
                     Some(text)
                 }
@@ -448,8 +520,10 @@ fn convert_messages(messages: &[InMessage]) -> Result<Vec<ChatMessage>, ApiError
                 tool_calls,
                 tool_call_id: m.tool_call_id.clone(),
                 name: m.name.clone(),
+                parts: parts_out,
                 ..ChatMessage::default()
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok((converted, images))
 }

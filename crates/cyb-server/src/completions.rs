@@ -68,6 +68,7 @@ pub async fn handle(
 
     let permit = state.admission.admit().await?;
     let job = Job {
+        images: Vec::new(),
         slot: slot.clone(),
         prompt,
         params,

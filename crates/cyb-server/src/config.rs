@@ -57,6 +57,9 @@ pub struct ServerConfig {
     /// Largest body of a request carrying images (`/v1/detections`, `/v1/classifications`,
     /// `/v1/embeddings`; 413 above).
     pub max_image_bytes: usize,
+    /// `file://` image URLs in chat messages are read from under this folder (`None`: they
+    /// are refused; data URLs and base64 always work).
+    pub image_dir: Option<std::path::PathBuf>,
 }
 
 /// A loaded vision model and the id clients name it by.
@@ -92,6 +95,7 @@ impl Default for ServerConfig {
             draft: None,
             vision: Vec::new(),
             max_image_bytes: 40 << 20,
+            image_dir: None,
         }
     }
 }

@@ -96,6 +96,8 @@ pub struct Part {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    /// `{"url": ...}` (or the URL itself) of an `image_url` part.
+    pub image_url: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

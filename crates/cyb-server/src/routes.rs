@@ -42,7 +42,13 @@ pub fn router_with_loader(
         sweep_idle_models(Arc::downgrade(&state), idle);
     }
     Ok(Router::new()
-        .route("/v1/chat/completions", post(chat::handle))
+        // Chat messages may carry images.
+        .route(
+            "/v1/chat/completions",
+            post(chat::handle).layer(DefaultBodyLimit::max(
+                config.max_image_bytes.max(config.max_body_bytes),
+            )),
+        )
         .route("/v1/completions", post(completions::handle))
         // Image inputs make embedding requests as large as the other image endpoints'.
         .route(
@@ -176,7 +182,7 @@ async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
         .list()
         .into_iter()
         .map(|m| {
-            json!({
+            let mut v = json!({
                 "id": m.id,
                 "object": "model",
                 "created": state.started,
@@ -184,7 +190,15 @@ async fn models_list(State(state): State<Arc<AppState>>) -> Json<serde_json::Val
                 "context_length": m.ctx,
                 "status": if m.loaded { "loaded" } else { "unloaded" },
                 "size_bytes": m.bytes,
-            })
+            });
+            // What a loaded model's chat messages may carry.
+            if let Some(slot) = &m.slot {
+                v["input_modalities"] = match slot.model.takes_images() {
+                    true => json!(["text", "image"]),
+                    false => json!(["text"]),
+                };
+            }
+            v
         })
         .collect();
     data.extend(state.config.vision.iter().map(|v| {

@@ -29,6 +29,7 @@ use base64::Engine;
 use cyb_runtime::DetectOptions;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Images per request.
@@ -100,7 +101,7 @@ fn request_images(
     }
     list.iter()
         .enumerate()
-        .map(|(i, v)| image_bytes(v).map_err(|m| bad("images", format!("image {i}: {m}"))))
+        .map(|(i, v)| image_bytes(v, None).map_err(|m| bad("images", format!("image {i}: {m}"))))
         .collect()
 }
 
@@ -295,7 +296,7 @@ pub async fn embeddings(
                                 format!("input {i}: an object needs image or image_url"),
                             )
                         })?;
-                    image_bytes(img)
+                    image_bytes(img, None)
                         .map(Item::Image)
                         .map_err(|m| bad("input", format!("input {i}: {m}")))
                 }
@@ -308,7 +309,7 @@ pub async fn embeddings(
         Some(Value::Object(_)) => vec![match input
             .and_then(|v| v.get("image").or_else(|| v.get("image_url")))
         {
-            Some(img) => Item::Image(image_bytes(img).map_err(|m| bad("input", m))?),
+            Some(img) => Item::Image(image_bytes(img, None).map_err(|m| bad("input", m))?),
             None => return Err(bad("input", "an object needs image or image_url")),
         }],
         _ => {
@@ -386,8 +387,9 @@ async fn in_slot<T: Send + 'static>(
     Ok(out)
 }
 
-/// The bytes of one image given as base64, a data URL, or `{"url": ...}`.
-fn image_bytes(v: &Value) -> Result<Vec<u8>, String> {
+/// The bytes of one image given as base64, a data URL, or `{"url": ...}`; a `file://` URL
+/// is read only from under `local` (the server's `image_dir`), at most `max` bytes.
+pub(crate) fn image_bytes(v: &Value, local: Option<(&Path, usize)>) -> Result<Vec<u8>, String> {
     let s = match v {
         Value::String(s) => s.as_str(),
         Value::Object(o) => o
@@ -402,6 +404,8 @@ fn image_bytes(v: &Value) -> Result<Vec<u8>, String> {
             return Err("a data URL must be base64-encoded".into());
         }
         data
+    } else if let Some(path) = s.strip_prefix("file://") {
+        return local_image(path, local);
     } else if s.starts_with("http://") || s.starts_with("https://") {
         return Err(
             "remote image URLs are not fetched; send the image as base64 or a data URL".into(),
@@ -413,4 +417,35 @@ fn image_bytes(v: &Value) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(clean.as_bytes())
         .map_err(|e| format!("not valid base64: {e}"))
+}
+
+/// A `file://` image: a file under the allowed folder, read up to its size limit.
+fn local_image(path: &str, local: Option<(&Path, usize)>) -> Result<Vec<u8>, String> {
+    let Some((root, max)) = local else {
+        return Err(
+            "file:// image URLs are refused unless the server names a folder they may be read \
+             from (--allow-image-dir)"
+                .into(),
+        );
+    };
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("the image folder {}: {e}", root.display()))?;
+    let file = Path::new(path)
+        .canonicalize()
+        .map_err(|e| format!("{path}: {e}"))?;
+    if !file.starts_with(&root) {
+        return Err(format!(
+            "{path} is outside the image folder {}",
+            root.display()
+        ));
+    }
+    let f = std::fs::File::open(&file).map_err(|e| format!("{path}: {e}"))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, max as u64 + 1), &mut bytes)
+        .map_err(|e| format!("{path}: {e}"))?;
+    if bytes.len() > max {
+        return Err(format!("{path} is larger than {max} bytes"));
+    }
+    Ok(bytes)
 }

@@ -31,6 +31,8 @@ pub struct Summary {
 pub struct Job {
     pub slot: Arc<ModelSlot>,
     pub prompt: Vec<u32>,
+    /// The images of the prompt's placeholders, in order (vision-language models).
+    pub images: Vec<cyb_runtime::vision::RgbImage>,
     pub params: SamplingParams,
     pub top_logprobs: Option<usize>,
     pub constraint: Option<Box<dyn TokenConstraint>>,
@@ -79,7 +81,7 @@ fn generate(
     job: Job,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(Summary, f64, (usize, usize)), ApiError> {
-    let mut generation = session.generate(&job.prompt, job.params)?;
+    let mut generation = session.generate_with_images(&job.prompt, &job.images, job.params)?;
     if let Some(n) = job.top_logprobs {
         generation = generation.with_logprobs(n);
     }

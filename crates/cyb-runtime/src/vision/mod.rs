@@ -7,7 +7,8 @@ pub mod detect;
 pub mod image_model;
 pub(crate) mod vlm;
 
-use cyb_media::image::{ImageError, RgbImage};
+use cyb_media::image::ImageError;
+pub use cyb_media::image::RgbImage;
 use cyb_tensor::{Error, Result};
 use std::path::Path;
 

@@ -16,6 +16,8 @@ pub const MAX_IMAGES: usize = 16;
 pub(crate) struct ImageSide {
     pub model: VlmModel,
     processor: ImageProcessor,
+    /// How errors name the placeholder token (its text, such as `<image>`).
+    pub placeholder: String,
 }
 
 /// One image of a prompt, preprocessed: its pixels and their fingerprint (which tells whether a
@@ -65,7 +67,12 @@ impl ImageSide {
                     format!("{}: {}", dir.join(name).display(), image_error(e)),
                 )
             })?;
-        Ok(ImageSide { model, processor })
+        let placeholder = format!("token {}", model.config().image_token);
+        Ok(ImageSide {
+            model,
+            processor,
+            placeholder,
+        })
     }
 
     pub fn image_token(&self) -> u32 {
@@ -131,7 +138,9 @@ impl ImageSide {
             return Err(Error::invalid(
                 "image",
                 format!(
-                    "the prompt has {found} image placeholders (token {token}) for {} images",
+                    "the prompt has {found} image placeholders ({}) for {} images (a chat \
+                     template writes one per image part; a raw prompt needs one per image)",
+                    self.placeholder,
                     images.len()
                 ),
             ));
