@@ -1,5 +1,5 @@
 """The official `openai` client sends images in chat messages (`image_url` parts) to
-`cyb-llm serve` with the tiny random-weight LLaVA of tests/fixtures/vlm/llava: the answer must
+`cyb-llm serve` with the tiny random-weight LLaVA and Idefics3 of tests/fixtures/vlm: the answer must
 be transformers' greedy text for the same image and question
 (tools/fixtures/make_vlm_fixtures.py), streamed or not, from a data URL or an allowed file://
 path; bad images, too many images, images for a text-only model and unknown part types are 400s.
@@ -21,14 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 BIN = os.environ.get("CYB_LLM_BIN", str(ROOT / "target" / "debug" / "cyb-llm"))
 LLAVA = FIXTURES / "vlm" / "llava"
+IDEFICS3 = FIXTURES / "vlm" / "idefics3"
 REF = json.loads((LLAVA / "reference.json").read_text())
+REF_IDEFICS3 = json.loads((IDEFICS3 / "reference.json").read_text())
 IMAGES = FIXTURES / "images"
 
 
 @pytest.fixture(scope="module")
 def server():
-    yield from serve([BIN, "serve", LLAVA, FIXTURES / "tiny_chat" / "hf", "--alias", "llava", "--alias", "tiny",
-                      "--allow-image-dir", IMAGES])
+    yield from serve([BIN, "serve", LLAVA, FIXTURES / "tiny_chat" / "hf", IDEFICS3, "--alias", "llava",
+                      "--alias", "tiny", "--alias", "idefics3", "--allow-image-dir", IMAGES])
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +39,16 @@ def client(server):
 
 
 def data_url(name):
-    data = base64.b64encode((IMAGES / name).read_bytes()).decode()
+    path = FIXTURES / "vlm" / name if "/" in name else IMAGES / name
+    data = base64.b64encode(path.read_bytes()).decode()
     return f"data:image/png;base64,{data}"
 
 
-def messages(case, urls):
+def messages(case, urls, ref=REF):
     """The reference case's messages with its image parts as image_url parts."""
     out = []
     urls = iter(urls)
-    for m in REF[case]["messages"]:
+    for m in ref[case]["messages"]:
         parts = []
         for p in m["content"]:
             if p["type"] == "image":
@@ -73,6 +76,14 @@ def test_answer_is_transformers_greedy_text(client, case):
     assert r.choices[0].message.content == REF[case]["text"]
     assert r.choices[0].finish_reason == "length"
     assert r.usage.prompt_tokens == len(REF[case]["input_ids"])
+
+
+@pytest.mark.parametrize("case", ["one", "two"])
+def test_idefics3_answer_is_transformers_greedy_text(client, case):
+    urls = [data_url(n) for n in REF_IDEFICS3["images"][case]]
+    r = ask(client, messages(case, urls, REF_IDEFICS3), model="idefics3")
+    assert r.choices[0].message.content == REF_IDEFICS3[case]["text"]
+    assert r.usage.prompt_tokens == len(REF_IDEFICS3[case]["input_ids"])
 
 
 def test_streamed_answer_is_the_same(client):

@@ -250,6 +250,7 @@ fn resizes_match_pillow_torch_and_opencv() {
         let filter = match filter {
             "nearest" => Filter::Nearest,
             "bilinear" => Filter::Bilinear,
+            "lanczos" => Filter::Lanczos,
             _ => Filter::Bicubic,
         };
         let got = resize_rgb(&src, w, h, filter, kernel).unwrap();

@@ -32,5 +32,5 @@ pub use vit::{
     TextConfig as VisionTextConfig, TowerConfig, VisionArch, VisionConfig, VisionModel,
     VisionOutput,
 };
-pub use vlm::{VlmConfig, VlmModel, VlmParts};
+pub use vlm::{VlmConfig, VlmFamily, VlmModel, VlmParts};
 pub use whisper::{EncodedAudio, WhisperConfig, WhisperModel};

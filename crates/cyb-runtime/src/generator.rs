@@ -407,7 +407,7 @@ impl Generator {
         let (prompt, spans, prepared) = match side {
             Some(side) => {
                 let prepared = side.prepare(images)?;
-                let (ids, spans) = side.expand(prompt, &prepared)?;
+                let (ids, spans) = side.expand(prompt, &prepared, self.model.tokenizer())?;
                 (Cow::Owned(ids), spans, prepared)
             }
             None if images.is_empty() => (Cow::Borrowed(prompt), Vec::new(), Vec::new()),
@@ -458,21 +458,27 @@ impl Generator {
         // The embeddings of the images (or their rest) among the fresh tokens.
         let mut inject = Vec::new();
         if let Some(side) = side {
-            let wanted: Vec<usize> = (0..spans.len())
-                .filter(|&i| spans[i].start + spans[i].len > common)
-                .collect();
+            let fresh_runs: Vec<_> = spans.iter().filter(|s| s.start + s.len > common).collect();
+            let mut wanted: Vec<usize> = fresh_runs.iter().map(|s| s.image).collect();
+            wanted.dedup();
             let refs: Vec<_> = wanted.iter().map(|&i| &prepared[i]).collect();
-            for (&i, e) in wanted.iter().zip(side.encode(&refs)?) {
-                let span = spans[i];
-                let skip = common.saturating_sub(span.start);
-                let e = match skip {
-                    0 => e,
-                    k => {
+            let embeds = side.encode(&refs)?;
+            for run in fresh_runs {
+                let Some(k) = wanted.iter().position(|&i| i == run.image) else {
+                    continue;
+                };
+                let e = &embeds[k];
+                let skip = common.saturating_sub(run.start);
+                let (from, to) = (run.offset + skip, run.offset + run.len);
+                let e = match (from, to) == (0, e.dims()[0]) {
+                    true => e.clone(),
+                    false => {
                         let h = e.dims()[1];
-                        Tensor::from_f32(&[span.len - k, h], &e.to_f32_vec()?[k * h..])?
+                        let rows = e.to_f32_vec()?;
+                        Tensor::from_f32(&[to - from, h], &rows[from * h..to * h])?
                     }
                 };
-                inject.push((span.start + skip - common, e));
+                inject.push((run.start + skip - common, e));
             }
         }
         let member = self.batcher.as_ref().map(Batcher::join);

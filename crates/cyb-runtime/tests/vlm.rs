@@ -1,5 +1,6 @@
-//! Vision-language generation against transformers, on the tiny random-weight LLaVA of
-//! tests/fixtures/vlm (tools/fixtures/make_vlm_fixtures.py, with transformers' own processor):
+//! Vision-language generation against transformers, on the tiny random-weight LLaVA and
+//! Idefics3 (SmolVLM's architecture) of tests/fixtures/vlm (tools/fixtures/make_vlm_fixtures.py,
+//! with transformers' own processors):
 //! the rendered prompt, the expanded ids, the last position's log-probabilities and 32 greedy
 //! tokens, for one image and for two.
 
@@ -18,8 +19,10 @@ fn reference(family: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
+/// A reference image: `images/NAME`, or a family's own (`FAMILY/NAME`, under `vlm/`).
 fn image(name: &str) -> cyb_media::image::RgbImage {
-    cyb_runtime::vision::load_image(&fixtures().join(format!("images/{name}"))).unwrap()
+    let dir = if name.contains('/') { "vlm" } else { "images" };
+    cyb_runtime::vision::load_image(&fixtures().join(dir).join(name)).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -70,9 +73,18 @@ fn log_softmax(x: &[f32]) -> Vec<f32> {
 
 #[test]
 fn llava_matches_transformers() {
-    let r = reference("llava");
+    matches_transformers("llava");
+}
+
+#[test]
+fn idefics3_matches_transformers() {
+    matches_transformers("idefics3");
+}
+
+fn matches_transformers(family: &str) {
+    let r = reference(family);
     let rt = runtime();
-    let model = rt.load(fixtures().join("vlm/llava")).unwrap();
+    let model = rt.load(fixtures().join("vlm").join(family)).unwrap();
     assert!(model.takes_images());
     for case in ["one", "two"] {
         let c = &r[case];

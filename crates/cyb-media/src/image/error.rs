@@ -29,7 +29,8 @@ pub enum ImageError {
 }
 
 impl ImageError {
-    pub(crate) fn config(what: impl Into<String>, reason: impl Into<String>) -> ImageError {
+    /// An error in a processor's settings: `what` names the field.
+    pub fn config(what: impl Into<String>, reason: impl Into<String>) -> ImageError {
         ImageError::Config {
             what: what.into(),
             reason: reason.into(),

@@ -143,9 +143,7 @@ pub fn resize_rgb(
     match (kernel, filter) {
         (ResizeKernel::Pillow, Filter::Nearest) => Ok(nearest(img, width, height, true)),
         (ResizeKernel::Torch, Filter::Nearest) => Ok(nearest(img, width, height, false)),
-        (ResizeKernel::Pillow, f) | (ResizeKernel::Torch, f @ Filter::Lanczos) => {
-            Ok(convolve(img, width, height, f, Fixed::Pillow))
-        }
+        (ResizeKernel::Pillow, f) => Ok(convolve(img, width, height, f, Fixed::Pillow)),
         (ResizeKernel::Torch, f) => Ok(convolve(img, width, height, f, Fixed::Torch)),
         (ResizeKernel::OpenCv, Filter::Bilinear) => Ok(opencv_bilinear(img, width, height)),
         (ResizeKernel::OpenCv, f) => Err(ImageError::config(

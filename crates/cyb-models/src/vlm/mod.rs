@@ -2,15 +2,16 @@
 //! embeddings of the text model's width, and a LlamaStyle decoder that reads them in place of
 //! the image placeholder tokens of the prompt.
 //!
-//! - `llava`: LLaVA-1.5 (CLIP tower, a chosen hidden layer, two-layer MLP projector).
+//! - `model`: LLaVA-1.5 (CLIP tower, a chosen hidden layer, two-layer MLP projector) and
+//!   Idefics3 / SmolVLM (SigLIP-style tower on tiles, pixel shuffle, one projection).
 //!
 //! A composite Hugging Face checkpoint is split into its parts with [`HfModel::part`]: the
 //! tower loads as the ViTStyle model its `vision_config` describes and the decoder as the
 //! LlamaStyle model of its `text_config`, each under the names its own family reads.
 
-mod llava;
+mod model;
 
-pub use llava::{VlmConfig, VlmModel, VlmParts};
+pub use model::{VlmConfig, VlmFamily, VlmModel, VlmParts};
 
 use cyb_format::hf::HfModel;
 use serde_json::Value;
