@@ -225,3 +225,26 @@ fn a_session_reuses_an_image_only_when_it_is_the_same() {
     let e = s.generate_with_images(&prompt, &[], params).err().unwrap();
     assert!(e.to_string().contains("for 0 images"), "{e}");
 }
+
+/// A processor config that would cut images into too many tiles is refused at load, naming
+/// the file and the field.
+#[test]
+fn too_many_tiles_are_refused() {
+    let dir = std::env::temp_dir().join(format!("cyb-vlm-tiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("vlm/idefics3");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
+    }
+    let pc = dir.join("processor_config.json");
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&pc).unwrap()).unwrap();
+    c["image_processor"]["size"]["longest_edge"] = 4000.into();
+    std::fs::write(&pc, c.to_string()).unwrap();
+    let e = runtime().load(&dir).err().unwrap().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        e.contains("processor_config.json") && e.contains("at most 64 tiles"),
+        "{e}"
+    );
+}

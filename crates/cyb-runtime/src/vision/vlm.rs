@@ -28,6 +28,10 @@ pub const MAX_IMAGES: usize = 16;
 /// Idefics3's cap on the resized image's longest edge.
 const IDEFICS3_MAX_SIDE: usize = 4096;
 
+/// Most tiles one image may be cut into (Idefics3's processor names rows and columns up to 6;
+/// the published models use at most 4 × 4).
+const MAX_TILES: usize = 64;
+
 /// How images become the tower's inputs.
 enum Processor {
     /// One square input per image.
@@ -77,10 +81,7 @@ pub(crate) struct ImageSpan {
 }
 
 fn config_error(dir: &Path, name: &str, e: ImageError) -> Error {
-    Error::invalid(
-        "image",
-        format!("{}: {}", dir.join(name).display(), image_error(e)),
-    )
+    Error::invalid("image", format!("{}: {e}", dir.join(name).display()))
 }
 
 impl ImageSide {
@@ -348,8 +349,19 @@ impl TileProcessor {
         if std.iter().any(|&s| s == 0.0 || !s.is_finite()) {
             return Err(bad("image_std", format!("{std:?}")));
         }
+        let longest = edge("size", 4 * tile)?;
+        let side = longest.div_ceil(tile);
+        if side * side > MAX_TILES {
+            return Err(bad(
+                "size",
+                format!(
+                    "a longest edge of {longest} px cuts up to {side} x {side} tiles of {tile} px; \
+                     at most {MAX_TILES} tiles an image"
+                ),
+            ));
+        }
         Ok(TileProcessor {
-            longest: edge("size", 4 * tile)?,
+            longest,
             tile,
             split: flag("do_image_splitting"),
             filter: Filter::from_pil_code(c.get("resample").and_then(Value::as_i64).unwrap_or(1))?,
@@ -391,6 +403,15 @@ impl TileProcessor {
             let img = self.resize(&img, w, h)?;
             if h > t || w > t {
                 (rows, cols) = (h.div_ceil(t), w.div_ceil(t));
+                if rows * cols > MAX_TILES {
+                    return Err(ImageError::config(
+                        "size",
+                        format!(
+                            "{w}x{h} images make {rows} x {cols} tiles of {t} px; at most \
+                             {MAX_TILES} tiles an image"
+                        ),
+                    ));
+                }
                 for r in 0..rows {
                     for c in 0..cols {
                         frames.push(img.crop(c * t, r * t, t, t));
