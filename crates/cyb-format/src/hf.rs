@@ -37,6 +37,8 @@ pub struct HfModel {
     pub generation_config: Option<Value>,
     /// Set when the directory was read out of a `.model` container.
     container: Option<std::sync::Arc<crate::model_container::ContainerInfo>>,
+    /// The image processor a `.model` container carries (see [`HfModel::image_processor`]).
+    stored_image_processor: Option<Value>,
     /// Set for a CTranslate2 directory or a whisper.cpp file: the weights come from its
     /// `model.bin` or ggml file, not `shards`.
     converted: Option<Box<Converted>>,
@@ -191,6 +193,7 @@ impl HfModel {
             by_name,
             container: None,
             converted: None,
+            stored_image_processor: None,
         })
     }
 
@@ -218,6 +221,7 @@ impl HfModel {
             generation_config,
             container: None,
             converted: None,
+            stored_image_processor: None,
         })
     }
 
@@ -250,6 +254,7 @@ impl HfModel {
             generation_config: self.generation_config.clone(),
             container: self.container.clone(),
             converted: None,
+            stored_image_processor: self.stored_image_processor.clone(),
         })
     }
 
@@ -276,6 +281,7 @@ impl HfModel {
             generation_config,
             container: None,
             converted: Some(Box::new(weights)),
+            stored_image_processor: None,
         }
     }
 
@@ -312,6 +318,7 @@ impl HfModel {
             generation_config: files.generation_config,
             container: Some(container),
             converted: None,
+            stored_image_processor: files.image_processor,
         }
     }
 
@@ -322,6 +329,29 @@ impl HfModel {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The image processor's settings: the `image_processor` of a saved processor
+    /// (`processor_config.json`), else `preprocessor_config.json`, with the name of the file it
+    /// came from; a `.model` container carries the one its directory had.
+    pub fn image_processor(&self) -> Option<(Value, &'static str)> {
+        if self.container.is_some() {
+            return self
+                .stored_image_processor
+                .clone()
+                .map(|v| (v, "the container's image processor"));
+        }
+        let read = |name: &str| {
+            std::fs::read_to_string(self.dir.join(name))
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        };
+        if let Some(v) =
+            read("processor_config.json").and_then(|v| v.get("image_processor").cloned())
+        {
+            return Some((v, "processor_config.json"));
+        }
+        read("preprocessor_config.json").map(|v| (v, "preprocessor_config.json"))
     }
 
     /// The parsed `config.json` (a JSON object).

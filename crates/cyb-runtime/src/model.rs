@@ -157,11 +157,13 @@ impl Model {
         let config = parts.text_file.config()?;
         let tokenizer = Tokenizer::from_model_file(&parts.text_file)?;
         let template = ChatTemplate::from_model_file(file)?;
-        let dir = match file {
-            ModelFile::HuggingFace(h) => h.dir().to_path_buf(),
-            ModelFile::Gguf(_) => path.to_path_buf(),
+        let ModelFile::HuggingFace(hf) = file else {
+            return Err(Error::invalid(
+                "load",
+                format!("{}: not a Hugging Face model", path.display()),
+            ));
         };
-        let mut side = crate::vision::vlm::ImageSide::load(parts.image, &dir)?;
+        let mut side = crate::vision::vlm::ImageSide::load(parts.image, hf)?;
         let token = side.image_token();
         let Some(text) = tokenizer.token_text(token) else {
             return Err(Error::Tokenizer {

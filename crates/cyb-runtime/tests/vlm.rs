@@ -248,3 +248,31 @@ fn too_many_tiles_are_refused() {
         "{e}"
     );
 }
+
+/// A vision-language directory imported into a `.model` container (which keeps its image
+/// processor) answers as the directory does.
+#[test]
+fn an_imported_model_answers_as_its_directory() {
+    for family in ["llava", "idefics3"] {
+        let r = reference(family);
+        let src = cyb_format::open(fixtures().join("vlm").join(family)).unwrap();
+        let out =
+            std::env::temp_dir().join(format!("cyb-vlm-{family}-{}.model", std::process::id()));
+        cyb_format::model_container::write_model(&src, &out, &Default::default()).unwrap();
+        let model = runtime().load(&out).unwrap();
+        let text = model
+            .render_chat(&messages(&r["one"]["messages"]), true)
+            .unwrap();
+        let prompt = model.prompt_ids(&text, false).unwrap();
+        let images: Vec<_> = r["images"]["one"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| image(n.as_str().unwrap()))
+            .collect();
+        let mut s = model.generator(None).unwrap();
+        let (got, _) = greedy_run(&mut s, &prompt, &images);
+        std::fs::remove_file(&out).unwrap();
+        assert_eq!(got, ids(&r["one"]["greedy"])[..8], "{family}");
+    }
+}

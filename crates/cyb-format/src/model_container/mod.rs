@@ -322,6 +322,7 @@ pub(crate) struct HfFiles {
     pub(crate) tokenizer_json: Option<PathBuf>,
     pub(crate) tokenizer_config: Option<Value>,
     pub(crate) generation_config: Option<Value>,
+    pub(crate) image_processor: Option<Value>,
 }
 
 fn json(s: &str, at: usize, what: &str, path: &Path) -> Result<Value> {
@@ -365,6 +366,10 @@ fn open_hf(
             o.insert("chat_template".into(), Value::String(t.into()));
         }
     }
+    let image_processor = match field("image_processor_json") {
+        Some(t) => Some(json(t, cfg_at, "image_processor_json", &path)?),
+        None => None,
+    };
     let generation_config = match sections.get("sampling") {
         Some((at, b)) => Some(json(
             text(b, at, "sampling", &path)?,
@@ -406,6 +411,7 @@ fn open_hf(
         tokenizer_json,
         tokenizer_config,
         generation_config,
+        image_processor,
     };
     Ok(ModelFile::HuggingFace(HfModel::from_container(
         path,

@@ -551,6 +551,10 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
             if let Some(tc) = &h.tokenizer_config {
                 cfg.insert("tokenizer_config_json".into(), js(tc)?.into());
             }
+            // Image and vision-language models keep their image processor.
+            if let Some((ip, _)) = h.image_processor().filter(|_| takes_images(h)) {
+                cfg.insert("image_processor_json".into(), js(&ip)?.into());
+            }
             let read = |p: &Path| {
                 std::fs::read(p).map_err(|source| Error::Io {
                     path: p.to_path_buf(),
@@ -571,4 +575,22 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
             })
         }
     }
+}
+
+/// True for a model whose inputs include images (a vision or vision-language `model_type`).
+fn takes_images(h: &crate::hf::HfModel) -> bool {
+    const TYPES: &[&str] = &[
+        "vit",
+        "clip",
+        "clip_vision_model",
+        "siglip",
+        "siglip_vision_model",
+        "dinov2",
+        "dinov2_with_registers",
+        "llava",
+        "idefics3",
+        "smolvlm",
+    ];
+    let ty = h.config_json().get("model_type").and_then(|v| v.as_str());
+    ty.is_some_and(|t| TYPES.contains(&t))
 }

@@ -49,23 +49,24 @@ impl Runtime {
     pub fn load_image_model(&self, path: &Path, kernel: ResizeKernel) -> Result<ImageModel> {
         let file = cyb_format::open(path)?;
         let model = VisionModel::load(&file, self.dispatcher().clone())?;
-        let dir = if path.is_dir() {
-            path.to_path_buf()
-        } else {
-            path.parent().map(Path::to_path_buf).unwrap_or_default()
+        let cyb_format::ModelFile::HuggingFace(hf) = &file else {
+            return Err(Error::invalid(
+                "image",
+                format!("{}: not a Hugging Face model", path.display()),
+            ));
         };
-        let pp = dir.join("preprocessor_config.json");
-        let processor = match std::fs::read_to_string(&pp) {
-            Ok(text) => ImageProcessor::from_config_json(&text, kernel).map_err(|e| {
-                Error::invalid("image", format!("{}: {}", pp.display(), image_error(e)))
+        let processor = match hf.image_processor() {
+            Some((config, name)) => ImageProcessor::from_config_json(&config.to_string(), kernel)
+                .map_err(|e| {
+                Error::invalid("image", format!("{}: {name}: {e}", hf.dir().display()))
             })?,
-            Err(_) => {
+            None => {
                 return Err(Error::invalid(
                     "image",
                     format!(
                         "{} has no preprocessor_config.json (the image processor of a \
                          Hugging Face vision model)",
-                        dir.display()
+                        hf.dir().display()
                     ),
                 ))
             }

@@ -81,36 +81,24 @@ pub(crate) struct ImageSpan {
 }
 
 fn config_error(dir: &Path, name: &str, e: ImageError) -> Error {
-    Error::invalid("image", format!("{}: {e}", dir.join(name).display()))
+    Error::invalid("image", format!("{}: {name}: {e}", dir.display()))
 }
 
 impl ImageSide {
-    /// The processor of the model directory `dir` (the `image_processor` of a saved
-    /// processor, else `preprocessor_config.json`), resizing as transformers 5's default
-    /// (torchvision) backend does.
-    pub fn load(model: VlmModel, dir: &Path) -> Result<ImageSide> {
-        let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-        let (config, name) = match read("processor_config.json")
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v.get("image_processor").cloned())
-        {
-            Some(v) => (v, "processor_config.json"),
-            None => match read("preprocessor_config.json")
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            {
-                Some(v) => (v, "preprocessor_config.json"),
-                None => {
-                    return Err(Error::invalid(
-                        "image",
-                        format!(
-                            "{} has no readable processor_config.json or \
-                             preprocessor_config.json (the image processor of a \
-                             vision-language model)",
-                            dir.display()
-                        ),
-                    ))
-                }
-            },
+    /// The processor of the model (the `image_processor` of a saved processor, else
+    /// `preprocessor_config.json`, or what a `.model` container carries), resizing as
+    /// transformers 5's default (torchvision) backend does.
+    pub fn load(model: VlmModel, hf: &cyb_format::HfModel) -> Result<ImageSide> {
+        let dir = hf.dir();
+        let Some((config, name)) = hf.image_processor() else {
+            return Err(Error::invalid(
+                "image",
+                format!(
+                    "{} has no readable processor_config.json or preprocessor_config.json (the \
+                     image processor of a vision-language model)",
+                    dir.display()
+                ),
+            ));
         };
         let processor = match model.config().family {
             VlmFamily::Llava { .. } => Processor::Single(
