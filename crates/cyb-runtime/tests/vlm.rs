@@ -73,17 +73,39 @@ fn log_softmax(x: &[f32]) -> Vec<f32> {
 
 #[test]
 fn llava_matches_transformers() {
-    matches_transformers("llava");
+    matches_transformers(&runtime(), "llava", 1e-4);
 }
 
 #[test]
 fn idefics3_matches_transformers() {
-    matches_transformers("idefics3");
+    matches_transformers(&runtime(), "idefics3", 1e-4);
 }
 
-fn matches_transformers(family: &str) {
+/// The same on the wgpu backend (Mesa's software Vulkan in CI): the tower, the connector and
+/// the decoder with the image embeddings spliced in all run there.
+#[cfg(feature = "wgpu")]
+#[test]
+fn both_families_match_transformers_on_wgpu() {
+    let gpu = match cyb_wgpu::WgpuBackend::new() {
+        Ok(g) => std::sync::Arc::new(g),
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI and no wgpu adapter: {e}"
+            );
+            eprintln!("SKIPPED: no wgpu adapter ({e})");
+            return;
+        }
+    };
+    let cpu = RuntimeOptions::default().cpu_backend().unwrap();
+    let rt = Runtime::with_backends(vec![gpu, cpu], RuntimeOptions::default());
+    for family in ["llava", "idefics3"] {
+        matches_transformers(&rt, family, 2e-4);
+    }
+}
+
+fn matches_transformers(rt: &Runtime, family: &str, tol: f32) {
     let r = reference(family);
-    let rt = runtime();
     let model = rt.load(fixtures().join("vlm").join(family)).unwrap();
     assert!(model.takes_images());
     for case in ["one", "two"] {
@@ -146,7 +168,7 @@ fn matches_transformers(family: &str) {
         assert_eq!(first.top.len(), 5);
         for &(id, lp) in &first.top {
             let w = want[id as usize];
-            assert!((lp - w).abs() < 1e-4, "{case}: logprob of {id} {lp} vs {w}");
+            assert!((lp - w).abs() < tol, "{case}: logprob of {id} {lp} vs {w}");
         }
         assert_eq!(got, ids(&c["greedy"]), "{case}: greedy tokens");
     }
