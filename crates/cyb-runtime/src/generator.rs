@@ -121,6 +121,9 @@ struct Session {
     tokens: Vec<u32>,
     /// Where images' tokens are among `tokens`, and which images they were.
     images: Vec<ImageSpan>,
+    /// For a vision-language model: the last prompt as it was given (one placeholder per
+    /// image) and its length once expanded.
+    given_prompt: Option<(Vec<u32>, usize)>,
 }
 
 impl Generator {
@@ -132,6 +135,7 @@ impl Generator {
                 cache,
                 tokens: Vec::new(),
                 images: Vec::new(),
+                given_prompt: None,
             },
             batcher: None,
             draft: None,
@@ -224,6 +228,19 @@ impl Generator {
     /// Tokens the session's cache holds.
     pub fn tokens(&self) -> &[u32] {
         &self.state.tokens
+    }
+
+    /// What a new prompt is compared with to find the session that holds most of it: the
+    /// tokens, or for a vision-language model the last prompt as it was given (placeholders
+    /// not yet expanded) and the tokens generated after it.
+    pub fn prompt_key(&self) -> Cow<'_, [u32]> {
+        match &self.state.given_prompt {
+            Some((given, expanded)) => {
+                let after = self.state.tokens.get(*expanded..).unwrap_or_default();
+                Cow::Owned([given.as_slice(), after].concat())
+            }
+            None => Cow::Borrowed(&self.state.tokens),
+        }
     }
 
     /// The session's context size in tokens.
@@ -354,6 +371,7 @@ impl Generator {
         self.state.cache.read_rows(ids.len(), &mut input, path)?;
         self.state.tokens = ids;
         self.state.images.clear();
+        self.state.given_prompt = None;
         Ok(note)
     }
 
@@ -377,6 +395,7 @@ impl Generator {
         self.state.cache.clear();
         self.state.tokens.clear();
         self.state.images.clear();
+        self.state.given_prompt = None;
         if let Some(Draft {
             source: DraftSource::Model { cache, tokens, .. },
             ..
@@ -404,6 +423,7 @@ impl Generator {
     ) -> Result<Generation<'_>> {
         let t0 = Instant::now();
         let side = self.model.image_side();
+        let given = side.map(|_| prompt.to_vec());
         let (prompt, spans, prepared) = match side {
             Some(side) => {
                 let prepared = side.prepare(images)?;
@@ -454,6 +474,7 @@ impl Generator {
         state.cache.truncate(common);
         state.tokens.truncate(common);
         state.images.clear();
+        state.given_prompt = None;
         let fresh = &prompt[common..];
         // The embeddings of the images (or their rest) among the fresh tokens.
         let mut inject = Vec::new();
@@ -492,6 +513,7 @@ impl Generator {
         };
         state.tokens.extend_from_slice(fresh);
         state.images = spans;
+        state.given_prompt = given.map(|g| (g, prompt.len()));
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         let metrics = GenerationMetrics {
             load_ms: self.model.load_ms(),

@@ -219,6 +219,11 @@ fn a_session_reuses_an_image_only_when_it_is_the_same() {
         greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),
         (want_wide.clone(), n)
     );
+    // Sessions are matched to prompts as given: the prompt with its one placeholder, then
+    // the tokens fed after it.
+    let key = s.prompt_key().into_owned();
+    assert_eq!(&key[..prompt.len()], prompt.as_slice());
+    assert_eq!(&key[prompt.len()..], &s.tokens()[n..]);
     // The same image again: only the last prompt token is fed.
     assert_eq!(
         greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),

@@ -102,7 +102,7 @@ impl ModelSlot {
                     let same = g.lora_scales() == lora.as_deref();
                     (
                         if same {
-                            common_prefix(g.tokens(), prompt)
+                            common_prefix(&g.prompt_key(), prompt)
                         } else {
                             0
                         },
