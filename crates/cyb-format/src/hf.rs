@@ -332,8 +332,10 @@ impl HfModel {
     }
 
     /// The image processor's settings: the `image_processor` of a saved processor
-    /// (`processor_config.json`), else `preprocessor_config.json`, with the name of the file it
-    /// came from; a `.model` container carries the one its directory had.
+    /// (`processor_config.json`), else `preprocessor_config.json` when it describes an image
+    /// processor (it names an `image_processor_type` or has an `image_mean`; an audio feature
+    /// extractor does not), with the name of the file it came from; a `.model` container
+    /// carries the one its directory had.
     pub fn image_processor(&self) -> Option<(Value, &'static str)> {
         if self.container.is_some() {
             return self
@@ -351,7 +353,9 @@ impl HfModel {
         {
             return Some((v, "processor_config.json"));
         }
-        read("preprocessor_config.json").map(|v| (v, "preprocessor_config.json"))
+        read("preprocessor_config.json")
+            .filter(|v| v.get("image_processor_type").is_some() || v.get("image_mean").is_some())
+            .map(|v| (v, "preprocessor_config.json"))
     }
 
     /// The parsed `config.json` (a JSON object).

@@ -488,15 +488,16 @@ impl Generator {
                 let Some(k) = wanted.iter().position(|&i| i == run.image) else {
                     continue;
                 };
-                let e = &embeds[k];
+                let Some(e) = embeds[k].get(run.frame) else {
+                    continue;
+                };
+                // A frame whose first rows are cached already feeds only the rest.
                 let skip = common.saturating_sub(run.start);
-                let (from, to) = (run.offset + skip, run.offset + run.len);
-                let e = match (from, to) == (0, e.dims()[0]) {
-                    true => e.clone(),
-                    false => {
+                let e = match skip {
+                    0 => e.clone(),
+                    _ => {
                         let h = e.dims()[1];
-                        let rows = e.to_f32_vec()?;
-                        Tensor::from_f32(&[to - from, h], &rows[from * h..to * h])?
+                        Tensor::from_f32(&[run.len - skip, h], &e.to_f32_vec()?[skip * h..])?
                     }
                 };
                 inject.push((run.start + skip - common, e));

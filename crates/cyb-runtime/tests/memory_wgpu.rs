@@ -12,16 +12,8 @@ fn dropping_a_model_frees_its_device_weights() {
     let Some(path) = common::smollm2() else {
         return;
     };
-    let gpu = match cyb_wgpu::WgpuBackend::new() {
-        Ok(g) => std::sync::Arc::new(g),
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI and no wgpu adapter: {e}"
-            );
-            eprintln!("SKIPPED: no wgpu adapter ({e})");
-            return;
-        }
+    let Some(gpu) = common::wgpu_backend() else {
+        return;
     };
     let cpu = RuntimeOptions::default().cpu_backend().unwrap();
     let rt = Runtime::with_backends(vec![gpu.clone(), cpu], RuntimeOptions::default());

@@ -4,6 +4,8 @@
 //! the rendered prompt, the expanded ids, the last position's log-probabilities and 32 greedy
 //! tokens, for one image and for two.
 
+mod common;
+
 use cyb_runtime::{
     ChatMessage, ContentPart, FinishReason, Runtime, RuntimeOptions, SamplingParams,
 };
@@ -86,16 +88,8 @@ fn idefics3_matches_transformers() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn both_families_match_transformers_on_wgpu() {
-    let gpu = match cyb_wgpu::WgpuBackend::new() {
-        Ok(g) => std::sync::Arc::new(g),
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI and no wgpu adapter: {e}"
-            );
-            eprintln!("SKIPPED: no wgpu adapter ({e})");
-            return;
-        }
+    let Some(gpu) = common::wgpu_backend() else {
+        return;
     };
     let cpu = RuntimeOptions::default().cpu_backend().unwrap();
     let rt = Runtime::with_backends(vec![gpu, cpu], RuntimeOptions::default());

@@ -552,7 +552,7 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
                 cfg.insert("tokenizer_config_json".into(), js(tc)?.into());
             }
             // Image and vision-language models keep their image processor.
-            if let Some((ip, _)) = h.image_processor().filter(|_| takes_images(h)) {
+            if let Some((ip, _)) = h.image_processor() {
                 cfg.insert("image_processor_json".into(), js(&ip)?.into());
             }
             let read = |p: &Path| {
@@ -575,22 +575,4 @@ fn sections(src: &ModelFile) -> Result<Bodies> {
             })
         }
     }
-}
-
-/// True for a model whose inputs include images (a vision or vision-language `model_type`).
-fn takes_images(h: &crate::hf::HfModel) -> bool {
-    const TYPES: &[&str] = &[
-        "vit",
-        "clip",
-        "clip_vision_model",
-        "siglip",
-        "siglip_vision_model",
-        "dinov2",
-        "dinov2_with_registers",
-        "llava",
-        "idefics3",
-        "smolvlm",
-    ];
-    let ty = h.config_json().get("model_type").and_then(|v| v.as_str());
-    ty.is_some_and(|t| TYPES.contains(&t))
 }

@@ -118,7 +118,7 @@ fn vision_defaults() -> Vec<(&'static str, Value)> {
 }
 
 /// What [`VlmModel::load`] gives: the image side, the decoder, and the decoder's part of the
-/// checkpoint (its config, tokenizer and chat template are read from it).
+/// checkpoint (its config and tokenizer are read from it).
 pub struct VlmParts {
     pub image: VlmModel,
     pub text: LlamaModel,
@@ -298,11 +298,6 @@ impl VlmModel {
 
     pub fn config(&self) -> &VlmConfig {
         &self.config
-    }
-
-    /// The tower's configuration (its image size and patch).
-    pub fn vision_config(&self) -> &crate::VisionConfig {
-        self.vision.config()
     }
 
     /// The square image (or tile) size the tower takes.

@@ -69,14 +69,14 @@ pub(crate) struct PreparedImage {
     pub hash: u64,
 }
 
-/// A run of image tokens in a prompt: `len` tokens from `start`, rows `offset..offset + len`
-/// of image `image`'s embeddings.
+/// A run of image tokens in a prompt: the `len` tokens from `start` are frame `frame` (a
+/// tile or the global view) of image `image`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ImageSpan {
     pub start: usize,
     pub len: usize,
     pub image: usize,
-    pub offset: usize,
+    pub frame: usize,
     pub hash: u64,
 }
 
@@ -166,9 +166,9 @@ impl ImageSide {
             .collect()
     }
 
-    /// The embeddings of `images`, one `[tokens, hidden]` tensor each (an image's tiles and
-    /// global view one after another).
-    pub fn encode(&self, images: &[&PreparedImage]) -> Result<Vec<Tensor>> {
+    /// The embeddings of `images`: per image, one `[tokens_per_image, hidden]` tensor per
+    /// frame (its tiles, then the global view).
+    pub fn encode(&self, images: &[&PreparedImage]) -> Result<Vec<Vec<Tensor>>> {
         if images.is_empty() {
             return Ok(Vec::new());
         }
@@ -178,22 +178,10 @@ impl ImageSide {
             .collect();
         let frames: usize = images.iter().map(|i| i.frames).sum();
         let mut per_frame = self.model.encode(&pixels, frames)?.into_iter();
-        let mut out = Vec::with_capacity(images.len());
-        for img in images {
-            let mut parts: Vec<Tensor> = per_frame.by_ref().take(img.frames).collect();
-            out.push(match parts.len() {
-                1 => parts.swap_remove(0),
-                _ => {
-                    let h = parts.first().map_or(0, |t| t.dims()[1]);
-                    let mut all = Vec::new();
-                    for p in &parts {
-                        all.extend(p.to_f32_vec()?);
-                    }
-                    Tensor::from_f32(&[all.len() / h.max(1), h], &all)?
-                }
-            });
-        }
-        Ok(out)
+        Ok(images
+            .iter()
+            .map(|img| per_frame.by_ref().take(img.frames).collect())
+            .collect())
     }
 
     /// `prompt` with each image placeholder expanded into the image's tokens, and where the
@@ -236,8 +224,8 @@ impl ImageSide {
                     tokenizer.encode(&text, false)?
                 }
             };
-            // Each run of image tokens takes the image's next rows.
-            let mut offset = 0;
+            // Each run of image tokens is the image's next frame.
+            let mut frame = 0;
             let mut k = 0;
             while k < expansion.len() {
                 if expansion[k] != token {
@@ -246,24 +234,31 @@ impl ImageSide {
                     continue;
                 }
                 let run = expansion[k..].iter().take_while(|&&x| x == token).count();
+                if run != per || frame == img.frames {
+                    return Err(Error::invalid(
+                        "image",
+                        format!(
+                            "the image's text has a run of {run} image tokens after {frame} \
+                             frames; each of its {} frames takes {per}",
+                            img.frames
+                        ),
+                    ));
+                }
                 spans.push(ImageSpan {
                     start: ids.len(),
                     len: run,
                     image: i,
-                    offset,
+                    frame,
                     hash: img.hash,
                 });
                 ids.extend(std::iter::repeat_n(token, run));
-                offset += run;
+                frame += 1;
                 k += run;
             }
-            if offset != per * img.frames {
+            if frame != img.frames {
                 return Err(Error::invalid(
                     "image",
-                    format!(
-                        "the image's text has {offset} image tokens for {} of its features",
-                        per * img.frames
-                    ),
+                    format!("the image's text has {frame} of its {} frames", img.frames),
                 ));
             }
         }

@@ -1,4 +1,5 @@
-//! Shared by the tests that need the real models (the default model, all-MiniLM-L6-v2).
+//! Shared by the tests that need the real models (the default model, all-MiniLM-L6-v2) or a
+//! wgpu adapter.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -85,4 +86,21 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0f32, f32::max);
     diff / b.iter().map(|y| y.abs()).fold(0f32, f32::max).max(1e-30)
+}
+
+/// The wgpu backend, or `None` (the test is skipped) where this machine has no adapter; under
+/// CI a missing adapter fails the test.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_backend() -> Option<std::sync::Arc<cyb_wgpu::WgpuBackend>> {
+    match cyb_wgpu::WgpuBackend::new() {
+        Ok(g) => Some(std::sync::Arc::new(g)),
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI and no wgpu adapter: {e}"
+            );
+            eprintln!("SKIPPED: no wgpu adapter ({e})");
+            None
+        }
+    }
 }
