@@ -220,7 +220,7 @@ pub fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
                 && inputs[2].dtype == DType::F32
                 && matmul::supports(set, *rhs_transposed, &inputs[..2])
         }
-        Op::Sdpa { .. } => attention::supports(op, inputs),
+        Op::Sdpa { .. } => attention::supports(set, op, inputs),
         Op::Conv { .. } => conv::supports(set, op, inputs),
         Op::ConvTranspose { .. } => conv::supports_transpose(op, inputs),
         Op::Pool { .. } => conv::supports_pool(op, inputs),

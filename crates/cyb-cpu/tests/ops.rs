@@ -3,6 +3,8 @@
 
 mod common;
 use common::{check, Rng};
+use cyb_backend::Backend;
+use cyb_cpu::{ActPrecision, CpuBackend, CpuOptions, KernelSet};
 use cyb_ops::{Op, RopeLayout, RopeScaling, SdpaLayout};
 use cyb_tensor::{DType, Tensor};
 
@@ -474,4 +476,111 @@ fn decode_attention_over_long_caches() {
             );
         }
     }
+}
+
+/// Keys and values in f16 (a half-precision cache): where the cpu backend takes them (AVX-512),
+/// the result is bit for bit that of the same backend on their values widened to f32, on the
+/// decode path (read in place, one chunk or several, masked, causal, grouped, both layouts) and
+/// on the paths that widen them first (many query rows per KV head, batch-invariant); keys in
+/// f16 with values in f32 are refused.
+#[test]
+fn half_keys_and_values_attend_as_their_widened_values() {
+    let mut rng = Rng::new(16);
+    for (hq, hkv, lq, lk, d, causal) in [
+        (6, 6, 5, 1500, 64, false),
+        (8, 2, 1, 600, 64, true),
+        (9, 3, 2, 517, 24, true),
+        (4, 1, 20, 70, 16, true),
+    ] {
+        let half = |x: &Tensor| {
+            let v = x.to_f32_vec().unwrap();
+            Tensor::from_f32_as(x.dims(), &v, DType::F16).unwrap()
+        };
+        let widen = |x: &Tensor| Tensor::from_f32(x.dims(), &x.to_f32_vec().unwrap()).unwrap();
+        for layout in [SdpaLayout::TokenMajor, SdpaLayout::HeadMajor] {
+            let (qd, kd) = match layout {
+                SdpaLayout::TokenMajor => ([lq, hq, d], [lk, hkv, d]),
+                SdpaLayout::HeadMajor => ([hq, lq, d], [hkv, lk, d]),
+            };
+            let q = t(&mut rng, &qd);
+            let (k16, v16) = (half(&t(&mut rng, &kd)), half(&t(&mut rng, &kd)));
+            let op = Op::Sdpa {
+                layout,
+                scale: 0.125,
+                causal,
+                sliding_window: None,
+                softcap: None,
+                alibi_max_bias: None,
+            };
+            let halves = [q.clone(), k16.clone(), v16.clone()];
+            let widened = [q.clone(), widen(&k16), widen(&v16)];
+            let mixed: Vec<_> = [q.clone(), k16.clone(), widen(&v16)]
+                .iter()
+                .map(Tensor::info)
+                .collect();
+            for (set, one, three) in common::backends(ActPrecision::default()) {
+                let infos: Vec<_> = halves.iter().map(Tensor::info).collect();
+                assert!(
+                    !one.supports(&op, &mixed),
+                    "{set:?}: f16 keys with f32 values"
+                );
+                if !one.supports(&op, &infos) {
+                    assert_ne!(set, KernelSet::Avx512, "AVX-512 takes f16 keys and values");
+                    continue;
+                }
+                for b in [&one, &three] {
+                    let (got, want) = (common::run(b, &op, &halves), common::run(b, &op, &widened));
+                    assert_eq!(
+                        got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        "{set:?} {hq}/{hkv} {lq}x{lk} {layout:?}"
+                    );
+                }
+                let invariant = CpuBackend::from_options(&CpuOptions {
+                    threads: Some(2),
+                    batch_invariant: true,
+                    ..CpuOptions::default()
+                })
+                .unwrap();
+                let (got, want) = (
+                    common::run(&invariant, &op, &halves),
+                    common::run(&invariant, &op, &widened),
+                );
+                assert_eq!(got, want, "batch-invariant {hq}/{hkv} {lq}x{lk} {layout:?}");
+            }
+        }
+    }
+}
+
+/// f32 → f16 → f32 casts equal the reference's bit for bit (round to nearest even, overflow to
+/// infinity, subnormals), and other casts are left to it.
+#[test]
+fn casts_between_f32_and_f16_equal_the_reference() {
+    let mut rng = Rng::new(17);
+    let mut v: Vec<f32> = rng.vec(1000).iter().map(|x| x * 300.0).collect();
+    v.extend([
+        70000.0,
+        -1e-7,
+        6e-8,
+        0.0,
+        -0.0,
+        65519.0,
+        65520.0,
+        1.0 + 1.0 / 2048.0,
+    ]);
+    let x = Tensor::from_f32(&[v.len()], &v).unwrap();
+    let be = CpuBackend::new().unwrap();
+    let to_half = Op::Cast { to: DType::F16 };
+    let half = be
+        .execute(&to_half, std::slice::from_ref(&x), &mut Default::default())
+        .unwrap()
+        .remove(0);
+    let want = cyb_ops::reference::execute(&to_half, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(half.dtype(), DType::F16);
+    assert_eq!(half.host_bytes(), want[0].host_bytes());
+    let back = Op::Cast { to: DType::F32 };
+    let got = common::run(&be, &back, std::slice::from_ref(&half));
+    assert_eq!(got, common::reference(&back, std::slice::from_ref(&half)));
+    let i64s = Op::Cast { to: DType::I64 };
+    assert!(!be.supports(&i64s, &[x.info()]));
 }

@@ -97,8 +97,11 @@ impl Step<'_> {
         let tokens = sdpa_op(SdpaLayout::TokenMajor, head_dim, causal);
         let mut inputs = vec![q, k, v];
         inputs.extend(mask);
-        let dims = inputs.iter().map(|t| t.dims().to_vec()).collect();
-        if runs(self.dispatcher, &tokens, dims) {
+        let infos = inputs
+            .iter()
+            .map(|t| (t.dims().to_vec(), t.dtype()))
+            .collect();
+        if runs_as(self.dispatcher, &tokens, infos) {
             return self.run(tokens, &inputs);
         }
         let r = q.dims().len();
@@ -195,14 +198,18 @@ pub(crate) fn sdpa_op(layout: SdpaLayout, head_dim: usize, causal: bool) -> Op {
 
 /// Whether the primary backend of `dispatcher` runs `op` on F32 inputs of these dims.
 pub(crate) fn runs(dispatcher: &Dispatcher, op: &Op, dims: Vec<Vec<usize>>) -> bool {
-    let infos = dims
+    runs_as(
+        dispatcher,
+        op,
+        dims.into_iter().map(|d| (d, DType::F32)).collect(),
+    )
+}
+
+/// Whether the primary backend of `dispatcher` runs `op` on inputs of these dims and dtypes.
+pub(crate) fn runs_as(dispatcher: &Dispatcher, op: &Op, inputs: Vec<(Vec<usize>, DType)>) -> bool {
+    let infos = inputs
         .into_iter()
-        .map(|dims| {
-            Shape::new(dims).map(|shape| TensorInfo {
-                shape,
-                dtype: DType::F32,
-            })
-        })
+        .map(|(dims, dtype)| Shape::new(dims).map(|shape| TensorInfo { shape, dtype }))
         .collect::<Result<Vec<_>>>();
     infos.is_ok_and(|infos| dispatcher.primary().supports(op, &infos))
 }

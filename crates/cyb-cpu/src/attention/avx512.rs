@@ -1,6 +1,31 @@
 //! The AVX-512 kernels of decode attention (`mod.rs`'s `decode_chunk`): one query row's scores
 //! against 16 keys with the 16 sums transposed in registers, and the weighted sum of value rows
-//! for four query rows at a time.
+//! for four query rows at a time. Keys and values are f32, or f16 widened as they are loaded.
+
+use super::KvElem;
+
+/// Sixteen keys' or values' lanes at `p` under `mask` as f32 (zeros elsewhere): f32 as they
+/// are, f16 widened.
+///
+/// # Safety
+/// The lanes under `mask` must be readable; the CPU must have AVX-512F/BW/VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+#[inline]
+unsafe fn load16<T: KvElem>(
+    p: *const T,
+    mask: std::arch::x86_64::__mmask16,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // SAFETY: per this fn's contract.
+    unsafe {
+        if T::HALF {
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p as *const i16))
+        } else {
+            _mm512_maskz_loadu_ps(mask, p as *const f32)
+        }
+    }
+}
 
 /// Raw scores of one query row `q` (`d` values) against `m ≤ 16` keys, key `i` at `keys[i ·
 /// ld..]`, into `out[..m]`: one 16-lane product sum per key (the head's `d` in 16-value steps,
@@ -10,10 +35,10 @@
 /// # Safety
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn scores16_avx512(
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub(super) unsafe fn scores16_avx512<T: KvElem>(
     q: &[f32],
-    keys: &[f32],
+    keys: &[T],
     ld: usize,
     m: usize,
     out: &mut [f32],
@@ -23,7 +48,7 @@ pub(super) unsafe fn scores16_avx512(
     assert!((1..=16).contains(&m) && out.len() >= m && keys.len() >= (m - 1) * ld + d);
     // All 16 accumulators in registers (a fixed count: keys past `m` repeat key `m - 1`, and
     // the store leaves them out).
-    let rows: [*const f32; 16] = std::array::from_fn(|i| keys[i.min(m - 1) * ld..].as_ptr());
+    let rows: [*const T; 16] = std::array::from_fn(|i| keys[i.min(m - 1) * ld..].as_ptr());
     let mut acc = [_mm512_setzero_ps(); 16];
     let mut c = 0;
     while c < d {
@@ -36,7 +61,7 @@ pub(super) unsafe fn scores16_avx512(
         unsafe {
             let x = _mm512_maskz_loadu_ps(mask, q.as_ptr().add(c));
             for i in 0..16 {
-                let y = _mm512_maskz_loadu_ps(mask, rows[i].add(c));
+                let y = load16(rows[i].add(c), mask);
                 acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
             }
         }
@@ -82,12 +107,12 @@ pub(super) unsafe fn scores16_avx512(
 /// # Safety
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn weighted_avx512(
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub(super) unsafe fn weighted_avx512<T: KvElem>(
     w: &[f32],
     ld: usize,
     n: usize,
-    (vals, vs): (&[f32], usize),
+    (vals, vs): (&[T], usize),
     keys: usize,
     acc: &mut [f32],
 ) {
@@ -106,7 +131,7 @@ pub(super) unsafe fn weighted_avx512(
             for j in 0..keys {
                 // SAFETY: lanes under `mask` lie inside value row `j` (asserted above).
                 let v: [__m512; 4] = std::array::from_fn(|i| unsafe {
-                    _mm512_maskz_loadu_ps(mask[i], vals.as_ptr().add(j * vs + c0 + 16 * i))
+                    load16(vals.as_ptr().add(j * vs + c0 + 16 * i), mask[i])
                 });
                 for r in 0..4 {
                     let wr = if r < rn { w[(r0 + r) * ld + j] } else { 0.0 };

@@ -36,7 +36,9 @@ const VB: usize = 32;
 const TRANSPOSE_MIN_ROWS: usize = 16;
 const LANES: usize = 16;
 
-pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
+/// Whether [`sdpa`] takes `op` on `inputs`: f32 throughout, or (with AVX-512, whose decode
+/// kernels widen them as they read) keys and values both in f16.
+pub(crate) fn supports(set: KernelSet, op: &Op, inputs: &[TensorInfo]) -> bool {
     let Op::Sdpa {
         alibi_max_bias,
         layout,
@@ -45,9 +47,17 @@ pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
     else {
         return false;
     };
+    let half_kv = set == KernelSet::Avx512
+        && set.is_available()
+        && inputs.len() >= 3
+        && inputs[1].dtype == DType::F16
+        && inputs[2].dtype == DType::F16;
     if alibi_max_bias.is_some()
         || !(3..=4).contains(&inputs.len())
-        || inputs.iter().any(|i| i.dtype != DType::F32)
+        || inputs
+            .iter()
+            .enumerate()
+            .any(|(i, t)| t.dtype != DType::F32 && !(half_kv && (i == 1 || i == 2)))
     {
         return false;
     }
@@ -90,6 +100,33 @@ fn mask_strides(mask: &[usize], scores: &[usize]) -> Option<Vec<usize>> {
         step *= m;
     }
     Some(strides)
+}
+
+/// What the decode path reads keys and values as, in place: f32, or the bits of f16 values (a
+/// half-precision cache), widened to f32 as they are read.
+pub(crate) trait KvElem: bytemuck::Pod + Send + Sync {
+    /// Half precision: the AVX-512 kernels widen 16 lanes with `vcvtph2ps`.
+    const HALF: bool;
+    /// `x` as f32: itself, or widened into `buf`.
+    fn row<'a>(x: &'a [Self], buf: &'a mut Vec<f32>) -> &'a [f32];
+}
+
+impl KvElem for f32 {
+    const HALF: bool = false;
+    #[inline(always)]
+    fn row<'a>(x: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+        x
+    }
+}
+
+impl KvElem for u16 {
+    const HALF: bool = true;
+    #[inline(always)]
+    fn row<'a>(x: &'a [u16], buf: &'a mut Vec<f32>) -> &'a [f32] {
+        buf.clear();
+        buf.extend(x.iter().map(|&b| half::f16::from_bits(b).to_f32()));
+        buf
+    }
 }
 
 /// The `LANES` partial sums of `Σ a·b` over whole chunks of `LANES` (the caller folds them).
@@ -670,11 +707,11 @@ fn scratch<R>(
 /// one chunk, an item leaves each row's `(max, Σ, Σ p·v)` over its keys, and the rows are
 /// merged afterwards (`y = Σ_c e^(m_c - M) acc_c / Σ_c e^(m_c - M) l_c`, chunks in order).
 #[inline(always)]
-fn decode_rows<const F: bool>(
+fn decode_rows<const F: bool, T: KvElem>(
     g: &Geometry,
     p: &Params<'_>,
     par: Par<'_>,
-    (q, k, v): (&[f32], &[f32], &[f32]),
+    (q, k, v): (&[f32], &[T], &[T]),
     (d, dv): (usize, usize),
     y: &mut [f32],
 ) {
@@ -698,15 +735,17 @@ fn decode_rows<const F: bool>(
                     return;
                 }
                 let range = split(items, threads, t);
-                wide(
-                    par.set,
-                    #[inline(always)]
-                    || {
-                        scratch(&ITEM_SCRATCH, n * (CHUNK + dv), |buf| {
+                // The scratch first, then the widened body: a closure handed to `scratch`
+                // (through `LocalKey::with`) is compiled on its own, without the wide features.
+                scratch(&ITEM_SCRATCH, n * (CHUNK + dv), |buf| {
+                    wide(
+                        par.set,
+                        #[inline(always)]
+                        || {
                             let (sc, acc) = buf.split_at_mut(n * CHUNK);
                             for item in range {
                                 let (c, kv) = (item / heads, item % heads);
-                                let stats = decode_chunk::<F>(
+                                let stats = decode_chunk::<F, _>(
                                     g,
                                     p,
                                     (q, k, v),
@@ -735,9 +774,9 @@ fn decode_rows<const F: bool>(
                                     put_partial(unsafe { pout.slice(at..at + width) }, st, a);
                                 }
                             }
-                        });
-                    },
-                );
+                        },
+                    );
+                });
             };
             if threads == 1 {
                 job(0);
@@ -833,20 +872,21 @@ fn invariant_rows<const F: bool>(
             return;
         }
         let range = split(items, threads, t);
-        wide(
-            par.set,
-            #[inline(always)]
-            || {
-                // Scores, weighted values, then every chunk's partial result of the rows.
-                let len = R * (CHUNK + dv) + R * chunks * width;
-                scratch(&ITEM_SCRATCH, len, |buf| {
+        // Scores, weighted values, then every chunk's partial result of the rows; the scratch
+        // outside the widened body, as in `decode_rows`.
+        let len = R * (CHUNK + dv) + R * chunks * width;
+        scratch(&ITEM_SCRATCH, len, |buf| {
+            wide(
+                par.set,
+                #[inline(always)]
+                || {
                     let (sc, rest) = buf.split_at_mut(R * CHUNK);
                     let (acc, parts) = rest.split_at_mut(R * dv);
                     for item in range {
                         let (kv, gi) = (item / groups, item % groups);
                         let (row0, nr) = (kv * n + gi * R, (n - gi * R).min(R));
                         for c in 0..chunks {
-                            let stats = decode_chunk::<F>(
+                            let stats = decode_chunk::<F, _>(
                                 g,
                                 p,
                                 (q, k, v),
@@ -871,9 +911,9 @@ fn invariant_rows<const F: bool>(
                             );
                         }
                     }
-                });
-            },
-        );
+                },
+            );
+        });
     };
     if threads == 1 {
         job(0);
@@ -889,10 +929,10 @@ fn invariant_rows<const F: bool>(
 /// With `avx512` the scores come from [`scores16_avx512`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn decode_chunk<const F: bool>(
+fn decode_chunk<const F: bool, T: KvElem>(
     g: &Geometry,
     p: &Params<'_>,
-    (q, k, v): (&[f32], &[f32], &[f32]),
+    (q, k, v): (&[f32], &[T], &[T]),
     (d, dv): (usize, usize),
     (c, row0, n): (usize, usize, usize),
     (whole, avx512): (bool, bool),
@@ -930,14 +970,16 @@ fn decode_chunk<const F: bool>(
     let full = d / LANES * LANES;
     // Rows of one head are `step` rows apart in a token-major cache, a pattern the hardware
     // prefetchers follow poorly: the next block's keys and values are asked for ahead.
-    let ahead = |x: &[f32], j: usize, w: usize| {
+    let ahead = |x: &[T], j: usize, w: usize| {
         if j < hi {
             crate::matmul::sgemm::prefetch_l2(
                 bytemuck::cast_slice(&x[(base + j * step) * w..][..w]),
-                w * 4,
+                w * std::mem::size_of::<T>(),
             );
         }
     };
+    // A key or value row widened to f32 off the AVX-512 path (unused for f32).
+    let mut wide_row = Vec::new();
     for j0 in (lo..hi).step_by(LANES) {
         let m = (hi - j0).min(LANES);
         for j in j0..j0 + m {
@@ -956,10 +998,11 @@ fn decode_chunk<const F: bool>(
                 continue;
             }
             for (t, j) in part.iter_mut().zip(j0..j0 + m) {
-                *t = dot_lanes::<F>(&qr[..full], &k[(base + j * step) * d..][..full]);
+                let key = T::row(&k[(base + j * step) * d..][..full], &mut wide_row);
+                *t = dot_lanes::<F>(&qr[..full], key);
             }
             for ((o, t), j) in out.iter_mut().zip(&part).zip(j0..) {
-                let key = &k[(base + j * step) * d..][..d];
+                let key = T::row(&k[(base + j * step) * d..][..d], &mut wide_row);
                 let tail = (full..d).fold(0f32, |a, c| madd::<F>(qr[c], key[c], a));
                 *o = fold_lanes(*t, |a, b| a + b) + tail;
             }
@@ -998,7 +1041,7 @@ fn decode_chunk<const F: bool>(
         return stats;
     }
     for j in lo..hi {
-        let val = &v[(base + j * step) * dv..][..dv];
+        let val = T::row(&v[(base + j * step) * dv..][..dv], &mut wide_row);
         for (r, a) in acc.chunks_exact_mut(dv).enumerate().take(n) {
             let w = sc[r * CHUNK + j - c0];
             if w != 0.0 {
@@ -1007,6 +1050,29 @@ fn decode_chunk<const F: bool>(
         }
     }
     stats
+}
+
+/// The f16 bits of `t`, borrowed where aligned.
+fn half_bits(t: &Tensor) -> Result<std::borrow::Cow<'_, [u16]>> {
+    let b = t
+        .host_bytes()
+        .ok_or_else(|| Error::invalid("sdpa", "keys or values not in host memory"))?;
+    Ok(match bytemuck::try_cast_slice::<u8, u16>(b) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => std::borrow::Cow::Owned(
+            b.chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+    })
+}
+
+/// `t`'s values as f32: borrowed when they are f32, widened from f16 off the decode path.
+fn f32_values(t: &Tensor) -> Result<std::borrow::Cow<'_, [f32]>> {
+    match t.dtype() {
+        DType::F16 => Ok(std::borrow::Cow::Owned(t.to_f32_vec()?)),
+        _ => t.as_f32(),
+    }
 }
 
 /// `Op::Sdpa`; with `invariant`, every row through [`invariant_rows`].
@@ -1022,11 +1088,7 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor], invariant: bool) ->
     else {
         return Err(Error::invalid("sdpa", "not an sdpa op"));
     };
-    let (q, k, v) = (
-        inputs[0].as_f32()?,
-        inputs[1].as_f32()?,
-        inputs[2].as_f32()?,
-    );
+    let q = inputs[0].as_f32()?;
     let mask_data = inputs.get(3).map(Tensor::as_f32).transpose()?;
     let infos: Vec<TensorInfo> = inputs.iter().map(Tensor::info).collect();
     let sdims =
@@ -1066,7 +1128,6 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor], invariant: bool) ->
         // Fused multiply-adds where the kernel set has them (the portable build would call
         // libm's software fma); each set stays deterministic across thread counts.
         let fma = par.set != KernelSet::Portable && par.set.is_available();
-        let (q, k, v, p) = (&*q, &*k, &*v, &p);
         let g = &Geometry {
             lq,
             hq,
@@ -1077,6 +1138,15 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor], invariant: bool) ->
             sliding_window,
             tokens,
         };
+        let half = inputs[1].dtype() == DType::F16 && inputs[2].dtype() == DType::F16;
+        if half && !invariant && !transpose && fma && par.set == KernelSet::Avx512 {
+            // A half-precision cache read in place by the decode kernels.
+            let (k, v) = (half_bits(&inputs[1])?, half_bits(&inputs[2])?);
+            decode_rows::<true, u16>(g, &p, par, (&q, &k, &v), (d, dv), y);
+            return f32_tensor(&dims, buf);
+        }
+        let (k, v) = (f32_values(&inputs[1])?, f32_values(&inputs[2])?);
+        let (q, k, v, p) = (&*q, &*k, &*v, &p);
         if invariant {
             match fma {
                 true => invariant_rows::<true>(g, p, par, (q, k, v), (d, dv), y),
@@ -1086,8 +1156,8 @@ pub(crate) fn sdpa(op: &Op, par: Par<'_>, inputs: &[Tensor], invariant: bool) ->
         }
         if !transpose {
             match fma {
-                true => decode_rows::<true>(g, p, par, (q, k, v), (d, dv), y),
-                false => decode_rows::<false>(g, p, par, (q, k, v), (d, dv), y),
+                true => decode_rows::<true, f32>(g, p, par, (q, k, v), (d, dv), y),
+                false => decode_rows::<false, f32>(g, p, par, (q, k, v), (d, dv), y),
             }
             return f32_tensor(&dims, buf);
         }

@@ -27,6 +27,15 @@ fn trailing_broadcast(a: &[usize], b: &[usize]) -> bool {
 pub(crate) fn supports(op: &Op, inputs: &[TensorInfo]) -> bool {
     match op {
         Op::Reshape { .. } => true,
+        // Between f32 and f16 (a half-precision copy of keys and values, say), rounded to
+        // nearest even as the reference does.
+        Op::Cast { to } => {
+            inputs.len() == 1
+                && matches!(
+                    (inputs[0].dtype, *to),
+                    (DType::F32, DType::F16) | (DType::F16, DType::F32)
+                )
+        }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             f32_in(inputs) && inputs.len() == 2 && cyb_ops::output_infos(op, inputs).is_ok()
         }
@@ -101,6 +110,15 @@ pub(crate) fn execute(op: &Op, inputs: &[Tensor], par: Par<'_>) -> Result<Tensor
     let x = &inputs[0];
     match op {
         Op::Reshape { .. } => x.reshape(od),
+        Op::Cast { to: DType::F16 } => {
+            use half::slice::HalfFloatSliceExt;
+            let v = x.as_f32()?;
+            let mut buf = AlignedBuf::for_overwrite(v.len() * 2);
+            let out: &mut [half::f16] = bytemuck::cast_slice_mut(buf.as_bytes_mut());
+            out.convert_from_f32_slice(&v);
+            Tensor::new(Shape::new(od)?, DType::F16, Storage::Host(Arc::new(buf)))
+        }
+        Op::Cast { to } => Tensor::from_f32_as(od, &x.to_f32_vec()?, *to),
         Op::Add => binary(par, x, &inputs[1], od, |a, b| a + b),
         Op::Sub => binary(par, x, &inputs[1], od, |a, b| a - b),
         Op::Mul => binary(par, x, &inputs[1], od, |a, b| a * b),
