@@ -258,7 +258,11 @@ fn whisper(variant: &str, d: &Arc<Dispatcher>) -> Check {
         .decode(&audio, &[&input], std::slice::from_mut(&mut cache), &all)
         .map_err(err)?;
     let logits: Vec<f32> = rows.into_iter().flatten().flatten().collect();
-    within("decoder logits", &logits, &f32s("decoder_logits")?, 1e-5)?;
+    // Cross-attention keys and values kept in f16 (the cpu backend with AVX-512) round them to
+    // 2^-11: a few 1e-5 of the logits.
+    let half = audio.cross.layer(0).map_err(err)?.0.dtype() == cyb_tensor::DType::F16;
+    let tol = if half { 1e-4 } else { 1e-5 };
+    within("decoder logits", &logits, &f32s("decoder_logits")?, tol)?;
     let prefix = ids("greedy_prefix")?;
     let want = ids("greedy_ids")?;
     let mut cache = model.new_cache().map_err(err)?;
