@@ -36,13 +36,8 @@ unsafe fn load16<T: KvElem>(
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-pub(super) unsafe fn scores16_avx512<T: KvElem>(
-    q: &[f32],
-    keys: &[T],
-    ld: usize,
-    m: usize,
-    out: &mut [f32],
-) {
+#[inline]
+unsafe fn scores16_avx512<T: KvElem>(q: &[f32], keys: &[T], ld: usize, m: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = q.len();
     assert!((1..=16).contains(&m) && out.len() >= m && keys.len() >= (m - 1) * ld + d);
@@ -98,14 +93,39 @@ pub(super) unsafe fn scores16_avx512<T: KvElem>(
     };
 }
 
-/// `acc_r += Σ_j w_rj · v_j` for the `n` rows of `acc` (each `dv` = `acc.len() / n` long) over
-/// `keys` value rows (`vals`: rows and their distance), the weights of row `r` at `w[r ·
-/// ld..]`: four rows × 64 columns of sums in registers, each value vector loaded once for the
-/// four rows, keys in order. Keys weighted 0 are skipped (a non-finite value there cannot leak
-/// in).
+/// [`scores16_avx512`] of query rows `q[at..at + d]` for each `at` in `rows` against the same
+/// `m ≤ 16` keys, row `r`'s scores into `out[r · stride..][..m]`: one call per block of keys,
+/// so the key pointers and masks are set up once for the rows, whose loads then hit L1.
 ///
 /// # Safety
-/// The CPU must have AVX-512F.
+/// The CPU must have AVX-512F/BW/VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores16_rows_avx512<T: KvElem>(
+    q: &[f32],
+    rows: &[usize],
+    d: usize,
+    keys: &[T],
+    ld: usize,
+    m: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    for (r, &at) in rows.iter().enumerate() {
+        // SAFETY: per this fn's contract; the kernel checks its bounds.
+        unsafe { scores16_avx512(&q[at..at + d], keys, ld, m, &mut out[r * stride..][..m]) };
+    }
+}
+
+/// `acc_r += Σ_j w_rj · v_j` for the `n` rows of `acc` (each `dv` = `acc.len() / n` long) over
+/// `keys` value rows (`vals`: rows and their distance), the weights of row `r` at `w[r ·
+/// ld..]`. Rows go in passes of up to eight, each value vector loaded once for a pass's rows
+/// (four rows × 64 columns of sums in registers, or eight × 32), keys in order. Keys weighted 0
+/// are skipped (a non-finite value there cannot leak in).
+///
+/// # Safety
+/// The CPU must have AVX-512F/BW/VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 pub(super) unsafe fn weighted_avx512<T: KvElem>(
@@ -116,41 +136,79 @@ pub(super) unsafe fn weighted_avx512<T: KvElem>(
     keys: usize,
     acc: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
     let dv = acc.len() / n.max(1);
     assert!(n >= 1 && keys >= 1 && w.len() >= (n - 1) * ld + keys);
     assert!(vals.len() >= (keys - 1) * vs + dv && acc.len() == n * dv);
-    for r0 in (0..n).step_by(4) {
-        let rn = (n - r0).min(4);
-        for c0 in (0..dv).step_by(64) {
-            let mask: [__mmask16; 4] = std::array::from_fn(|i| {
-                let left = dv.saturating_sub(c0 + 16 * i).min(16);
-                ((1u32 << left) - 1) as __mmask16
+    let mut r0 = 0;
+    while r0 < n {
+        let rn = (n - r0).min(8);
+        let rows = (r0, w, ld, (vals, vs), keys, &mut *acc, dv);
+        // SAFETY: per this fn's contract; the bounds are asserted above.
+        unsafe {
+            match rn {
+                1 => weighted_pass::<T, 1, 4>(rows),
+                2 => weighted_pass::<T, 2, 4>(rows),
+                3 => weighted_pass::<T, 3, 4>(rows),
+                4 => weighted_pass::<T, 4, 4>(rows),
+                5 => weighted_pass::<T, 5, 2>(rows),
+                6 => weighted_pass::<T, 6, 2>(rows),
+                7 => weighted_pass::<T, 7, 2>(rows),
+                _ => weighted_pass::<T, 8, 2>(rows),
+            }
+        }
+        r0 += rn;
+    }
+}
+
+/// Rows `r0..r0 + R` of [`weighted_avx512`], `C` vectors of 16 columns at a time.
+///
+/// # Safety
+/// As [`weighted_avx512`], whose asserts cover the reads and writes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+#[inline]
+#[allow(clippy::type_complexity)]
+unsafe fn weighted_pass<T: KvElem, const R: usize, const C: usize>(
+    (r0, w, ld, (vals, vs), keys, acc, dv): (
+        usize,
+        &[f32],
+        usize,
+        (&[T], usize),
+        usize,
+        &mut [f32],
+        usize,
+    ),
+) {
+    use std::arch::x86_64::*;
+    for c0 in (0..dv).step_by(16 * C) {
+        let mask: [__mmask16; C] = std::array::from_fn(|i| {
+            let left = dv.saturating_sub(c0 + 16 * i).min(16);
+            ((1u32 << left) - 1) as __mmask16
+        });
+        let mut a = [[_mm512_setzero_ps(); C]; R];
+        for j in 0..keys {
+            // SAFETY: lanes under `mask` lie inside value row `j` (the caller's asserts).
+            let v: [__m512; C] = std::array::from_fn(|i| unsafe {
+                load16(vals.as_ptr().add(j * vs + c0 + 16 * i), mask[i])
             });
-            let mut a = [[_mm512_setzero_ps(); 4]; 4];
-            for j in 0..keys {
-                // SAFETY: lanes under `mask` lie inside value row `j` (asserted above).
-                let v: [__m512; 4] = std::array::from_fn(|i| unsafe {
-                    load16(vals.as_ptr().add(j * vs + c0 + 16 * i), mask[i])
-                });
-                for r in 0..4 {
-                    let wr = if r < rn { w[(r0 + r) * ld + j] } else { 0.0 };
-                    if wr != 0.0 {
-                        let b = _mm512_set1_ps(wr);
-                        for i in 0..4 {
-                            a[r][i] = _mm512_fmadd_ps(b, v[i], a[r][i]);
-                        }
+            for (r, ar) in a.iter_mut().enumerate() {
+                // SAFETY: row r0 + r's weights hold `keys` values (the caller's asserts).
+                let wr = unsafe { *w.get_unchecked((r0 + r) * ld + j) };
+                if wr != 0.0 {
+                    let b = _mm512_set1_ps(wr);
+                    for (x, &vi) in ar.iter_mut().zip(&v) {
+                        *x = _mm512_fmadd_ps(b, vi, *x);
                     }
                 }
             }
-            for (r, ar) in a.iter().enumerate().take(rn) {
-                for (i, &x) in ar.iter().enumerate() {
-                    let at = (r0 + r) * dv + c0 + 16 * i;
-                    // SAFETY: lanes under `mask` lie inside row `r0 + r` of `acc`.
-                    unsafe {
-                        _mm512_mask_storeu_ps(acc.as_mut_ptr().add(at.min(acc.len())), mask[i], x)
-                    };
-                }
+        }
+        for (r, ar) in a.iter().enumerate() {
+            for (i, &x) in ar.iter().enumerate() {
+                let at = (r0 + r) * dv + c0 + 16 * i;
+                // SAFETY: lanes under `mask` lie inside row `r0 + r` of `acc`.
+                unsafe {
+                    _mm512_mask_storeu_ps(acc.as_mut_ptr().add(at.min(acc.len())), mask[i], x)
+                };
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::math::exp;
 use crate::par::pool::{split, DisjointOut};
 use crate::par::{f32_tensor, wide, Par};
 #[cfg(target_arch = "x86_64")]
-use avx512::{scores16_avx512, weighted_avx512};
+use avx512::{scores16_rows_avx512, weighted_avx512};
 use cyb_ops::{Op, SdpaLayout};
 use cyb_tensor::{AlignedBuf, DType, Error, Result, Tensor, TensorInfo};
 
@@ -926,7 +926,7 @@ fn invariant_rows<const F: bool>(
 /// the keys of chunk `c`. Leaves
 /// each row's `Σ p·v` in `acc` (rows `dv` apart) and returns its `(max, Σ)` (`None`: no key
 /// visible); with `whole` (the only chunk) the weights are normalized, so `acc` is the output.
-/// With `avx512` the scores come from [`scores16_avx512`].
+/// With `avx512` the scores come from [`scores16_rows_avx512`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn decode_chunk<const F: bool, T: KvElem>(
@@ -987,16 +987,19 @@ fn decode_chunk<const F: bool, T: KvElem>(
             // The values pass comes after the chunk's scores: its rows are in L2 by then.
             ahead(v, j, dv);
         }
+        #[cfg(target_arch = "x86_64")]
+        if avx512 {
+            let keys = &k[(base + j0 * step) * d..][..((m - 1) * step + 1) * d];
+            let at: [usize; TRANSPOSE_MIN_ROWS] =
+                std::array::from_fn(|r| if r < n { g.q_at(row0 + r) * d } else { 0 });
+            let out = &mut sc[j0 - c0..];
+            // SAFETY: `avx512` says this CPU has AVX-512F; the kernel checks its bounds.
+            unsafe { scores16_rows_avx512(q, &at[..n], d, keys, step * d, m, out, CHUNK) };
+            continue;
+        }
         for r in 0..n {
             let qr = &q[g.q_at(row0 + r) * d..][..d];
             let out = &mut sc[r * CHUNK + j0 - c0..][..m];
-            #[cfg(target_arch = "x86_64")]
-            if avx512 {
-                let keys = &k[(base + j0 * step) * d..][..((m - 1) * step + 1) * d];
-                // SAFETY: `avx512` says this CPU has AVX-512F; the kernel checks its bounds.
-                unsafe { scores16_avx512(qr, keys, step * d, m, out) };
-                continue;
-            }
             for (t, j) in part.iter_mut().zip(j0..j0 + m) {
                 let key = T::row(&k[(base + j * step) * d..][..full], &mut wide_row);
                 *t = dot_lanes::<F>(&qr[..full], key);
