@@ -121,8 +121,8 @@ struct Session {
     tokens: Vec<u32>,
     /// Where images' tokens are among `tokens`, and which images they were.
     images: Vec<ImageSpan>,
-    /// For a vision-language model: the last prompt as it was given (one placeholder per
-    /// image) and its length once expanded.
+    /// For a vision-language model: the key of the last prompt as it was given (one
+    /// fingerprint per image placeholder, `Model::prompt_key`) and its length once expanded.
     given_prompt: Option<(Vec<u32>, usize)>,
 }
 
@@ -230,9 +230,10 @@ impl Generator {
         &self.state.tokens
     }
 
-    /// What a new prompt is compared with to find the session that holds most of it: the
-    /// tokens, or for a vision-language model the last prompt as it was given (placeholders
-    /// not yet expanded) and the tokens generated after it.
+    /// What a new prompt's [`Model::prompt_key`] is compared with to find the session that
+    /// holds most of it: the tokens, or for a vision-language model the key of the last prompt
+    /// as it was given (each placeholder standing for its image's fingerprint, not yet
+    /// expanded) and the tokens generated after it.
     pub fn prompt_key(&self) -> Cow<'_, [u32]> {
         match &self.state.given_prompt {
             Some((given, expanded)) => {
@@ -423,7 +424,7 @@ impl Generator {
     ) -> Result<Generation<'_>> {
         let t0 = Instant::now();
         let side = self.model.image_side();
-        let given = side.map(|_| prompt.to_vec());
+        let given = side.map(|s| s.keyed(prompt, images));
         let (prompt, spans, prepared) = match side {
             Some(side) => {
                 let prepared = side.prepare(images)?;

@@ -194,6 +194,20 @@ impl Model {
         self.inner.images.as_deref()
     }
 
+    /// What a session serving `prompt` with `images` is matched by (a server's pool of idle
+    /// sessions compares these, [`Generator::prompt_key`]): the prompt's ids, where a
+    /// vision-language model's image placeholders stand each for a fingerprint of its image,
+    /// so two prompts share a prefix only up to the first image they differ in. A fingerprint
+    /// lies above every vocabulary's ids.
+    ///
+    /// [`Generator::prompt_key`]: crate::Generator::prompt_key
+    pub fn prompt_key(&self, prompt: &[u32], images: &[cyb_media::image::RgbImage]) -> Vec<u32> {
+        match self.image_side() {
+            Some(side) => side.keyed(prompt, images),
+            None => prompt.to_vec(),
+        }
+    }
+
     /// The ids of a prompt: `text` rendered by the chat template (`raw` false) or given as it
     /// is. Raw text gets the BOS the tokenizer adds. A vision-language model's rendered prompt
     /// gets it too unless the template wrote it, as its processor tokenizes the rendered text

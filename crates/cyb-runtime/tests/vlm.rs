@@ -213,11 +213,26 @@ fn a_session_reuses_an_image_only_when_it_is_the_same() {
         greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),
         (want_wide.clone(), n)
     );
-    // Sessions are matched to prompts as given: the prompt with its one placeholder, then
-    // the tokens fed after it.
+    // Sessions are matched to prompts as given, each placeholder standing for its image's
+    // fingerprint: the same text with another image shares a prefix with it only up to the
+    // placeholder; then the tokens fed after the prompt.
     let key = s.prompt_key().into_owned();
-    assert_eq!(&key[..prompt.len()], prompt.as_slice());
+    let (key_wide, key_tall) = (
+        model.prompt_key(&prompt, std::slice::from_ref(&wide)),
+        model.prompt_key(&prompt, std::slice::from_ref(&tall)),
+    );
+    assert_eq!(&key[..prompt.len()], key_wide.as_slice());
     assert_eq!(&key[prompt.len()..], &s.tokens()[n..]);
+    let at = prompt.iter().position(|&t| t == 4).unwrap();
+    assert_eq!(key_wide[..at], prompt[..at]);
+    assert_eq!(key_wide[at + 1..], prompt[at + 1..]);
+    assert!(key_wide[at] >= 1 << 31 && key_tall[at] >= 1 << 31 && key_wide[at] != key_tall[at]);
+    assert_eq!(
+        key_wide,
+        model.prompt_key(&prompt, &[image("src_wide.png")])
+    );
+    // Placeholders past the images are keyed as they are.
+    assert_eq!(model.prompt_key(&prompt, &[]), prompt);
     // The same image again: only the last prompt token is fed.
     assert_eq!(
         greedy_run(&mut s, &prompt, std::slice::from_ref(&wide)),

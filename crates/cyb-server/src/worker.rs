@@ -64,7 +64,8 @@ pub fn spawn(
 
 fn run(state: &AppState, job: Job, tx: &mpsc::Sender<Event>) -> Result<Summary, ApiError> {
     let slot = job.slot.clone();
-    let mut session = slot.checkout(&job.prompt, job.lora.clone())?;
+    let key = slot.model.prompt_key(&job.prompt, &job.images);
+    let mut session = slot.checkout(&key, job.lora.clone())?;
     let result = generate(&mut session, job, tx);
     // The session stays consistent when generation stopped early or failed: reuse it.
     slot.checkin(session);

@@ -118,6 +118,26 @@ impl ImageSide {
         })
     }
 
+    /// [`crate::Model::prompt_key`]: the `i`-th image placeholder of `prompt` replaced by
+    /// `2^31 | h` for a 31-bit hash `h` of `images[i]`'s size and pixels (placeholders past the
+    /// images stay as they are).
+    pub fn keyed(&self, prompt: &[u32], images: &[RgbImage]) -> Vec<u32> {
+        let token = self.image_token();
+        let mut next = images.iter();
+        prompt
+            .iter()
+            .map(|&t| match (t == token).then(|| next.next()).flatten() {
+                Some(img) => {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    (img.width, img.height).hash(&mut h);
+                    img.pixels.hash(&mut h);
+                    (1 << 31) | (h.finish() as u32 & 0x7fff_ffff)
+                }
+                None => t,
+            })
+            .collect()
+    }
+
     pub fn image_token(&self) -> u32 {
         self.model.config().image_token
     }
