@@ -27,6 +27,16 @@ fn image(name: &str) -> cyb_media::image::RgbImage {
     cyb_runtime::vision::load_image(&fixtures().join(dir).join(name)).unwrap()
 }
 
+/// The images of reference case `case`, decoded.
+fn case_images(r: &Value, case: &str) -> Vec<cyb_media::image::RgbImage> {
+    r["images"][case]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| image(n.as_str().unwrap()))
+        .collect()
+}
+
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
@@ -111,12 +121,7 @@ fn matches_transformers(rt: &Runtime, family: &str, tol: f32) {
             "{case}: rendered prompt"
         );
         let prompt = model.prompt_ids(&text, false).unwrap();
-        let images: Vec<_> = r["images"][case]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| image(n.as_str().unwrap()))
-            .collect();
+        let images = case_images(&r, case);
         let mut session = model.generator(None).unwrap();
         let params = SamplingParams {
             temperature: 0.0,
@@ -300,12 +305,7 @@ fn an_imported_model_answers_as_its_directory() {
             .render_chat(&messages(&r["one"]["messages"]), true)
             .unwrap();
         let prompt = model.prompt_ids(&text, false).unwrap();
-        let images: Vec<_> = r["images"]["one"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| image(n.as_str().unwrap()))
-            .collect();
+        let images = case_images(&r, "one");
         let mut s = model.generator(None).unwrap();
         let (got, _) = greedy_run(&mut s, &prompt, &images);
         std::fs::remove_file(&out).unwrap();

@@ -142,42 +142,39 @@ pub(super) unsafe fn weighted_avx512<T: KvElem>(
     let mut r0 = 0;
     while r0 < n {
         let rn = (n - r0).min(8);
-        let rows = (r0, w, ld, (vals, vs), keys, &mut *acc, dv);
+        let (w, vals, acc) = (&w[r0 * ld..], (vals, vs), &mut acc[r0 * dv..]);
         // SAFETY: per this fn's contract; the bounds are asserted above.
         unsafe {
             match rn {
-                1 => weighted_pass::<T, 1, 4>(rows),
-                2 => weighted_pass::<T, 2, 4>(rows),
-                3 => weighted_pass::<T, 3, 4>(rows),
-                4 => weighted_pass::<T, 4, 4>(rows),
-                5 => weighted_pass::<T, 5, 2>(rows),
-                6 => weighted_pass::<T, 6, 2>(rows),
-                7 => weighted_pass::<T, 7, 2>(rows),
-                _ => weighted_pass::<T, 8, 2>(rows),
+                1 => weighted_pass::<T, 1, 4>(w, ld, vals, keys, acc, dv),
+                2 => weighted_pass::<T, 2, 4>(w, ld, vals, keys, acc, dv),
+                3 => weighted_pass::<T, 3, 4>(w, ld, vals, keys, acc, dv),
+                4 => weighted_pass::<T, 4, 4>(w, ld, vals, keys, acc, dv),
+                5 => weighted_pass::<T, 5, 2>(w, ld, vals, keys, acc, dv),
+                6 => weighted_pass::<T, 6, 2>(w, ld, vals, keys, acc, dv),
+                7 => weighted_pass::<T, 7, 2>(w, ld, vals, keys, acc, dv),
+                _ => weighted_pass::<T, 8, 2>(w, ld, vals, keys, acc, dv),
             }
         }
         r0 += rn;
     }
 }
 
-/// Rows `r0..r0 + R` of [`weighted_avx512`], `C` vectors of 16 columns at a time.
+/// The first `R` rows of [`weighted_avx512`] (`w` and `acc` start at them), `C` vectors of 16
+/// columns at a time.
 ///
 /// # Safety
 /// As [`weighted_avx512`], whose asserts cover the reads and writes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 #[inline]
-#[allow(clippy::type_complexity)]
 unsafe fn weighted_pass<T: KvElem, const R: usize, const C: usize>(
-    (r0, w, ld, (vals, vs), keys, acc, dv): (
-        usize,
-        &[f32],
-        usize,
-        (&[T], usize),
-        usize,
-        &mut [f32],
-        usize,
-    ),
+    w: &[f32],
+    ld: usize,
+    (vals, vs): (&[T], usize),
+    keys: usize,
+    acc: &mut [f32],
+    dv: usize,
 ) {
     use std::arch::x86_64::*;
     for c0 in (0..dv).step_by(16 * C) {
@@ -192,8 +189,8 @@ unsafe fn weighted_pass<T: KvElem, const R: usize, const C: usize>(
                 load16(vals.as_ptr().add(j * vs + c0 + 16 * i), mask[i])
             });
             for (r, ar) in a.iter_mut().enumerate() {
-                // SAFETY: row r0 + r's weights hold `keys` values (the caller's asserts).
-                let wr = unsafe { *w.get_unchecked((r0 + r) * ld + j) };
+                // SAFETY: row r's weights hold `keys` values (the caller's asserts).
+                let wr = unsafe { *w.get_unchecked(r * ld + j) };
                 if wr != 0.0 {
                     let b = _mm512_set1_ps(wr);
                     for (x, &vi) in ar.iter_mut().zip(&v) {
@@ -204,8 +201,8 @@ unsafe fn weighted_pass<T: KvElem, const R: usize, const C: usize>(
         }
         for (r, ar) in a.iter().enumerate() {
             for (i, &x) in ar.iter().enumerate() {
-                let at = (r0 + r) * dv + c0 + 16 * i;
-                // SAFETY: lanes under `mask` lie inside row `r0 + r` of `acc`.
+                let at = r * dv + c0 + 16 * i;
+                // SAFETY: lanes under `mask` lie inside row `r` of `acc`.
                 unsafe {
                     _mm512_mask_storeu_ps(acc.as_mut_ptr().add(at.min(acc.len())), mask[i], x)
                 };

@@ -980,6 +980,9 @@ fn decode_chunk<const F: bool, T: KvElem>(
     };
     // A key or value row widened to f32 off the AVX-512 path (unused for f32).
     let mut wide_row = Vec::new();
+    // Where each row's query starts, for the AVX-512 scores of every block.
+    let q_rows: [usize; TRANSPOSE_MIN_ROWS] =
+        std::array::from_fn(|r| if r < n { g.q_at(row0 + r) * d } else { 0 });
     for j0 in (lo..hi).step_by(LANES) {
         let m = (hi - j0).min(LANES);
         for j in j0..j0 + m {
@@ -990,11 +993,9 @@ fn decode_chunk<const F: bool, T: KvElem>(
         #[cfg(target_arch = "x86_64")]
         if avx512 {
             let keys = &k[(base + j0 * step) * d..][..((m - 1) * step + 1) * d];
-            let at: [usize; TRANSPOSE_MIN_ROWS] =
-                std::array::from_fn(|r| if r < n { g.q_at(row0 + r) * d } else { 0 });
             let out = &mut sc[j0 - c0..];
             // SAFETY: `avx512` says this CPU has AVX-512F; the kernel checks its bounds.
-            unsafe { scores16_rows_avx512(q, &at[..n], d, keys, step * d, m, out, CHUNK) };
+            unsafe { scores16_rows_avx512(q, &q_rows[..n], d, keys, step * d, m, out, CHUNK) };
             continue;
         }
         for r in 0..n {
